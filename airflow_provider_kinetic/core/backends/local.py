@@ -1,0 +1,225 @@
+"""The embedded local backend: the pod's command, run as a detached local process.
+
+Job state lives on disk under ``{root}/.local-jobs/{job_id}/`` (``pid``,
+``exit_code``, ``log``, ``spec.json``, ``cancelled``) so a trigger in another process,
+or a retry after the worker died, can read status, logs and results.  The process
+is started in its own session (a process group) that outlives the Airflow task
+process; ``cancel`` kills the whole group.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.jobspec import JobSpec
+
+log = logging.getLogger(__name__)
+
+STATE_DIR = ".local-jobs"
+#: The module the local process runs in place of the image's runner script.
+RUNNER_MODULE = "airflow_provider_kinetic.runner"
+_CANCEL_GRACE_S = 5.0
+
+
+def local_devices() -> dict[str, int]:
+    """Accelerators visible on this machine (what the local process can really use)."""
+    names = os.listdir("/dev") if os.path.isdir("/dev") else []
+    gpus = [n for n in names if n.startswith("nvidia") and n[len("nvidia") :].isdigit()]
+    tpus = [n for n in names if n.startswith("accel") and n[len("accel") :].isdigit()]
+    return {"gpu": len(gpus), "tpu": len(tpus)}
+
+
+def local_command(spec: JobSpec) -> list[str]:
+    """The spec's command + args, with the image's runner mapped to this interpreter."""
+    command = spec.command
+    if command and command[-1].endswith("remote_runner.py"):
+        command = [sys.executable, "-u", "-m", RUNNER_MODULE]
+    return command + spec.args
+
+
+def local_env(spec: JobSpec, devices: dict[str, int] | None = None) -> tuple[dict[str, str], str]:
+    """The pod's env adjusted to this machine; returns (env overlay, note for the log)."""
+    env = spec.env
+    devices = local_devices() if devices is None else devices
+    accel = spec.accelerator
+    note = f"running {accel.canonical} job on this machine's CPU"
+    if accel.kind == "gpu":
+        if devices["gpu"]:
+            use = min(devices["gpu"], accel.count)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(use))
+            env["JAX_PLATFORMS"] = "cuda"
+            note = f"running {accel.canonical} job on {use} local GPU(s) of {devices['gpu']}"
+        else:
+            env["JAX_PLATFORMS"] = "cpu"
+            note = f"no GPU on this machine: running {accel.canonical} job on the CPU"
+    elif accel.kind == "tpu":
+        if devices["tpu"]:
+            note = f"running {accel.canonical} job on {devices['tpu']} local TPU device(s)"
+        else:
+            env["JAX_PLATFORMS"] = "cpu"
+            note = f"no TPU on this machine: running {accel.canonical} job on the CPU"
+    return env, note
+
+
+class LocalBackend(Backend):
+    """Runs jobs as local processes; state and logs on disk under ``root``."""
+
+    name = "local"
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+
+    def job_dir(self, job_id: str) -> str:
+        return os.path.join(self.root, STATE_DIR, job_id)
+
+    # ---- submit ---------------------------------------------------------------
+    def submit(self, spec: JobSpec) -> None:
+        jdir = self.job_dir(spec.job_id)
+        os.makedirs(jdir)  # a second submit of the same id must fail, not double-run
+        argv = local_command(spec)
+        overlay, note = local_env(spec)
+        log.info("local backend: %s", note)
+        with open(os.path.join(jdir, "spec.json"), "w") as f:
+            json.dump({"argv": argv, "env": overlay, "name": spec.name}, f, indent=2)
+        env = {**os.environ, **overlay, "PYTHONUNBUFFERED": "1"}
+        log_file = open(os.path.join(jdir, "log"), "ab")  # noqa: SIM115 - handed to the child
+        try:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "airflow_provider_kinetic.core.backends.supervise",
+                    jdir,
+                    "--",
+                    *argv,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=jdir,
+                start_new_session=True,
+            )
+        finally:
+            log_file.close()
+        _write_atomic(os.path.join(jdir, "pid"), str(proc.pid))
+        # Reap the child if this process outlives it, so it never lingers as a zombie.
+        threading.Thread(target=proc.wait, name=f"reap-{spec.job_id}", daemon=True).start()
+
+    # ---- status ---------------------------------------------------------------
+    def status(self, handle: dict[str, Any]) -> StatusReport:
+        jdir = self.job_dir(handle["job_id"])
+        if not os.path.isdir(jdir):
+            return StatusReport(JobStatus.NOT_FOUND, "no such local job")
+        code = _read(os.path.join(jdir, "exit_code"))
+        cancelled = os.path.exists(os.path.join(jdir, "cancelled"))
+        if code is not None:
+            if int(code) == 0:
+                return StatusReport(JobStatus.SUCCEEDED)
+            reason = "cancelled" if cancelled else "exit code " + code
+            return StatusReport(JobStatus.FAILED, reason)
+        pid = _read(os.path.join(jdir, "pid"))
+        if pid is None:
+            return StatusReport(JobStatus.PENDING, "starting")
+        if _alive(int(pid), jdir):
+            return StatusReport(JobStatus.RUNNING)
+        # Re-read: the supervisor may have written its exit code as it exited.
+        code = _read(os.path.join(jdir, "exit_code"))
+        if code is not None:
+            return self.status(handle)
+        reason = "cancelled" if cancelled else "process ended without an exit code (killed)"
+        return StatusReport(JobStatus.FAILED, reason)
+
+    def read_logs(self, handle: dict[str, Any], offset: int = 0) -> tuple[str, int]:
+        path = os.path.join(self.job_dir(handle["job_id"]), "log")
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            return "", offset
+        # Only whole lines: a partial last line is shown on the next read.
+        cut = data.rfind(b"\n") + 1
+        return data[:cut].decode("utf-8", "replace"), offset + cut
+
+    def cancel(self, handle: dict[str, Any]) -> None:
+        jdir = self.job_dir(handle["job_id"])
+        pid = _read(os.path.join(jdir, "pid"))
+        if pid is None or _read(os.path.join(jdir, "exit_code")) is not None:
+            return
+        _write_atomic(os.path.join(jdir, "cancelled"), str(time.time()))
+        _kill_group(int(pid), jdir)
+
+    def purge(self, handle: dict[str, Any]) -> None:
+        """Remove the job's state dir (the local counterpart of Job TTL)."""
+        shutil.rmtree(self.job_dir(handle["job_id"]), ignore_errors=True)
+
+
+def _kill_group(pgid: int, jdir: str) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + _CANCEL_GRACE_S
+        while time.monotonic() < deadline:
+            if not _group_alive(pgid):
+                return
+            time.sleep(0.05)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _alive(pid: int, jdir: str) -> bool:
+    """Whether ``pid`` is still our supervisor (not a zombie, not a reused pid)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc = f"/proc/{pid}"
+    if os.path.isdir(proc):
+        try:
+            with open(f"{proc}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return False
+            with open(f"{proc}/cmdline", "rb") as f:
+                return jdir.encode() in f.read()
+        except (OSError, IndexError):
+            return False
+    return True
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

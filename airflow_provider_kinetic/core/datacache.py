@@ -1,0 +1,92 @@
+"""kinetic's content-addressed data cache on any ObjectStore.
+
+Layout: ``default/data-cache/{hash}/...`` holds the content and the empty marker
+``default/data-markers/{hash}`` is written *last*, so a marker means "complete": a
+present marker is a hit and nothing is uploaded; an interrupted upload leaves no
+marker and is redone by the next submit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+from airflow_provider_kinetic.core.data import Data, iter_tree
+from airflow_provider_kinetic.core.storage import ObjectStore
+
+log = logging.getLogger(__name__)
+
+CACHE_PREFIX = "default/data-cache"
+MARKER_PREFIX = "default/data-markers"
+LARGE_DATA_BYTES = 10 * 1024**3
+
+
+def cache_key(content_hash: str) -> str:
+    return f"{CACHE_PREFIX}/{content_hash}"
+
+
+def marker_key(content_hash: str) -> str:
+    return f"{MARKER_PREFIX}/{content_hash}"
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def upload_data(store: ObjectStore, data: Data) -> bool:
+    """Ensure ``data``'s content is in the cache; returns True when it uploaded.
+
+    A hit (marker present) uploads nothing and returns False.
+    """
+    digest = data.content_hash()
+    if store.exists(marker_key(digest)):
+        log.info("data cache hit for %s (%s): nothing to upload", data.path, digest[:12])
+        return False
+    prefix = cache_key(digest)
+    path = data.local_path
+    if os.path.isfile(path):
+        files = [(path, os.path.basename(path))]
+        root = os.path.dirname(path)
+    else:
+        files = list(iter_tree(path))
+        root = path
+    total = sum(os.path.getsize(p) for p, _ in files)
+    if total > LARGE_DATA_BYTES:
+        log.warning(
+            "%s is %s; for data this large prefer a gs:// URI (optionally fuse=True)",
+            data.path,
+            _human(total),
+        )
+    log.info(
+        "uploading %s: %d file(s), %s -> %s",
+        data.path,
+        len(files),
+        _human(total),
+        store.uri(prefix),
+    )
+    step = max(1, len(files) // 10)
+
+    def progress(done: int, n: int, nbytes: int) -> None:
+        if done == n or done % step == 0:
+            log.info("  %s: %d/%d files, %s", data.path, done, n, _human(nbytes))
+
+    store.upload_files(root, [rel for _, rel in files], prefix, progress=progress)
+    store.write_bytes(marker_key(digest), b"")
+    return True
+
+
+def upload_all(store: ObjectStore, items: list[Data], workers: int = 4) -> dict[str, bool]:
+    """Upload distinct local Data concurrently; returns {hash: uploaded?}."""
+    by_hash: dict[str, Data] = {}
+    for d in items:
+        by_hash.setdefault(d.content_hash(), d)
+    if not by_hash:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(workers, len(by_hash))) as pool:
+        results = pool.map(lambda d: upload_data(store, d), by_hash.values())
+        return dict(zip(by_hash, results, strict=True))

@@ -1,0 +1,271 @@
+"""Submission: validate, hash, pack, upload, create — in that order.
+
+Every check that can fail on bad input runs before the first byte is uploaded.
+If the backend cannot create the job, the job's artifacts are deleted again, so
+nothing is left behind that looks like a job.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_kinetic.core import datacache
+from airflow_provider_kinetic.core.accelerators import Accelerator, parse_accelerator
+from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.data import Data, make_data_ref
+from airflow_provider_kinetic.core.handles import (
+    artifact_key,
+    handle_to_json,
+    make_handle,
+    new_job_id,
+    utc_now_iso,
+)
+from airflow_provider_kinetic.core.jobspec import (
+    FUSE_ROOT,
+    KINETIC_RUNNER_COMMAND,
+    FuseMount,
+    JobSpec,
+    SpecInputs,
+    build_job_spec,
+)
+from airflow_provider_kinetic.core.payload import (
+    build_context_zip,
+    find_data,
+    pack_payload,
+    replace_data,
+)
+from airflow_provider_kinetic.core.storage import ObjectStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_IMAGE = "kinetic/base-{category}:latest"
+
+ENV_BLOCKLIST = frozenset({
+    "PATH", "HOME", "PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "VIRTUAL_ENV",
+    "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "SHELL", "TMPDIR", "TEMP", "TMP", "HOSTNAME", "USER",
+    "LOGNAME", "SSH_AUTH_SOCK", "KUBERNETES_SERVICE_HOST", "KERAS_BACKEND",
+})  # fmt: skip
+_SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|CREDENTIAL", re.IGNORECASE)
+
+
+@dataclass
+class JobRequest:
+    """One call to run remotely, as the operator (or plain Python) describes it."""
+
+    func: Callable[..., Any]
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    accelerator: str = "cpu"
+    volumes: dict[str, Data] | None = None
+    capture_env_vars: list[str] | None = None
+    output_dir: str | None = None
+    identity: dict[str, Any] = field(default_factory=dict)
+    by_value_roots: list[str] = field(default_factory=list)
+    cpu_request: str | None = None
+    memory_request: str | None = None
+    job_id: str | None = None
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+
+def capture_env(
+    patterns: list[str] | None, environ: dict[str, str] | None = None
+) -> dict[str, str]:
+    """kinetic's capture rules: exact names, ``PREFIX*`` patterns, ``*`` for all.
+
+    Wildcards skip the blocklist unless the name is also listed exactly.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    out: dict[str, str] = {}
+    exact = {p for p in patterns or [] if not p.endswith("*")}
+    for pattern in patterns or []:
+        if not isinstance(pattern, str) or not pattern:
+            raise ValueError(f"capture_env_vars entries must be non-empty strings, got {pattern!r}")
+        if pattern in exact:
+            if pattern in environ:
+                out[pattern] = environ[pattern]
+            continue
+        for name, value in environ.items():
+            if fnmatch.fnmatchcase(name, pattern) and (name not in ENV_BLOCKLIST or name in exact):
+                out[name] = value
+    for name in out:
+        if _SECRET_RE.search(name):
+            log.warning("captured env var %s looks secret; it is stored in payload.pkl", name)
+    return out
+
+
+def validate_volumes(volumes: Any) -> dict[str, Data]:
+    """Keys absolute and not reserved; values Data.  Raises naming the bad entry."""
+    if volumes is None:
+        return {}
+    if not isinstance(volumes, dict):
+        raise TypeError(f"volumes must be a dict of absolute path -> Data, got {volumes!r}")
+    for path, value in volumes.items():
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise ValueError(
+                f"volume mount path {path!r} must be an absolute path (starting with '/')"
+            )
+        if path.rstrip("/") == FUSE_ROOT or path.startswith(FUSE_ROOT + "/"):
+            raise ValueError(f"volume mount path {path!r} is reserved ({FUSE_ROOT}/...)")
+        if not isinstance(value, Data):
+            raise TypeError(f"volume {path!r} must be a Data(...), got {type(value).__name__}")
+    return volumes
+
+
+@dataclass
+class _Packed:
+    accelerator: Accelerator
+    local_data: list[Data]
+    payload: bytes
+    context: bytes
+    fuse: list[FuseMount]
+
+
+def _ref_for(data: Data, store: ObjectStore, mount: str | None) -> tuple[dict, FuseMount | None]:
+    """The wire ref for ``data`` (hash computed, nothing uploaded) and its FUSE mount."""
+    if data.is_gcs:
+        uri, is_dir = data.path, data.path.endswith("/")
+        uri = uri.rstrip("/")
+    else:
+        uri, is_dir = store.uri(datacache.cache_key(data.content_hash())), data.is_dir
+    if not data.fuse:
+        return make_data_ref(uri, is_dir, mount, False, data.hf_trust_remote_code), None
+    if store.scheme == "file" and not data.is_gcs:
+        # Local backend: FUSE data is served read-only straight from the cache dir.
+        local = uri[len("file://") :]
+        return make_data_ref(uri, is_dir, mount or local, True, data.hf_trust_remote_code), None
+    if not uri.startswith("gs://"):
+        raise ValueError(f"Data({data.path!r}, fuse=True) needs a gs:// store or URI")
+    target = uri if is_dir or data.is_gcs else f"{uri}/{os.path.basename(data.local_path)}"
+    ref = make_data_ref(uri, is_dir, mount, True, data.hf_trust_remote_code)
+    return ref, FuseMount(target + ("/" if is_dir else ""), mount or "", is_dir)
+
+
+def prepare(request: JobRequest, store: ObjectStore, env_vars: dict[str, str]) -> _Packed:
+    """Validate everything and pack the payload; uploads nothing."""
+    accel = parse_accelerator(request.accelerator)
+    volumes = validate_volumes(request.volumes)
+    found = [(d, f"volumes[{p!r}]", p) for p, d in volumes.items()]
+    found += [(d, w, None) for d, w in find_data(tuple(request.args), "op_args")]
+    found += [(d, w, None) for d, w in find_data(dict(request.kwargs), "op_kwargs")]
+    for data, where, _ in found:
+        try:
+            data.validate()
+        except (FileNotFoundError, ValueError) as exc:
+            raise type(exc)(f"{where}: {exc}") from None
+    refs: dict[int, dict] = {}
+    volume_refs: list[dict] = []
+    fuse: list[FuseMount] = []
+    for data, _, volume in found:
+        if volume is None and id(data) in refs:
+            continue  # the same Data object twice: one ref, one download
+        mount = volume
+        if data.fuse and mount is None and store.scheme == "gs":
+            mount = f"{FUSE_ROOT}/{len(fuse)}"
+        ref, fuse_mount = _ref_for(data, store, mount)
+        if fuse_mount is not None:
+            fuse.append(fuse_mount)
+        if volume is not None:
+            volume_refs.append(ref)
+        else:
+            refs[id(data)] = ref
+    args = replace_data(tuple(request.args), refs)
+    kwargs = replace_data(dict(request.kwargs), refs)
+    payload = pack_payload(
+        request.func, args, kwargs,
+        env_vars=env_vars,
+        volumes=volume_refs,
+        has_data_refs=bool(refs),
+        by_value_roots=request.by_value_roots,
+    )  # fmt: skip
+    local = [d for d, _, _ in found if not d.is_gcs]
+    return _Packed(accel, local, payload, build_context_zip(), fuse)
+
+
+def function_output_dir(uri: str) -> str:
+    """What the function sees in ``KINETIC_OUTPUT_DIR``: a path for ``file://`` stores."""
+    return uri[len("file://") :] if uri.startswith("file://") else uri
+
+
+def submit_job(
+    request: JobRequest, config: KineticConfig, backend: Backend, store: ObjectStore | None = None
+) -> tuple[dict[str, Any], JobSpec]:
+    """Run the whole submission; returns the handle dict and the spec it launched."""
+    store = store or config.store()
+    job_id = request.job_id or new_job_id()
+    output_uri = request.output_dir or store.uri(f"outputs/{job_id}")
+    env_vars = capture_env(request.capture_env_vars)
+    env_vars["KINETIC_OUTPUT_DIR"] = function_output_dir(output_uri)
+    packed = prepare(request, store, env_vars)
+    spec = make_spec(request, config, store, job_id, packed, env_vars)
+    func_name = getattr(request.func, "__name__", type(request.func).__name__)
+    handle = make_handle(
+        job_id=job_id, backend=backend.name, project=config.project,
+        cluster_name=config.cluster, zone=config.zone, namespace=config.namespace,
+        bucket_name=store.bucket, k8s_name=spec.name, image_uri=spec.container["image"],
+        accelerator=packed.accelerator.canonical, func_name=func_name,
+        display_name=f"kinetic-{func_name}-{job_id}", created_at=utc_now_iso(),
+        output_dir=output_uri,
+    )  # fmt: skip
+    # ---- side effects start here --------------------------------------------------
+    datacache.upload_all(store, packed.local_data)
+    store.write_bytes(artifact_key(job_id, "payload.pkl"), packed.payload)
+    store.write_bytes(artifact_key(job_id, "context.zip"), packed.context)
+    store.write_bytes(
+        artifact_key(job_id, "handle.json"), handle_to_json(handle),
+        content_type="application/json",
+    )  # fmt: skip
+    try:
+        backend.submit(spec)
+    except Exception:
+        if backend.exists(handle):
+            log.warning("create reported an error but job %s exists; keeping it", job_id)
+            return handle, spec
+        log.error("could not create job %s; removing its artifacts", job_id)
+        store.delete_prefix(f"{job_id}/")
+        raise
+    log.info("submitted %s (%s) on backend %s", job_id, spec.name, backend.name)
+    return handle, spec
+
+
+def make_spec(
+    request: JobRequest,
+    config: KineticConfig,
+    store: ObjectStore,
+    job_id: str,
+    packed: _Packed,
+    env_vars: dict[str, str],
+) -> JobSpec:
+    """The JobSpec for a packed request (also used by dry runs)."""
+    accel = packed.accelerator
+    image = config.image or DEFAULT_IMAGE.format(category=accel.category)
+    return build_job_spec(
+        SpecInputs(
+            job_id=job_id,
+            bucket=store.bucket,
+            context_uri=store.uri(artifact_key(job_id, "context.zip")),
+            payload_uri=store.uri(artifact_key(job_id, "payload.pkl")),
+            result_uri=store.uri(artifact_key(job_id, "result.pkl")),
+            payload_sha256=hashlib.sha256(packed.payload).hexdigest(),
+            context_sha256=hashlib.sha256(packed.context).hexdigest(),
+            accelerator=accel,
+            image=image,
+            output_dir=env_vars["KINETIC_OUTPUT_DIR"],
+            namespace=config.namespace,
+            service_account=config.service_account,
+            runner_command=config.runner_command or list(KINETIC_RUNNER_COMMAND),
+            env={k: v for k, v in env_vars.items() if k != "KINETIC_OUTPUT_DIR"},
+            identity=request.identity,
+            extra_labels=request.extra_labels,
+            fuse=packed.fuse,
+            cpu_request=request.cpu_request,
+            memory_request=request.memory_request,
+        )
+    )

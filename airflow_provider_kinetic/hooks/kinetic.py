@@ -1,0 +1,122 @@
+"""KineticHook: a ``kinetic`` connection -> object store + backend.
+
+With no ``kinetic_default`` connection the hook falls back to the embedded local
+backend rooted at ``$AIRFLOW_HOME/kinetic``, so a DAG runs on a laptop with no
+cloud account; the task log says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from typing import Any
+
+from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook, conf
+
+from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.storage import ObjectStore
+
+_EXTRA_FIELDS = (
+    "backend", "bucket", "root", "project", "zone", "cluster", "namespace", "image",
+    "service_account", "runner_command",
+)  # fmt: skip
+
+
+def default_local_root() -> str:
+    """``$AIRFLOW_HOME/kinetic`` — where the embedded local backend keeps its store."""
+    home = os.environ.get("AIRFLOW_HOME") or conf.get("core", "airflow_home", fallback=None)
+    return os.path.join(home or os.path.expanduser("~/airflow"), "kinetic")
+
+
+def config_from_extras(extras: dict[str, Any]) -> KineticConfig:
+    """Build a KineticConfig from connection extras (plain or ``extra__kinetic__`` keys)."""
+    values: dict[str, Any] = {}
+    for name in _EXTRA_FIELDS:
+        value = extras.get(name, extras.get(f"extra__kinetic__{name}"))
+        if value not in (None, ""):
+            values[name] = value
+    if isinstance(values.get("runner_command"), str):
+        values["runner_command"] = values["runner_command"].split()
+    values.setdefault(
+        "backend", "gke" if values.get("bucket") or values.get("cluster") else "local"
+    )
+    if values["backend"] == "local":
+        values.setdefault("root", default_local_root())
+    known = {k: v for k, v in values.items()}
+    return KineticConfig(**known, extra={k: v for k, v in extras.items() if k not in values})
+
+
+class KineticHook(BaseHook):
+    """Resolve where kinetic jobs run and how to reach their store.
+
+    Args:
+        kinetic_conn_id: a connection of type ``kinetic``.  Extras: ``backend``
+            (local, gke, pathways, auto), ``bucket`` or ``root``, ``project``, ``zone``,
+            ``cluster``, ``namespace``, ``image``, ``service_account``.
+    """
+
+    conn_name_attr = "kinetic_conn_id"
+    default_conn_name = "kinetic_default"
+    conn_type = "kinetic"
+    hook_name = "Kinetic"
+
+    def __init__(self, kinetic_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kinetic_conn_id = kinetic_conn_id
+        self._config: KineticConfig | None = None
+
+    def get_config(self) -> KineticConfig:
+        if self._config is None:
+            self._config = self._load_config()
+        return self._config
+
+    def _load_config(self) -> KineticConfig:
+        try:
+            conn = self.get_connection(self.kinetic_conn_id)
+        except AirflowNotFoundException:
+            if self.kinetic_conn_id != self.default_conn_name:
+                raise
+            root = default_local_root()
+            self.log.info(
+                "No %r connection: using the embedded local backend (store %s)",
+                self.default_conn_name, root,
+            )  # fmt: skip
+            return KineticConfig(backend="local", root=root)
+        extras = conn.extra_dejson if conn.extra else {}
+        return config_from_extras(extras)
+
+    def get_store(self) -> ObjectStore:
+        return self.get_config().store()
+
+    def get_backend(self) -> Backend:
+        return backend_for(self.get_config())
+
+    def get_conn(self) -> KineticConfig:
+        return self.get_config()
+
+    def test_connection(self) -> tuple[bool, str]:
+        try:
+            store = self.get_store()
+            store.list("default/data-markers/")
+        except Exception as exc:  # noqa: BLE001 - the UI shows the message
+            return False, f"{type(exc).__name__}: {exc}"
+        return True, f"store {store.uri()} is reachable"
+
+
+def backend_for(config: KineticConfig) -> Backend:
+    """The backend a config names (GKE backends need the ``gke`` extra)."""
+    if config.backend == "local":
+        return LocalBackend(config.bucket_name)
+    raise NotImplementedError(f"backend {config.backend!r} is not available yet")
+
+
+def config_to_json(config: KineticConfig) -> str:
+    """JSON form of a config for trigger kwargs (no objects, no file handles)."""
+    return json.dumps(asdict(config), sort_keys=True)
+
+
+def config_from_json(text: str) -> KineticConfig:
+    return KineticConfig(**json.loads(text))

@@ -1,0 +1,300 @@
+"""KineticRunOperator: run one Python callable as a kinetic job and return its value.
+
+The operator translates Airflow concepts (templates, XCom, defer, retries, kill)
+into ``core`` calls and holds no protocol logic of its own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, conf
+
+from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.results import collect
+from airflow_provider_kinetic.core.storage import store_for_uri
+from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+from airflow_provider_kinetic.hooks.kinetic import KineticHook, backend_for, config_to_json
+from airflow_provider_kinetic.triggers.job import KineticJobTrigger
+
+XCOM_JOB = "kinetic_job"
+XCOM_OUTPUT_DIR = "output_dir"
+_SAFE = re.compile(r"[^A-Za-z0-9._=-]+")
+
+
+def default_output_key(identity: Mapping[str, Any]) -> str:
+    """``outputs/{dag}/{run}/{task}/{map_index}``: a re-run of a DAG run writes in place."""
+    parts = [identity["dag_id"], identity["run_id"], identity["task_id"],
+             str(identity.get("map_index", -1))]  # fmt: skip
+    return "outputs/" + "/".join(_SAFE.sub("_", str(p)) for p in parts)
+
+
+def task_identity(context: Mapping[str, Any]) -> dict[str, Any]:
+    ti = context["ti"]
+    return {
+        "dag_id": ti.dag_id,
+        "task_id": ti.task_id,
+        "run_id": ti.run_id,
+        "map_index": getattr(ti, "map_index", -1),
+        "try_number": getattr(ti, "try_number", None),
+    }
+
+
+class KineticRunOperator(BaseOperator):
+    """Run ``python_callable(*op_args, **op_kwargs)`` on a kinetic backend.
+
+    The callable and its arguments are cloudpickled (DAG-file code by value), any
+    ``Data`` in the arguments or ``volumes`` is content-hashed and uploaded once, and
+    the function's return value becomes this task's ``return_value`` XCom.  XCom
+    ``kinetic_job`` (the JobHandle dict) and ``output_dir`` are pushed before waiting.
+
+    Args:
+        python_callable: the function to run remotely.
+        op_args / op_kwargs: its arguments (templated; ``Data`` may sit at any depth).
+        accelerator: ``"cpu"``, ``"gpu-l4"``, ``"tpu-v5e-4"``, ``"tpu-v6e-2x4"``, ...
+        volumes: ``{"/abs/mount/path": Data(...)}`` (templated).
+        output_dir: URI exported as ``KINETIC_OUTPUT_DIR`` (templated); default is
+            deterministic per (dag_id, run_id, task_id, map_index) under ``outputs/``.
+        capture_env_vars: env var names / ``PREFIX*`` patterns to forward.
+        kinetic_conn_id: a ``kinetic`` connection; absent default = local backend.
+        deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
+        poll_interval: seconds between status reads.
+        cpu / memory: resource requests for cpu jobs on GKE.
+    """
+
+    template_fields: Sequence[str] = (
+        "op_args", "op_kwargs", "volumes", "output_dir", "accelerator", "capture_env_vars",
+    )  # fmt: skip
+    template_fields_renderers = {"op_args": "py", "op_kwargs": "py"}
+    ui_color = "#e8f0fe"
+    shallow_copy_attrs: Sequence[str] = ("python_callable",)
+
+    def __init__(
+        self,
+        *,
+        python_callable: Callable[..., Any],
+        op_args: Collection[Any] | None = None,
+        op_kwargs: Mapping[str, Any] | None = None,
+        accelerator: str = "cpu",
+        volumes: dict[str, Any] | None = None,
+        output_dir: str | None = None,
+        capture_env_vars: list[str] | None = None,
+        kinetic_conn_id: str = KineticHook.default_conn_name,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poll_interval: float = 5.0,
+        cpu: str | None = None,
+        memory: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not callable(python_callable):
+            raise TypeError(f"python_callable must be callable, got {python_callable!r}")
+        self.python_callable = python_callable
+        self.op_args = op_args
+        self.op_kwargs = op_kwargs
+        self.accelerator = accelerator
+        self.volumes = volumes
+        self.output_dir = output_dir
+        self.capture_env_vars = capture_env_vars
+        self.kinetic_conn_id = kinetic_conn_id
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self.cpu = cpu
+        self.memory = memory
+        self._handle: dict[str, Any] | None = None
+        self._backend: Backend | None = None
+
+    # ---- building the request ---------------------------------------------------
+    def build_request(
+        self, context: Mapping[str, Any], store_uri: Callable[[str], str]
+    ) -> JobRequest:
+        identity = task_identity(context)
+        output_dir = self.output_dir or store_uri(default_output_key(identity))
+        volumes = self.volumes
+        if isinstance(volumes, dict):  # Airflow renders dict values only: render the paths too
+            volumes = {self.render_template(k, context): v for k, v in volumes.items()}
+        return JobRequest(
+            func=self.python_callable,
+            args=tuple(self.op_args or ()),
+            kwargs=dict(self.op_kwargs or {}),
+            accelerator=self.accelerator,
+            volumes=volumes,
+            capture_env_vars=self.capture_env_vars,
+            output_dir=output_dir,
+            identity=identity,
+            by_value_roots=[conf.get("core", "dags_folder", fallback="")],
+            cpu_request=self.cpu,
+            memory_request=self.memory,
+        )
+
+    # ---- execute ----------------------------------------------------------------
+    def execute(self, context: Any) -> Any:
+        hook = KineticHook(self.kinetic_conn_id)
+        config = hook.get_config()
+        store = config.store()
+        backend = hook.get_backend()
+        self._backend = backend
+        handle = self._adopt(context, backend)
+        if handle is None:
+            request = self.build_request(context, store.uri)
+            handle, _ = submit_job(request, config, backend, store)
+            self._remember(context, handle)
+        self._handle = handle
+        ti = context["ti"]
+        ti.xcom_push(key=XCOM_JOB, value=handle)
+        ti.xcom_push(key=XCOM_OUTPUT_DIR, value=handle.get("output_dir"))
+        self.log.info("kinetic job %s: output dir %s", handle["job_id"], handle.get("output_dir"))
+        deadline = self._deadline(context)
+        if self.deferrable:
+            self.defer(
+                trigger=KineticJobTrigger(
+                    handle=handle,
+                    config=config_to_json(config),
+                    poll_interval=self.poll_interval,
+                    deadline=deadline,
+                ),
+                method_name="execute_complete",
+                kwargs={"log_offset": 0},
+                timeout=self._defer_timeout(deadline),
+            )
+        report, offset = self._wait(backend, handle, deadline)
+        return self._finish(config.store(), backend, handle, report, offset)
+
+    def execute_complete(
+        self, context: Any, event: dict[str, Any] | None = None, log_offset: int = 0
+    ) -> Any:
+        """Resume after the trigger: re-read real state, show new logs, collect."""
+        if not event or "handle" not in event:
+            raise AirflowException(f"kinetic trigger returned no usable event: {event!r}")
+        handle = event["handle"]
+        self._handle = handle
+        hook = KineticHook(self.kinetic_conn_id)
+        backend = backend_for(hook.get_config())
+        self._backend = backend
+        report = backend.status(handle)
+        self.log.info(
+            "kinetic job %s resumed: trigger said %s, job is %s",
+            handle["job_id"],
+            event.get("status"),
+            report.describe(),
+        )
+        if not report.status.is_terminal:
+            why = event.get("message") or event.get("status")
+            backend.cancel(handle)
+            log_offset = self._show_logs(backend, handle, log_offset)
+            raise AirflowException(
+                f"kinetic job {handle['job_id']} cancelled: trigger ended with "
+                f"{event.get('status')} ({why}) while the job was {report.status.value}"
+            )
+        return self._finish(hook.get_store(), backend, handle, report, log_offset)
+
+    # ---- waiting / finishing ------------------------------------------------------
+    def _wait(
+        self, backend: Backend, handle: dict[str, Any], deadline: float | None
+    ) -> tuple[StatusReport, int]:
+        offset, last = 0, None
+        while True:
+            report = backend.status(handle)
+            offset = self._show_logs(backend, handle, offset)
+            if report.describe() != last:
+                self.log.info("kinetic job %s: %s", handle["job_id"], report.describe())
+                last = report.describe()
+            if report.status.is_terminal:
+                return report, offset
+            if deadline is not None and time.time() >= deadline:
+                backend.cancel(handle)
+                raise AirflowException(
+                    f"kinetic job {handle['job_id']} cancelled at the task's execution_timeout"
+                )
+            time.sleep(self.poll_interval)
+
+    def _show_logs(self, backend: Backend, handle: dict[str, Any], offset: int) -> int:
+        text, new_offset = backend.read_logs(handle, offset)
+        for line in text.splitlines():
+            self.log.info("[%s] %s", handle["job_id"], line)
+        return new_offset
+
+    def _finish(
+        self,
+        store: Any,
+        backend: Backend,
+        handle: dict[str, Any],
+        report: StatusReport,
+        offset: int,
+    ) -> Any:
+        self._show_logs(backend, handle, offset)
+        self.log.info("kinetic job %s finished: %s", handle["job_id"], report.describe())
+        try:
+            value = collect(store, handle["job_id"], report.status, report.reason)
+        except Exception as exc:
+            tb = next((n for n in getattr(exc, "__notes__", []) if n.startswith("Remote")), None)
+            self.log.error(
+                "kinetic job %s failed: %s: %s%s", handle["job_id"], type(exc).__name__, exc,
+                "\n" + tb if tb else "",
+            )  # fmt: skip
+            raise
+        self._handle = None  # done: on_kill must not touch a finished job
+        return value
+
+    # ---- retries, deadlines, kill ---------------------------------------------------
+    def _adopt(self, context: Any, backend: Backend) -> dict[str, Any] | None:
+        """On a retry, adopt the previous try's job if it is still running."""
+        store = context.get("task_state_store")
+        if store is None:
+            return None
+        try:
+            previous = store.get(XCOM_JOB)
+        except Exception:  # noqa: BLE001 - an unreadable state store means "nothing to adopt"
+            return None
+        if not isinstance(previous, dict) or "job_id" not in previous:
+            return None
+        report = backend.status(previous)
+        if report.status in (JobStatus.PENDING, JobStatus.RUNNING):
+            self.log.info(
+                "adopting still-%s kinetic job %s from an earlier try",
+                report.status.value,
+                previous["job_id"],
+            )
+            return previous
+        return None
+
+    def _remember(self, context: Any, handle: dict[str, Any]) -> None:
+        store = context.get("task_state_store")
+        if store is not None:
+            try:
+                store.set(XCOM_JOB, handle)
+            except Exception as exc:  # noqa: BLE001 - adoption is best effort
+                self.log.warning("could not record the job in the task state store: %s", exc)
+
+    def _deadline(self, context: Any) -> float | None:
+        if not self.execution_timeout:
+            return None
+        start = getattr(context["ti"], "start_date", None) or dt.datetime.now(dt.UTC)
+        return (start + self.execution_timeout).timestamp()
+
+    def _defer_timeout(self, deadline: float | None) -> dt.timedelta | None:
+        if deadline is None:
+            return None
+        pad = max(60.0, 2 * self.poll_interval)
+        return dt.timedelta(seconds=max(0.0, deadline - time.time()) + pad)
+
+    def on_kill(self) -> None:
+        """Cancel the job this try started (and only while it is unfinished)."""
+        if self._handle is not None and self._backend is not None:
+            self.log.info("task killed: cancelling kinetic job %s", self._handle["job_id"])
+            self._backend.cancel(self._handle)
+
+
+def read_output_dir(uri: str) -> list[str]:
+    """List the files under an ``output_dir`` URI (for downstream tasks and tests)."""
+    store, key = store_for_uri(uri)
+    return [k[len(key) :].lstrip("/") for k in store.list(key.rstrip("/") + "/")]
+
+
+__all__ = ["KineticRunOperator", "read_output_dir", "default_output_key", "os"]

@@ -1,0 +1,1 @@
+"""Pod entry point (``python -m airflow_provider_kinetic.runner``); Airflow-free."""

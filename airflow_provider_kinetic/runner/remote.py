@@ -1,0 +1,296 @@
+"""The pod entry point: fetch the call, run it, write the result payload.
+
+Runs in an image that has only ``cloudpickle`` and ``google-cloud-storage`` (plus
+this package); it must never import Airflow.  Flags are kinetic 0.0.4's, so the
+same Job spec works with kinetic's ``/app/remote_runner.py`` and with ours.
+Every failure is written as a result payload naming its *phase*, and the process
+exits 0 only when the function succeeded and its result was stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+import zipfile
+from typing import Any
+
+import cloudpickle
+
+from airflow_provider_kinetic.core.data import is_data_ref
+from airflow_provider_kinetic.core.payload import dump_result, make_result
+from airflow_provider_kinetic.core.storage import store_for_uri
+
+log = logging.getLogger("kinetic.runner")
+
+
+class PhaseError(Exception):
+    """A setup failure, tagged with the phase it happened in."""
+
+    def __init__(self, phase: str, cause: BaseException):
+        super().__init__(f"kinetic {phase} failed: {type(cause).__name__}: {cause}")
+        self.phase = phase
+        self.cause = cause
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """kinetic's flags; the legacy positional form and unknown flags are tolerated."""
+    p = argparse.ArgumentParser(prog="airflow_provider_kinetic.runner")
+    p.add_argument("--context-gcs")
+    p.add_argument("--payload-gcs")
+    p.add_argument("--result-gcs")
+    p.add_argument("--requirements-gcs")
+    p.add_argument("--payload-sha256")
+    p.add_argument("--context-sha256")
+    ns, rest = p.parse_known_args(argv)
+    positional = [a for a in rest if not a.startswith("--")]
+    for name, value in zip(
+        ("context_gcs", "payload_gcs", "result_gcs", "requirements_gcs"), positional, strict=False
+    ):
+        if getattr(ns, name) is None:
+            setattr(ns, name, value)
+    missing = [f for f in ("context_gcs", "payload_gcs", "result_gcs") if not getattr(ns, f)]
+    if missing:
+        p.error("missing required flags: " + ", ".join("--" + m.replace("_", "-") for m in missing))
+    return ns
+
+
+def host_index() -> int:
+    """First non-negative integer in TPU_WORKER_ID, then LWS_WORKER_INDEX; else 0."""
+    for var in ("TPU_WORKER_ID", "LWS_WORKER_INDEX"):
+        m = re.search(r"\d+", os.environ.get(var, ""))
+        if m:
+            return int(m.group())
+    return 0
+
+
+def _fetch(uri: str) -> bytes:
+    store, key = store_for_uri(uri)
+    return store.read_bytes(key)
+
+
+def _verify(name: str, data: bytes, expected: str | None) -> None:
+    if expected and hashlib.sha256(data).hexdigest() != expected.lower():
+        raise ValueError(
+            f"{name} SHA-256 mismatch: expected {expected}, got {hashlib.sha256(data).hexdigest()}"
+        )
+
+
+def _install_requirements(uri: str) -> None:
+    text = _fetch(uri).decode()
+    if not text.strip():
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(text)
+    cmd = ["uv", "pip", "install", "--system", "-r", f.name]
+    if subprocess.call(["uv", "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+        cmd = [sys.executable, "-m", "pip", "install", "-r", f.name]
+    subprocess.run(cmd, check=True)
+
+
+def _extract_context(data: bytes, workdir: str) -> None:
+    """Unpack context.zip into the workspace and apply its plan (sys.path, cwd)."""
+    import io
+    import json
+
+    workspace = os.path.join(workdir, "workspace")
+    os.makedirs(workspace, exist_ok=True)
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        for info in zf.infolist():
+            target = os.path.realpath(os.path.join(workspace, info.filename))
+            if not target.startswith(os.path.realpath(workspace) + os.sep):
+                raise ValueError(f"context.zip entry escapes the workspace: {info.filename!r}")
+            zf.extract(info, workspace)
+            mode = (info.external_attr >> 16) & 0o777
+            if mode and not info.is_dir():
+                os.chmod(target, mode)
+    plan_path = os.path.join(workspace, ".kinetic", "plan.json")
+    plan = {}
+    if os.path.exists(plan_path):
+        with open(plan_path) as f:
+            plan = json.load(f)
+    for rel in reversed(plan.get("sys_path_rel", [""])):
+        path = os.path.realpath(os.path.join(workspace, rel))
+        if path.startswith(os.path.realpath(workspace)) and os.path.isdir(path):
+            sys.path.insert(0, path)
+    cwd_rel = plan.get("client_cwd_rel")
+    os.chdir(os.path.join(workspace, cwd_rel) if cwd_rel else workspace)
+
+
+def _download_ref(ref: dict[str, Any], target: str) -> str:
+    """Materialise one data ref at ``target``; returns the path the function sees."""
+    store, key = store_for_uri(ref["uri"].rstrip("/"))
+    names = store.download_prefix(key, target)
+    log.info("downloaded %d file(s) of %s to %s", len(names), ref["uri"], target)
+    if not ref.get("is_dir") and len(names) == 1:
+        return os.path.join(target, names[0])
+    return target
+
+
+def _resolve_fuse(ref: dict[str, Any]) -> str:
+    """A FUSE ref resolves to its mount path; a single file to the one entry there."""
+    mount = ref["mount_path"]
+    if not ref.get("is_dir") and os.path.isdir(mount):
+        entries = sorted(os.listdir(mount))
+        if entries:
+            return os.path.join(mount, entries[0])
+    return mount
+
+
+def resolve_refs(obj: Any, workdir: str, cache: dict[str, str]) -> Any:
+    """Replace ref dicts in args/kwargs with local paths (one download per URI)."""
+    if is_data_ref(obj):
+        if obj.get("fuse") and obj.get("mount_path"):
+            return _resolve_fuse(obj)
+        if obj["uri"] not in cache:
+            target = obj.get("mount_path") or os.path.join(workdir, "data", str(len(cache)))
+            cache[obj["uri"]] = _download_ref(obj, target)
+        return cache[obj["uri"]]
+    if isinstance(obj, dict):
+        return type(obj)({k: resolve_refs(v, workdir, cache) for k, v in obj.items()})
+    if isinstance(obj, list):
+        return [resolve_refs(v, workdir, cache) for v in obj]
+    if isinstance(obj, tuple):
+        items = [resolve_refs(v, workdir, cache) for v in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+    return obj
+
+
+def _check_fingerprint(fp: dict[str, str] | None) -> None:
+    if not fp:
+        return
+    import platform
+
+    here = platform.python_version().rsplit(".", 1)[0]
+    there = str(fp.get("python", "")).rsplit(".", 1)[0]
+    if there and here != there:
+        log.warning("payload pickled on Python %s, running on Python %s", there, here)
+    if fp.get("cloudpickle") and fp["cloudpickle"] != cloudpickle.__version__:
+        log.warning(
+            "payload pickled with cloudpickle %s, running %s",
+            fp["cloudpickle"],
+            cloudpickle.__version__,
+        )
+
+
+def _setup(ns: argparse.Namespace, workdir: str) -> tuple[Any, tuple, dict]:
+    """Every phase before ``execute``; raises PhaseError naming the phase."""
+    phase = "artifact download"
+    try:
+        payload_bytes = _fetch(ns.payload_gcs)
+        context_bytes = _fetch(ns.context_gcs)
+        phase = "artifact verification"
+        _verify("payload", payload_bytes, ns.payload_sha256)
+        _verify("context", context_bytes, ns.context_sha256)
+        if ns.requirements_gcs:
+            phase = "requirements install"
+            _install_requirements(ns.requirements_gcs)
+        phase = "context extract"
+        _extract_context(context_bytes, workdir)
+        phase = "payload unpickle"
+        payload = cloudpickle.loads(payload_bytes)
+        phase = "environment setup"
+        _check_fingerprint(payload.get("client_fingerprint"))
+        os.environ.update({k: str(v) for k, v in (payload.get("env_vars") or {}).items()})
+        phase = "data resolve"
+        cache: dict[str, str] = {}
+        for ref in payload.get("volumes") or []:
+            if not ref.get("fuse"):
+                resolve_refs(ref, workdir, cache)
+        args, kwargs = payload.get("args", ()), payload.get("kwargs", {})
+        if payload.get("has_data_refs", True):
+            args = resolve_refs(tuple(args), workdir, cache)
+            kwargs = resolve_refs(dict(kwargs), workdir, cache)
+        return payload["func"], args, kwargs
+    except PhaseError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - every setup failure becomes a payload
+        raise PhaseError(phase, exc) from exc
+
+
+def _execute(func: Any, args: tuple, kwargs: dict, index: int) -> dict[str, Any]:
+    try:
+        value = func(*args, **kwargs)
+        return make_result(success=True, result=value, host_index=index)
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            return make_result(success=True, result=None, host_index=index)
+        err = RuntimeError(f"function called sys.exit({exc.code})")
+        return make_result(
+            success=False, exception=err, traceback=traceback.format_exc(), host_index=index
+        )
+    except BaseException as exc:  # noqa: BLE001
+        err = exc if isinstance(exc, Exception) else RuntimeError(f"{type(exc).__name__}: {exc}")
+        return make_result(
+            success=False, exception=err, traceback=traceback.format_exc(), host_index=index
+        )
+
+
+def _result_uri(result_uri: str, index: int) -> str:
+    if index == 0:
+        return result_uri
+    return result_uri.rsplit("/", 1)[0] + f"/result-worker-{index}.pkl"
+
+
+def run(argv: list[str]) -> int:
+    """Run one job; returns the process exit code."""
+    ns = parse_args(argv)
+    index = host_index()
+    workdir = tempfile.mkdtemp(prefix="kinetic-run-")
+    log.info("kinetic runner starting (host %d, pid %d)", index, os.getpid())
+    try:
+        func, args, kwargs = _setup(ns, workdir)
+        log.info("calling %s", getattr(func, "__qualname__", repr(func)))
+        result = _execute(func, args, kwargs, index)
+    except PhaseError as err:
+        log.error("%s", err)
+        result = make_result(
+            success=False,
+            exception=RuntimeError(str(err)),
+            traceback="".join(traceback.format_exception(err.cause)),
+            phase=err.phase,
+            host_index=index,
+        )
+    if result["success"] and index != 0:
+        log.info("worker %d succeeded; the leader owns the result", index)
+        return 0
+    blob, serialised = dump_result(result)
+    ok = result["success"] and serialised
+    try:
+        store, key = store_for_uri(_result_uri(ns.result_gcs, index))
+        store.write_bytes(key, blob)
+    except Exception:  # noqa: BLE001 - without a stored result the job must fail
+        log.exception("could not store the result payload")
+        return 1
+    if not ok:
+        log.error("function failed in phase %r", result["phase"])
+        if result.get("traceback"):
+            sys.stderr.write(result["traceback"])
+    log.info("result written; exiting %d", 0 if ok else 1)
+    return 0 if ok else 1
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="[kinetic-runner] %(message)s", stream=sys.stderr
+    )
+    code = run(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    lingering = [
+        t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon
+    ]
+    if lingering:
+        log.warning(
+            "non-daemon threads still running (%s); exiting anyway",
+            ", ".join(t.name for t in lingering),
+        )
+        os._exit(code)
+    sys.exit(code)

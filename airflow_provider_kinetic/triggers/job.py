@@ -1,0 +1,104 @@
+"""KineticJobTrigger: wait for one job on the triggerer without blocking its event loop.
+
+Kwargs are JSON only (handle dict, config JSON, numbers) so the trigger can be
+re-created on another machine.  It yields exactly one event with a ``status`` of
+``SUCCEEDED``/``FAILED``/``NOT_FOUND`` (terminal job states), ``timeout`` (the
+task's deadline passed) or ``error`` (the trigger itself failed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_provider_kinetic.core.handles import JobStatus
+
+
+class KineticJobTrigger(BaseTrigger):
+    """Poll a kinetic job's status until it is terminal.
+
+    Args:
+        handle: the JobHandle dict.
+        config: the target's KineticConfig as JSON (see ``hooks.kinetic.config_to_json``).
+        poll_interval: seconds between status reads.
+        deadline: epoch seconds after which a ``timeout`` event is sent (carries the
+            task's ``execution_timeout``, which Airflow does not enforce while deferred).
+        cancel_on_kill: cancel the job when a user marks the task failed / clears it.
+    """
+
+    def __init__(
+        self,
+        handle: dict[str, Any],
+        config: str,
+        poll_interval: float = 5.0,
+        deadline: float | None = None,
+        cancel_on_kill: bool = True,
+    ) -> None:
+        super().__init__()
+        self.handle = handle
+        self.config = config
+        self.poll_interval = poll_interval
+        self.deadline = deadline
+        self.cancel_on_kill = cancel_on_kill
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "handle": self.handle,
+                "config": self.config,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+                "cancel_on_kill": self.cancel_on_kill,
+            },
+        )
+
+    def _backend(self):  # noqa: ANN202 - Backend; imported lazily for the triggerer
+        from airflow_provider_kinetic.hooks.kinetic import backend_for, config_from_json
+
+        return backend_for(config_from_json(self.config))
+
+    def _event(self, status: str, message: str = "", reason: str | None = None) -> TriggerEvent:
+        return TriggerEvent(
+            {"status": status, "message": message, "reason": reason, "handle": self.handle}
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        job_id = self.handle.get("job_id")
+        try:
+            backend = await asyncio.to_thread(self._backend)
+            last: str | None = None
+            while True:
+                report = await backend.astatus(self.handle)
+                if report.describe() != last:
+                    self.log.info("kinetic job %s: %s", job_id, report.describe())
+                    last = report.describe()
+                if report.status.is_terminal:
+                    yield self._event(report.status.value, report.message, report.reason)
+                    return
+                if self.deadline is not None and time.time() >= self.deadline:
+                    yield self._event(
+                        "timeout",
+                        f"job {job_id} still {report.status.value} "
+                        "at the task's execution deadline",
+                    )
+                    return
+                await asyncio.sleep(self.poll_interval)
+        except Exception as exc:  # noqa: BLE001 - never let run() die without an event
+            self.log.exception("kinetic trigger for %s failed", job_id)
+            yield self._event("error", f"{type(exc).__name__}: {exc}")
+
+    async def on_kill(self) -> None:
+        """Airflow 3.3+: runs on user mark-failed/clear only (not triggerer restarts)."""
+        if not self.cancel_on_kill:
+            return
+        backend = await asyncio.to_thread(self._backend)
+        self.log.info("task killed by user: cancelling kinetic job %s", self.handle.get("job_id"))
+        await backend.acancel(self.handle)
+
+
+TERMINAL_EVENT_STATUSES = {s.value for s in JobStatus if s.is_terminal}
