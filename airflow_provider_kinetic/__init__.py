@@ -17,6 +17,7 @@ _LAZY = {
     "KineticHook": "airflow_provider_kinetic.hooks.kinetic",
     "KineticRunOperator": "airflow_provider_kinetic.operators.run",
     "KineticJobTrigger": "airflow_provider_kinetic.triggers.job",
+    "kinetic_task": "airflow_provider_kinetic.decorators.kinetic",
 }
 
 
@@ -58,6 +59,12 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "Kinetic",
                 "python-modules": ["airflow_provider_kinetic.triggers.job"],
+            }
+        ],
+        "task-decorators": [
+            {
+                "name": "kinetic",
+                "class-name": "airflow_provider_kinetic.decorators.kinetic.kinetic_task",
             }
         ],
         "connection-types": [

@@ -210,7 +210,7 @@ def submit_job(
         job_id=job_id, backend=backend.name, project=config.project,
         cluster_name=config.cluster, zone=config.zone, namespace=config.namespace,
         bucket_name=store.bucket, k8s_name=spec.name, image_uri=spec.container["image"],
-        accelerator=packed.accelerator.canonical, func_name=func_name,
+        accelerator=request.accelerator, func_name=func_name,
         display_name=f"kinetic-{func_name}-{job_id}", created_at=utc_now_iso(),
         output_dir=output_uri,
     )  # fmt: skip

@@ -57,3 +57,18 @@ with DAG("kinetic_bad_accelerator", schedule=None, start_date=START, catchup=Fal
     KineticRunOperator(
         task_id="bad", python_callable=fails_loudly, op_args=[1], accelerator="tpu-v9z-3",
     )  # fmt: skip
+
+
+with DAG("kinetic_taskflow", schedule=None, start_date=START, catchup=False) as taskflow_dag:
+    from airflow.sdk import task
+
+    def _helper(n: int) -> int:
+        return n * n
+
+    @task.kinetic(accelerator="gpu-l4", deferrable=True, poll_interval=0.2)
+    def squares(n: int) -> dict:
+        import os
+
+        return {"sum": sum(_helper(i) for i in range(n)), "jax": os.environ["JAX_PLATFORMS"]}
+
+    squares(10)

@@ -110,3 +110,15 @@ def _test_data(tmp_path_factory):
             (root / "shards" / shard / f"{n}.txt").write_text(n)
     os.environ["KINETIC_TEST_VOLUME"] = str(root / "mnt-2026-11-20")
     yield
+
+
+def test_task_kinetic_decorator_runs_gpu_job_locally_on_cpu(load_dag, capfd, caplog):
+    dag = load_dag("kinetic_test_dags.py", "kinetic_taskflow")
+    dr = dag.test(logical_date=LOGICAL)
+    assert dr.state == "success", _states(dr)
+    x = _xcoms(dr)
+    # The module-level helper travelled by value; no GPU here, so JAX is sent to the CPU.
+    assert x[("squares", "return_value")] == {"sum": 285, "jax": "cpu"}
+    assert x[("squares", "kinetic_job")]["accelerator"] == "gpu-l4"
+    log = "".join(capfd.readouterr()) + caplog.text
+    assert "no GPU on this machine: running gpu-l4x1 job on the CPU" in log
