@@ -47,8 +47,12 @@ def train_fn(data: str, epochs: int = 200, lr: float = 0.05) -> dict:
             first = loss.item()
         if epoch % 50 == 0:
             print(f"epoch {epoch}: loss {loss.item():.5f}", flush=True)
-    metrics = {"rows": len(rows), "epochs": epochs, "initial_loss": first,
-               "final_loss": float(loss.item())}  # fmt: skip
+    metrics = {
+        "rows": len(rows),
+        "epochs": epochs,
+        "initial_loss": first,
+        "final_loss": float(loss.item()),
+    }
     out = os.environ["KINETIC_OUTPUT_DIR"]
     if out.startswith("gs://"):  # on GKE the output dir is a GCS prefix
         from google.cloud import storage

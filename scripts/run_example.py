@@ -31,8 +31,9 @@ def main() -> int:
         }
     )
     print(f"AIRFLOW_HOME={home}", flush=True)
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], check=True, stdout=subprocess.DEVNULL
+    )
 
     import pendulum
     from airflow.models.xcom import XComModel

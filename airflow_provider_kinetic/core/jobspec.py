@@ -149,12 +149,17 @@ def _resources(inp: SpecInputs) -> dict[str, Any]:
 def build_job_spec(inp: SpecInputs) -> JobSpec:
     """Build the container and pod for ``inp`` (no network, no side effects)."""
     args = [
-        "--context-gcs", inp.context_uri,
-        "--payload-gcs", inp.payload_uri,
-        "--result-gcs", inp.result_uri,
-        "--payload-sha256", inp.payload_sha256,
-        "--context-sha256", inp.context_sha256,
-    ]  # fmt: skip
+        "--context-gcs",
+        inp.context_uri,
+        "--payload-gcs",
+        inp.payload_uri,
+        "--result-gcs",
+        inp.result_uri,
+        "--payload-sha256",
+        inp.payload_sha256,
+        "--context-sha256",
+        inp.context_sha256,
+    ]
     env = {
         "KERAS_BACKEND": "jax",
         "JAX_PLATFORMS": inp.accelerator.jax_platform,

@@ -164,8 +164,15 @@ def pack_payload(
     volumes: list[dict[str, Any]] | None = None,
     has_data_refs: bool,
     by_value_roots: list[str] | None = None,
+    batch_inputs: dict[str, str] | None = None,
 ) -> bytes:
-    """cloudpickle the call into kinetic's payload dict; names an unpicklable argument."""
+    """cloudpickle the call into kinetic's payload dict; names an unpicklable argument.
+
+    ``batch_inputs`` (uri + sha256 of a batch's inputs blob) makes a batch payload:
+    the function moves to ``batch_func`` and ``func`` becomes a loud guard.
+    """
+    from airflow_provider_kinetic.core import batchwire
+
     payload: dict[str, Any] = {
         "func": func,
         "args": tuple(args),
@@ -176,11 +183,17 @@ def pack_payload(
     }
     if volumes:
         payload["volumes"] = volumes
+    if batch_inputs:
+        payload.update(func=batchwire.batch_guard, batch_func=func, batch_inputs=batch_inputs)
+        cloudpickle.register_pickle_by_value(batchwire)
     with by_value(func, by_value_roots or []):
         try:
             return cloudpickle.dumps(payload)
         except Exception as exc:
             raise UnpicklableArgumentError(_name_culprit(func, args, kwargs, exc)) from exc
+        finally:
+            if batch_inputs:
+                cloudpickle.unregister_pickle_by_value(batchwire)
 
 
 def build_context_zip() -> bytes:

@@ -48,11 +48,28 @@ log = logging.getLogger(__name__)
 
 DEFAULT_IMAGE = "kinetic/base-{category}:latest"
 
-ENV_BLOCKLIST = frozenset({
-    "PATH", "HOME", "PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "VIRTUAL_ENV",
-    "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "SHELL", "TMPDIR", "TEMP", "TMP", "HOSTNAME", "USER",
-    "LOGNAME", "SSH_AUTH_SOCK", "KUBERNETES_SERVICE_HOST", "KERAS_BACKEND",
-})  # fmt: skip
+ENV_BLOCKLIST = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "PYTHONPATH",
+        "LD_LIBRARY_PATH",
+        "LD_PRELOAD",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "CONDA_DEFAULT_ENV",
+        "SHELL",
+        "TMPDIR",
+        "TEMP",
+        "TMP",
+        "HOSTNAME",
+        "USER",
+        "LOGNAME",
+        "SSH_AUTH_SOCK",
+        "KUBERNETES_SERVICE_HOST",
+        "KERAS_BACKEND",
+    }
+)
 _SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|CREDENTIAL", re.IGNORECASE)
 
 
@@ -128,7 +145,9 @@ class _Packed:
     fuse: list[FuseMount]
 
 
-def _ref_for(data: Data, store: ObjectStore, mount: str | None) -> tuple[dict, FuseMount | None]:
+def ref_for_data(
+    data: Data, store: ObjectStore, mount: str | None
+) -> tuple[dict, FuseMount | None]:
     """The wire ref for ``data`` (hash computed, nothing uploaded) and its FUSE mount."""
     if data.is_gcs:
         uri, is_dir = data.path, data.path.endswith("/")
@@ -148,8 +167,17 @@ def _ref_for(data: Data, store: ObjectStore, mount: str | None) -> tuple[dict, F
     return ref, FuseMount(target + ("/" if is_dir else ""), mount or "", is_dir)
 
 
-def prepare(request: JobRequest, store: ObjectStore, env_vars: dict[str, str]) -> _Packed:
-    """Validate everything and pack the payload; uploads nothing."""
+def prepare(
+    request: JobRequest,
+    store: ObjectStore,
+    env_vars: dict[str, str],
+    batch_inputs: dict[str, str] | None = None,
+    input_refs: bool = False,
+) -> _Packed:
+    """Validate everything and pack the payload; uploads nothing.
+
+    ``batch_inputs`` / ``input_refs``: a batch's shared payload (see ``core.batch``).
+    """
     accel = parse_accelerator(request.accelerator)
     volumes = validate_volumes(request.volumes)
     found = [(d, f"volumes[{p!r}]", p) for p, d in volumes.items()]
@@ -169,7 +197,7 @@ def prepare(request: JobRequest, store: ObjectStore, env_vars: dict[str, str]) -
         mount = volume
         if data.fuse and mount is None and store.scheme == "gs":
             mount = f"{FUSE_ROOT}/{len(fuse)}"
-        ref, fuse_mount = _ref_for(data, store, mount)
+        ref, fuse_mount = ref_for_data(data, store, mount)
         if fuse_mount is not None:
             fuse.append(fuse_mount)
         if volume is not None:
@@ -179,12 +207,15 @@ def prepare(request: JobRequest, store: ObjectStore, env_vars: dict[str, str]) -
     args = replace_data(tuple(request.args), refs)
     kwargs = replace_data(dict(request.kwargs), refs)
     payload = pack_payload(
-        request.func, args, kwargs,
+        request.func,
+        args,
+        kwargs,
         env_vars=env_vars,
         volumes=volume_refs,
-        has_data_refs=bool(refs),
+        has_data_refs=bool(refs) or input_refs,
         by_value_roots=request.by_value_roots,
-    )  # fmt: skip
+        batch_inputs=batch_inputs,
+    )
     local = [d for d, _, _ in found if not d.is_gcs]
     return _Packed(accel, local, payload, build_context_zip(), fuse)
 
@@ -207,21 +238,30 @@ def submit_job(
     spec = make_spec(request, config, store, job_id, packed, env_vars)
     func_name = getattr(request.func, "__name__", type(request.func).__name__)
     handle = make_handle(
-        job_id=job_id, backend=backend.name, project=config.project,
-        cluster_name=config.cluster, zone=config.zone, namespace=config.namespace,
-        bucket_name=store.bucket, k8s_name=spec.name, image_uri=spec.container["image"],
-        accelerator=request.accelerator, func_name=func_name,
-        display_name=f"kinetic-{func_name}-{job_id}", created_at=utc_now_iso(),
+        job_id=job_id,
+        backend=backend.name,
+        project=config.project,
+        cluster_name=config.cluster,
+        zone=config.zone,
+        namespace=config.namespace,
+        bucket_name=store.bucket,
+        k8s_name=spec.name,
+        image_uri=spec.container["image"],
+        accelerator=request.accelerator,
+        func_name=func_name,
+        display_name=f"kinetic-{func_name}-{job_id}",
+        created_at=utc_now_iso(),
         output_dir=output_uri,
-    )  # fmt: skip
+    )
     # ---- side effects start here --------------------------------------------------
     datacache.upload_all(store, packed.local_data)
     store.write_bytes(artifact_key(job_id, "payload.pkl"), packed.payload)
     store.write_bytes(artifact_key(job_id, "context.zip"), packed.context)
     store.write_bytes(
-        artifact_key(job_id, "handle.json"), handle_to_json(handle),
+        artifact_key(job_id, "handle.json"),
+        handle_to_json(handle),
         content_type="application/json",
-    )  # fmt: skip
+    )
     try:
         backend.submit(spec)
     except Exception:

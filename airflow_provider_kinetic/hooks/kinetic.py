@@ -20,9 +20,17 @@ from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 _EXTRA_FIELDS = (
-    "backend", "bucket", "root", "project", "zone", "cluster", "namespace", "image",
-    "service_account", "runner_command",
-)  # fmt: skip
+    "backend",
+    "bucket",
+    "root",
+    "project",
+    "zone",
+    "cluster",
+    "namespace",
+    "image",
+    "service_account",
+    "runner_command",
+)
 
 
 def default_local_root() -> str:
@@ -82,8 +90,9 @@ class KineticHook(BaseHook):
             root = default_local_root()
             self.log.info(
                 "No %r connection: using the embedded local backend (store %s)",
-                self.default_conn_name, root,
-            )  # fmt: skip
+                self.default_conn_name,
+                root,
+            )
             return KineticConfig(backend="local", root=root)
         extras = conn.extra_dejson if conn.extra else {}
         return config_from_extras(extras)

@@ -6,9 +6,6 @@ into ``core`` calls and holds no protocol logic of its own.
 
 from __future__ import annotations
 
-import datetime as dt
-import os
-import re
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
@@ -18,32 +15,18 @@ from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, 
 from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
 from airflow_provider_kinetic.core.handles import JobStatus
 from airflow_provider_kinetic.core.results import collect
-from airflow_provider_kinetic.core.storage import store_for_uri
 from airflow_provider_kinetic.core.submit import JobRequest, submit_job
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, backend_for, config_to_json
+from airflow_provider_kinetic.operators.common import (
+    XCOM_JOB,
+    XCOM_OUTPUT_DIR,
+    by_value_roots,
+    deadline,
+    default_output_key,
+    defer_timeout,
+    task_identity,
+)
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
-
-XCOM_JOB = "kinetic_job"
-XCOM_OUTPUT_DIR = "output_dir"
-_SAFE = re.compile(r"[^A-Za-z0-9._=-]+")
-
-
-def default_output_key(identity: Mapping[str, Any]) -> str:
-    """``outputs/{dag}/{run}/{task}/{map_index}``: a re-run of a DAG run writes in place."""
-    parts = [identity["dag_id"], identity["run_id"], identity["task_id"],
-             str(identity.get("map_index", -1))]  # fmt: skip
-    return "outputs/" + "/".join(_SAFE.sub("_", str(p)) for p in parts)
-
-
-def task_identity(context: Mapping[str, Any]) -> dict[str, Any]:
-    ti = context["ti"]
-    return {
-        "dag_id": ti.dag_id,
-        "task_id": ti.task_id,
-        "run_id": ti.run_id,
-        "map_index": getattr(ti, "map_index", -1),
-        "try_number": getattr(ti, "try_number", None),
-    }
 
 
 class KineticRunOperator(BaseOperator):
@@ -69,8 +52,13 @@ class KineticRunOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = (
-        "op_args", "op_kwargs", "volumes", "output_dir", "accelerator", "capture_env_vars",
-    )  # fmt: skip
+        "op_args",
+        "op_kwargs",
+        "volumes",
+        "output_dir",
+        "accelerator",
+        "capture_env_vars",
+    )
     template_fields_renderers = {"op_args": "py", "op_kwargs": "py"}
     ui_color = "#e8f0fe"
     shallow_copy_attrs: Sequence[str] = ("python_callable",)
@@ -128,7 +116,7 @@ class KineticRunOperator(BaseOperator):
             capture_env_vars=self.capture_env_vars,
             output_dir=output_dir,
             identity=identity,
-            by_value_roots=[conf.get("core", "dags_folder", fallback="")],
+            by_value_roots=by_value_roots(),
             cpu_request=self.cpu,
             memory_request=self.memory,
         )
@@ -150,20 +138,20 @@ class KineticRunOperator(BaseOperator):
         ti.xcom_push(key=XCOM_JOB, value=handle)
         ti.xcom_push(key=XCOM_OUTPUT_DIR, value=handle.get("output_dir"))
         self.log.info("kinetic job %s: output dir %s", handle["job_id"], handle.get("output_dir"))
-        deadline = self._deadline(context)
+        deadline_ts = deadline(context, self.execution_timeout)
         if self.deferrable:
             self.defer(
                 trigger=KineticJobTrigger(
                     handle=handle,
                     config=config_to_json(config),
                     poll_interval=self.poll_interval,
-                    deadline=deadline,
+                    deadline=deadline_ts,
                 ),
                 method_name="execute_complete",
                 kwargs={"log_offset": 0},
-                timeout=self._defer_timeout(deadline),
+                timeout=defer_timeout(deadline_ts, self.poll_interval),
             )
-        report, offset = self._wait(backend, handle, deadline)
+        report, offset = self._wait(backend, handle, deadline_ts)
         return self._finish(config.store(), backend, handle, report, offset)
 
     def execute_complete(
@@ -235,9 +223,12 @@ class KineticRunOperator(BaseOperator):
         except Exception as exc:
             tb = next((n for n in getattr(exc, "__notes__", []) if n.startswith("Remote")), None)
             self.log.error(
-                "kinetic job %s failed: %s: %s%s", handle["job_id"], type(exc).__name__, exc,
+                "kinetic job %s failed: %s: %s%s",
+                handle["job_id"],
+                type(exc).__name__,
+                exc,
                 "\n" + tb if tb else "",
-            )  # fmt: skip
+            )
             raise
         self._handle = None  # done: on_kill must not touch a finished job
         return value
@@ -272,29 +263,8 @@ class KineticRunOperator(BaseOperator):
             except Exception as exc:  # noqa: BLE001 - adoption is best effort
                 self.log.warning("could not record the job in the task state store: %s", exc)
 
-    def _deadline(self, context: Any) -> float | None:
-        if not self.execution_timeout:
-            return None
-        start = getattr(context["ti"], "start_date", None) or dt.datetime.now(dt.UTC)
-        return (start + self.execution_timeout).timestamp()
-
-    def _defer_timeout(self, deadline: float | None) -> dt.timedelta | None:
-        if deadline is None:
-            return None
-        pad = max(60.0, 2 * self.poll_interval)
-        return dt.timedelta(seconds=max(0.0, deadline - time.time()) + pad)
-
     def on_kill(self) -> None:
         """Cancel the job this try started (and only while it is unfinished)."""
         if self._handle is not None and self._backend is not None:
             self.log.info("task killed: cancelling kinetic job %s", self._handle["job_id"])
             self._backend.cancel(self._handle)
-
-
-def read_output_dir(uri: str) -> list[str]:
-    """List the files under an ``output_dir`` URI (for downstream tasks and tests)."""
-    store, key = store_for_uri(uri)
-    return [k[len(key) :].lstrip("/") for k in store.list(key.rstrip("/") + "/")]
-
-
-__all__ = ["KineticRunOperator", "read_output_dir", "default_output_key", "os"]

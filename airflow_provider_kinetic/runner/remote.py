@@ -24,6 +24,7 @@ from typing import Any
 
 import cloudpickle
 
+from airflow_provider_kinetic.core.batchwire import select_input
 from airflow_provider_kinetic.core.data import is_data_ref
 from airflow_provider_kinetic.core.payload import dump_result, make_result
 from airflow_provider_kinetic.core.storage import store_for_uri
@@ -199,16 +200,19 @@ def _setup(ns: argparse.Namespace, workdir: str) -> tuple[Any, tuple, dict]:
         phase = "environment setup"
         _check_fingerprint(payload.get("client_fingerprint"))
         os.environ.update({k: str(v) for k, v in (payload.get("env_vars") or {}).items()})
+        func, args, kwargs = payload["func"], payload.get("args", ()), payload.get("kwargs", {})
+        if payload.get("batch_inputs"):
+            phase = "batch input"
+            func, args, kwargs = select_input(payload, _fetch)
         phase = "data resolve"
         cache: dict[str, str] = {}
         for ref in payload.get("volumes") or []:
             if not ref.get("fuse"):
                 resolve_refs(ref, workdir, cache)
-        args, kwargs = payload.get("args", ()), payload.get("kwargs", {})
         if payload.get("has_data_refs", True):
             args = resolve_refs(tuple(args), workdir, cache)
             kwargs = resolve_refs(dict(kwargs), workdir, cache)
-        return payload["func"], args, kwargs
+        return func, args, kwargs
     except PhaseError:
         raise
     except BaseException as exc:  # noqa: BLE001 - every setup failure becomes a payload

@@ -35,9 +35,12 @@ def nested_sum(cfg: dict, shards: list) -> dict:
 
 with DAG("kinetic_fail", schedule=None, start_date=START, catchup=False) as fail_dag:
     KineticRunOperator(
-        task_id="explode", python_callable=fails_loudly, op_args=[42], deferrable=True,
+        task_id="explode",
+        python_callable=fails_loudly,
+        op_args=[42],
+        deferrable=True,
         poll_interval=0.2,
-    )  # fmt: skip
+    )
 
 with DAG("kinetic_sync_nested", schedule=None, start_date=START, catchup=False) as nested_dag:
     KineticRunOperator(
@@ -55,8 +58,11 @@ with DAG("kinetic_sync_nested", schedule=None, start_date=START, catchup=False) 
 
 with DAG("kinetic_bad_accelerator", schedule=None, start_date=START, catchup=False) as bad_dag:
     KineticRunOperator(
-        task_id="bad", python_callable=fails_loudly, op_args=[1], accelerator="tpu-v9z-3",
-    )  # fmt: skip
+        task_id="bad",
+        python_callable=fails_loudly,
+        op_args=[1],
+        accelerator="tpu-v9z-3",
+    )
 
 
 with DAG("kinetic_taskflow", schedule=None, start_date=START, catchup=False) as taskflow_dag:

@@ -9,37 +9,28 @@ from pathlib import Path
 import pendulum
 import pytest
 
+from tests.fixtures.airflow_env import task_states, xcoms
+
 LOGICAL = pendulum.datetime(2026, 11, 20, tz="UTC")
 
 
 def _xcoms(dr) -> dict[tuple[str, str], object]:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        rows = session.query(XComModel).filter(
-            XComModel.dag_id == dr.dag_id, XComModel.run_id == dr.run_id
-        )
-        return {(r.task_id, r.key): XComModel.deserialize_value(r) for r in rows}
+    return {(t, k): v for (t, k, _), v in xcoms(dr).items()}
 
 
 def _states(dr) -> dict[str, str]:
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        rows = session.query(TaskInstance).filter(
-            TaskInstance.dag_id == dr.dag_id, TaskInstance.run_id == dr.run_id
-        )
-        return {r.task_id: str(r.state) for r in rows}
+    return {t: s for (t, _), s in task_states(dr).items()}
 
 
 def test_example_retrain_daily_end_to_end(load_dag, airflow_home: Path):
     dag = load_dag("retrain_daily.py", "retrain_daily")
     dr = dag.test(logical_date=LOGICAL)
     assert dr.state == "success", _states(dr)
-    assert _states(dr) == {"make_dataset": "success", "train": "success",
-                           "check_outputs": "success"}  # fmt: skip
+    assert _states(dr) == {
+        "make_dataset": "success",
+        "train": "success",
+        "check_outputs": "success",
+    }
     x = _xcoms(dr)
     metrics = x[("train", "return_value")]
     assert metrics["rows"] == 512 and metrics["epochs"] == 200
@@ -84,8 +75,9 @@ def test_sync_nested_data_volumes_and_templates(load_dag, tmp_path, monkeypatch)
     assert value["shards"] == [["a1.txt", "a2.txt"], ["b1.txt"]]
     assert value["volume"] == ["a1.txt", "a2.txt"]
     assert (data / "mnt-2026-11-20" / "a1.txt").read_text() == "a1"
-    assert value["output_dir"].endswith("/kinetic_sync_nested/" + dr.run_id.replace(":", "_")
-                                        .replace("+", "_") + "/nested/-1")  # fmt: skip
+    assert value["output_dir"].endswith(
+        "/kinetic_sync_nested/" + dr.run_id.replace(":", "_").replace("+", "_") + "/nested/-1"
+    )
 
 
 def test_bad_accelerator_fails_before_upload(load_dag, airflow_home: Path, capfd):

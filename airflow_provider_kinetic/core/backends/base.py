@@ -53,6 +53,19 @@ class Backend(abc.ABC):
     def cancel(self, handle: dict[str, Any]) -> None:
         """Stop the job; a job that is already gone is not an error."""
 
+    def batch_status(self, group_id: str, handles: list[dict[str, Any]]) -> dict[str, StatusReport]:
+        """Status of many children of one batch, keyed by job id.
+
+        Backends answer with one query per call (GKE: one list by the group label;
+        local: one scan of the state dir), whatever the number of children.
+        """
+        return {h["job_id"]: self.status(h) for h in handles}
+
+    async def abatch_status(
+        self, group_id: str, handles: list[dict[str, Any]]
+    ) -> dict[str, StatusReport]:
+        return await asyncio.to_thread(self.batch_status, group_id, handles)
+
     def exists(self, handle: dict[str, Any]) -> bool:
         return self.status(handle).status is not JobStatus.NOT_FOUND
 

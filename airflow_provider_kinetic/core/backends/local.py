@@ -141,6 +141,19 @@ class LocalBackend(Backend):
         reason = "cancelled" if cancelled else "process ended without an exit code (killed)"
         return StatusReport(JobStatus.FAILED, reason)
 
+    def batch_status(self, group_id: str, handles: list[dict[str, Any]]) -> dict[str, StatusReport]:
+        """One scan of the state dir, then the on-disk state of each listed job."""
+        try:
+            present = {e.name for e in os.scandir(os.path.join(self.root, STATE_DIR))}
+        except FileNotFoundError:
+            present = set()
+        return {
+            h["job_id"]: self.status(h)
+            if h["job_id"] in present
+            else StatusReport(JobStatus.NOT_FOUND, "no such local job")
+            for h in handles
+        }
+
     def read_logs(self, handle: dict[str, Any], offset: int = 0) -> tuple[str, int]:
         path = os.path.join(self.job_dir(handle["job_id"]), "log")
         try:

@@ -1,0 +1,196 @@
+"""Batches: one function over many inputs, with a concurrency cap, retries, fail-fast.
+
+The whole batch is described by a JSON ``state`` dict so that the operator can carry
+it across deferrals (``defer(kwargs=...)``) and any process can continue it.  The
+function, shared arguments and every ``Data`` are uploaded once; each child writes
+only its ``handle.json`` (kinetic's attach needs it).  The group manifest
+``_groups/{group_id}/manifest.json`` follows kinetic's format and is rewritten at
+most every ``MANIFEST_INTERVAL_S`` (and when submission completes), not per child.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import keyword
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_provider_kinetic.core import batchwire
+from airflow_provider_kinetic.core.accelerators import parse_accelerator
+from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.handles import (
+    new_group_id,
+    utc_now_iso,
+)
+from airflow_provider_kinetic.core.payload import UnpicklableArgumentError, find_data, replace_data
+from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.core.submit import (
+    JobRequest,
+    capture_env,
+    prepare,
+    ref_for_data,
+)
+
+log = logging.getLogger(__name__)
+
+INPUT_MODES = ("auto", "single", "args", "kwargs")
+PAYLOAD_CACHE = "default/payload-cache"
+
+
+def split_input(item: Any, mode: str, index: int) -> tuple[tuple, dict]:
+    """(args, kwargs) of one input under kinetic's input modes."""
+    if mode == "single":
+        return (item,), {}
+    if mode == "args":
+        if not isinstance(item, list | tuple):
+            raise TypeError(
+                f"input_mode='args' needs a list or tuple per input; inputs[{index}] is "
+                f"{type(item).__name__}: {item!r}"
+            )
+        return tuple(item), {}
+    if mode == "kwargs":
+        if not isinstance(item, dict):
+            raise TypeError(
+                f"input_mode='kwargs' needs a dict per input; inputs[{index}] is "
+                f"{type(item).__name__}: {item!r}"
+            )
+        return (), dict(item)
+    if (
+        isinstance(item, dict)
+        and item
+        and all(isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k) for k in item)
+    ):
+        return (), dict(item)
+    if isinstance(item, list | tuple):
+        return tuple(item), {}
+    return (item,), {}
+
+
+def validate_options(inputs: Any, input_mode: str, max_concurrent: Any, retries: Any) -> list[Any]:
+    """Raise a clear error for bad batch options; returns the inputs as a list."""
+    if isinstance(inputs, str | bytes | dict) or not isinstance(inputs, Sequence):
+        raise TypeError(f"inputs must be a list or tuple of inputs, got {type(inputs).__name__}")
+    if not inputs:
+        raise ValueError("inputs is empty: a batch needs at least one input")
+    if input_mode not in INPUT_MODES:
+        raise ValueError(f"input_mode {input_mode!r} is not one of {', '.join(INPUT_MODES)}")
+    if (
+        isinstance(max_concurrent, bool)
+        or not isinstance(max_concurrent, int)
+        or max_concurrent < 1
+    ):
+        raise ValueError(f"max_concurrent must be an integer >= 1, got {max_concurrent!r}")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
+    return list(inputs)
+
+
+def plan_batch(
+    request: JobRequest,
+    inputs: Sequence[Any],
+    input_mode: str,
+    store: ObjectStore,
+    *,
+    max_concurrent: int,
+    retries: int,
+    fail_fast: bool,
+    group_name: str | None = None,
+    tags: list[str] | None = None,
+) -> tuple[dict[str, Any], dict[str, bytes], list[Data]]:
+    """Validate and pack a batch; uploads nothing.
+
+    Returns the JSON state, the objects to write (key -> bytes) and the local Data
+    to upload.  ``request`` carries the function, shared kwargs, volumes, accelerator.
+    """
+    items = validate_options(inputs, input_mode, max_concurrent, retries)
+    split = [split_input(item, input_mode, i) for i, item in enumerate(items)]
+    parse_accelerator(request.accelerator)
+    found = [(d, w) for i, (a, k) in enumerate(split) for d, w in find_data((a, k), f"inputs[{i}]")]
+    for data, where in found:
+        try:
+            data.validate()
+        except (FileNotFoundError, ValueError) as exc:
+            raise type(exc)(f"{where}: {exc}") from None
+    env = {
+        k: v for k, v in capture_env(request.capture_env_vars).items() if k != "KINETIC_OUTPUT_DIR"
+    }
+    refs = {id(d): _input_ref(d, store) for d, _ in found}
+    child_inputs = [(replace_data(a, refs), replace_data(k, refs)) for a, k in split]
+    try:
+        inputs_blob = batchwire.pack_inputs(child_inputs)
+    except Exception as exc:
+        raise UnpicklableArgumentError(_bad_input(child_inputs, exc)) from exc
+    group_id = new_group_id()
+    inputs_key = f"_groups/{group_id}/inputs.pkl"
+    batch_inputs = {"uri": store.uri(inputs_key), "sha256": hashlib.sha256(inputs_blob).hexdigest()}
+    # The shared part: function, op_kwargs, volumes (validated and packed once).
+    packed = prepare(request, store, env, batch_inputs=batch_inputs, input_refs=bool(found))
+    payload = packed.payload
+    payload_sha = hashlib.sha256(payload).hexdigest()
+    context = packed.context
+    context_sha = hashlib.sha256(context).hexdigest()
+    func_name = getattr(request.func, "__name__", type(request.func).__name__)
+    plan = {
+        "payload_uri": store.uri(f"{PAYLOAD_CACHE}/{payload_sha}.pkl"),
+        "payload_sha256": payload_sha,
+        "context_uri": store.uri(f"{PAYLOAD_CACHE}/{context_sha}.zip"),
+        "context_sha256": context_sha,
+        "accelerator": request.accelerator,
+        "env": env,
+        "output_base": request.output_dir,
+        "identity": request.identity,
+        "func_name": func_name,
+        "cpu": request.cpu_request,
+        "memory": request.memory_request,
+        "fuse": [[m.uri, m.mount_path, m.is_dir] for m in packed.fuse],
+    }
+    state = {
+        "group_id": group_id,
+        "group_name": group_name or func_name,
+        "tags": list(tags or []),
+        "created_at": utc_now_iso(),
+        "total": len(items),
+        "max_concurrent": max_concurrent,
+        "retries": retries,
+        "fail_fast": fail_fast,
+        "queue": list(range(len(items))),
+        "active": {},
+        "jobs": {},
+        "attempts": {},
+        "preemptions": {},
+        "done": {},
+        "order": [],
+        "submit_errors": {},
+        "stopped": False,
+        "manifest_at": 0.0,
+        "plan": plan,
+    }
+    objects = {
+        f"{PAYLOAD_CACHE}/{payload_sha}.pkl": payload,
+        f"{PAYLOAD_CACHE}/{context_sha}.zip": context,
+        inputs_key: inputs_blob,
+    }
+    local = packed.local_data + [d for d, _ in found if not d.is_gcs]
+    return state, objects, local
+
+
+def _input_ref(data: Data, store: ObjectStore) -> dict[str, Any]:
+    if data.fuse:
+        raise ValueError(
+            f"{data!r}: fuse=True is not supported inside batch inputs; "
+            "pass it in op_kwargs or volumes"
+        )
+    return ref_for_data(data, store, None)[0]
+
+
+def _bad_input(inputs: list[tuple[tuple, dict]], exc: Exception) -> str:
+    """Name the first input cloudpickle cannot serialise."""
+    import cloudpickle
+
+    for i, item in enumerate(inputs):
+        try:
+            cloudpickle.dumps(item)
+        except Exception as inner:  # noqa: BLE001 - any failure names the culprit
+            return f"inputs[{i}] cannot be pickled: {inner}"
+    return f"the batch inputs cannot be pickled: {exc}"

@@ -1,0 +1,325 @@
+"""Running a planned batch: launch under the cap, fold statuses, retry, stop, gather.
+
+Everything works on the JSON ``state`` from ``core.batch.plan_batch`` so the
+operator can carry it across deferrals.  One status query per poll covers every
+active child (``Backend.batch_status``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from typing import Any
+
+from airflow_provider_kinetic.core import batchwire, datacache
+from airflow_provider_kinetic.core.accelerators import parse_accelerator
+from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.batch import PAYLOAD_CACHE
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.handles import (
+    JobStatus,
+    artifact_key,
+    handle_to_json,
+    make_handle,
+    new_job_id,
+    utc_now_iso,
+)
+from airflow_provider_kinetic.core.jobspec import (
+    KINETIC_RUNNER_COMMAND,
+    FuseMount,
+    JobSpec,
+    SpecInputs,
+    build_job_spec,
+)
+from airflow_provider_kinetic.core.results import collect
+from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.core.submit import DEFAULT_IMAGE, function_output_dir
+
+log = logging.getLogger(__name__)
+
+MANIFEST_INTERVAL_S = 30.0
+#: Failures that are the platform's fault (spot reclaim): retried apart from ``retries``.
+PREEMPTION_REASONS = frozenset({"Preempted", "SpotPreemption", "Evicted"})
+MAX_PREEMPTION_RETRIES = 3
+
+
+def start_batch(
+    state: dict[str, Any], objects: dict[str, bytes], local: list[Data], store: ObjectStore
+) -> None:
+    """Upload data and shared objects (content-addressed: present = skipped), manifest."""
+    datacache.upload_all(store, local)
+    for key, blob in objects.items():
+        if key.startswith(PAYLOAD_CACHE) and store.exists(key):
+            log.info("shared object %s already in the store", store.uri(key))
+            continue
+        store.write_bytes(key, blob)
+    write_manifest(state, store)
+
+
+def write_manifest(state: dict[str, Any], store: ObjectStore) -> None:
+    """kinetic's manifest: group fields + one entry per submitted child."""
+    children = [
+        {"group_index": int(i), "job_id": job, "attempts": state["attempts"].get(i, 1)}
+        for i, job in sorted(state["jobs"].items(), key=lambda kv: int(kv[0]))
+    ]
+    manifest = {
+        "group_id": state["group_id"],
+        "group_kind": "map",
+        "group_name": state["group_name"],
+        "tags": state["tags"],
+        "created_at": state["created_at"],
+        "total_expected": state["total"],
+        "submit_fn_name": state["plan"]["func_name"],
+        "children": children,
+    }
+    store.write_bytes(
+        manifest_key(state["group_id"]),
+        json.dumps(manifest, sort_keys=True).encode(),
+        content_type="application/json",
+    )
+    state["manifest_at"] = time.time()
+    state["manifest_dirty"] = False
+
+
+def manifest_key(group_id: str) -> str:
+    return f"_groups/{group_id}/manifest.json"
+
+
+def child_handle(
+    state: dict,
+    index: int,
+    job_id: str,
+    config: KineticConfig,
+    backend: Backend,
+    store: ObjectStore,
+    spec: Any,
+) -> dict[str, Any]:
+    plan = state["plan"]
+    return make_handle(
+        job_id=job_id,
+        backend=backend.name,
+        project=config.project,
+        cluster_name=config.cluster,
+        zone=config.zone,
+        namespace=config.namespace,
+        bucket_name=store.bucket,
+        k8s_name=spec.name,
+        image_uri=spec.container["image"],
+        accelerator=plan["accelerator"],
+        func_name=plan["func_name"],
+        display_name=f"kinetic-{plan['func_name']}-{job_id}",
+        created_at=utc_now_iso(),
+        group_id=state["group_id"],
+        group_kind="map",
+        group_index=index,
+        output_dir=f"{plan['output_base']}/{index}",
+    )
+
+
+def child_spec(
+    state: dict, index: int, job_id: str, config: KineticConfig, store: ObjectStore
+) -> JobSpec:
+    """The JobSpec of one child: the shared payload, its own index and result."""
+    plan = state["plan"]
+    accel = parse_accelerator(plan["accelerator"])
+    return build_job_spec(
+        SpecInputs(
+            job_id=job_id,
+            bucket=store.bucket,
+            context_uri=plan["context_uri"],
+            payload_uri=plan["payload_uri"],
+            result_uri=store.uri(artifact_key(job_id, "result.pkl")),
+            payload_sha256=plan["payload_sha256"],
+            context_sha256=plan["context_sha256"],
+            accelerator=accel,
+            image=config.image or DEFAULT_IMAGE.format(category=accel.category),
+            output_dir=function_output_dir(f"{plan['output_base']}/{index}"),
+            namespace=config.namespace,
+            service_account=config.service_account,
+            runner_command=config.runner_command or list(KINETIC_RUNNER_COMMAND),
+            env={**plan["env"], batchwire.GROUP_INDEX_ENV: str(index)},
+            identity=plan["identity"],
+            extra_labels={
+                "kinetic-group-id": state["group_id"],
+                "kinetic-group-index": str(index),
+            },
+            fuse=[FuseMount(*m) for m in plan["fuse"]],
+            cpu_request=plan["cpu"],
+            memory_request=plan["memory"],
+        )
+    )
+
+
+def launch(state: dict, config: KineticConfig, backend: Backend, store: ObjectStore) -> int:
+    """Submit queued inputs while fewer than ``max_concurrent`` are active."""
+    launched = 0
+    while (
+        state["queue"] and len(state["active"]) < state["max_concurrent"] and not state["stopped"]
+    ):
+        index = state["queue"].pop(0)
+        key = str(index)
+        job_id = new_job_id()
+        spec = child_spec(state, index, job_id, config, store)
+        handle = child_handle(state, index, job_id, config, backend, store, spec)
+        store.write_bytes(
+            artifact_key(job_id, "handle.json"),
+            handle_to_json(handle),
+            content_type="application/json",
+        )
+        try:
+            backend.submit(spec)
+        except Exception as exc:  # noqa: BLE001 - recorded per index, never retried
+            store.delete_prefix(f"{job_id}/")
+            state["submit_errors"][key] = f"{type(exc).__name__}: {exc}"
+            state["done"][key] = "FAILED"
+            state["order"].append(index)
+            log.error("could not submit inputs[%d]: %s", index, exc)
+            if state["fail_fast"]:
+                state["stopped"] = True
+            continue
+        state["active"][key] = handle
+        state["jobs"][key] = job_id
+        state["attempts"][key] = state["attempts"].get(key, 0) + 1
+        state["manifest_dirty"] = True
+        launched += 1
+    return launched
+
+
+def observe(
+    state: dict, statuses: dict[str, StatusReport], backend: Backend, store: ObjectStore
+) -> list[int]:
+    """Fold terminal child statuses into ``state``; returns indices that finished."""
+    finished = []
+    for key, handle in list(state["active"].items()):
+        report = statuses.get(handle["job_id"])
+        if report is None or not report.status.is_terminal:
+            continue
+        del state["active"][key]
+        index = int(key)
+        if report.status is JobStatus.SUCCEEDED:
+            state["done"][key] = "SUCCEEDED"
+        elif _preempted(report, store, handle) and state["preemptions"].get(key, 0) < (
+            MAX_PREEMPTION_RETRIES
+        ):
+            state["preemptions"][key] = state["preemptions"].get(key, 0) + 1
+            state["attempts"][key] -= 1  # does not count against ``retries``
+            log.warning("inputs[%d] (%s) was preempted: resubmitting", index, handle["job_id"])
+            state["queue"].insert(0, index)
+            continue
+        elif state["attempts"].get(key, 1) <= state["retries"] and not state["stopped"]:
+            log.warning(
+                "inputs[%d] (%s) failed (%s): retrying",
+                index,
+                handle["job_id"],
+                report.reason or report.status.value,
+            )
+            state["queue"].insert(0, index)
+            continue
+        else:
+            state["done"][key] = "FAILED"
+            if state["fail_fast"] and not state["stopped"]:
+                stop(state, backend, f"inputs[{index}] failed")
+        state["order"].append(index)
+        finished.append(index)
+    return finished
+
+
+def _preempted(report: StatusReport, store: ObjectStore, handle: dict) -> bool:
+    """A platform kill: preemption-like reason and no result payload from the function."""
+    return report.reason in PREEMPTION_REASONS and not store.exists(
+        artifact_key(handle["job_id"], "result.pkl")
+    )
+
+
+def stop(state: dict, backend: Backend, why: str) -> None:
+    """fail_fast: launch nothing more and cancel running siblings."""
+    state["stopped"] = True
+    log.warning(
+        "fail_fast: %s; cancelling %d running children, skipping %d queued",
+        why,
+        len(state["active"]),
+        len(state["queue"]),
+    )
+    for key, handle in list(state["active"].items()):
+        backend.cancel(handle)
+        state["done"][key] = "CANCELLED"
+        state["order"].append(int(key))
+    state["active"].clear()
+    for index in state["queue"]:
+        state["done"][str(index)] = "NOT_SUBMITTED"
+    state["queue"].clear()
+
+
+def is_finished(state: dict) -> bool:
+    return not state["active"] and not state["queue"]
+
+
+def maybe_write_manifest(state: dict, store: ObjectStore, now: float | None = None) -> bool:
+    """Rewrite the manifest when children changed and the interval passed (or at the end)."""
+    if not state.get("manifest_dirty"):
+        return False
+    now = time.time() if now is None else now
+    if state["queue"] and now - state["manifest_at"] < MANIFEST_INTERVAL_S:
+        return False
+    write_manifest(state, store)
+    return True
+
+
+def counts(state: dict) -> dict[str, int]:
+    """Per-status counts for the task log and the ``kinetic_batch`` XCom."""
+    done = Counter(state["done"].values())
+    return {
+        "total": state["total"],
+        "queued": len(state["queue"]),
+        "active": len(state["active"]),
+        "succeeded": done["SUCCEEDED"],
+        "failed": done["FAILED"],
+        "cancelled": done["CANCELLED"],
+        "not_submitted": done["NOT_SUBMITTED"],
+        "submitted": len(state["jobs"]),
+    }
+
+
+def gather(
+    state: dict, store: ObjectStore, *, ordered: bool = True
+) -> tuple[list[Any], dict[int, BaseException]]:
+    """Results (input order, or completion order) and the exception of each failure."""
+    indices = range(state["total"]) if ordered else state["order"]
+    values: list[Any] = []
+    failures: dict[int, BaseException] = {}
+    for index in indices:
+        key = str(index)
+        outcome = state["done"].get(key)
+        if outcome == "SUCCEEDED":
+            values.append(collect(store, state["jobs"][key], JobStatus.SUCCEEDED))
+            continue
+        exc = _failure(state, store, key, outcome)
+        failures[index] = exc
+        values.append(exc)
+    return values, failures
+
+
+def _failure(state: dict, store: ObjectStore, key: str, outcome: str | None) -> BaseException:
+    if key in state["submit_errors"]:
+        return RuntimeError(f"submission failed: {state['submit_errors'][key]}")
+    if outcome in ("CANCELLED", "NOT_SUBMITTED", None):
+        return RuntimeError(f"{(outcome or 'not run').lower().replace('_', ' ')} (fail_fast)")
+    try:
+        collect(store, state["jobs"][key], JobStatus.FAILED)
+    except Exception as exc:  # noqa: BLE001 - the remote error is the value we want
+        return exc
+    return RuntimeError("failed without an error payload")
+
+
+def describe_exception(exc: BaseException) -> dict[str, Any]:
+    """JSON form of a failed position (XCom cannot hold exception objects)."""
+    tb = next((n for n in getattr(exc, "__notes__", []) if n.startswith("Remote traceback")), None)
+    return {
+        "__kinetic_error__": True,
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": tb,
+    }
