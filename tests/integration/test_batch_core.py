@@ -1,0 +1,139 @@
+"""Batch core without Airflow: write counts, shared payload, bad options."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+
+from airflow_provider_kinetic.core import batchrun
+from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.batch import PAYLOAD_CACHE, plan_batch
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.storage import LocalStore
+from airflow_provider_kinetic.core.submit import JobRequest
+
+
+class CountingStore(LocalStore):
+    """A LocalStore that records every object it writes (one entry per object)."""
+
+    def __init__(self, root: str):
+        super().__init__(root)
+        self.writes: list[str] = []
+
+    def write_bytes(self, key, data, **kwargs):
+        self.writes.append(key)
+        return super().write_bytes(key, data, **kwargs)
+
+    def upload_file(self, local_path, key):  # upload_files goes through here, per file
+        self.writes.append(key)
+        return super().upload_file(local_path, key)
+
+
+def scale(x: int, factor: int, table: str) -> int:
+    import os
+
+    return x * factor + len(os.listdir(table))
+
+
+def _run(state, config, backend, store, timeout=240.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        batchrun.launch(state, config, backend, store)
+        batchrun.maybe_write_manifest(state, store)
+        if batchrun.is_finished(state):
+            return
+        assert time.monotonic() < deadline, batchrun.counts(state)
+        time.sleep(0.1)
+        reports = backend.batch_status(state["group_id"], list(state["active"].values()))
+        batchrun.observe(state, reports, backend, store)
+
+
+@pytest.mark.parametrize("n", [60])
+def test_batch_writes_at_most_n_plus_c_and_function_once(tmp_path, n):
+    table = tmp_path / "table"
+    table.mkdir()
+    for i in range(3):
+        (table / f"t{i}").write_text(str(i))
+    store = CountingStore(str(tmp_path / "store"))
+    config = KineticConfig(backend="local", root=store.bucket)
+    backend = LocalBackend(store.bucket)
+    request = JobRequest(
+        func=scale,
+        kwargs={"factor": 10, "table": Data(str(table))},
+        output_dir=store.uri("outputs/batch"),
+    )
+    state, objects, local = plan_batch(
+        request, list(range(n)), "single", store, max_concurrent=8, retries=0, fail_fast=False
+    )
+    assert store.writes == []  # planning uploads nothing
+    batchrun.start_batch(state, objects, local, store)
+    _run(state, config, backend, store)
+    values, failures = batchrun.gather(state, store)
+    assert failures == {} and values == [i * 10 + 3 for i in range(n)]
+    writes = Counter(store.writes)
+    payloads = [k for k in writes if k.startswith(PAYLOAD_CACHE) and k.endswith(".pkl")]
+    assert len(payloads) == 1 and writes[payloads[0]] == 1  # the function, once
+    handles = [k for k in writes if k.endswith("/handle.json")]
+    assert len(handles) == n
+    data_files = [k for k in writes if k.startswith("default/data-")]
+    assert len(data_files) == 3 + 1  # the shared Data's 3 files and its marker, once
+    c = len(store.writes) - n
+    assert c <= 10, writes  # payload, context, inputs, data, a few manifest rewrites
+    # A second batch with the same Data hits the data cache: it uploads no data again.
+    store.writes.clear()
+    state2, objects2, local2 = plan_batch(
+        request, [1, 2], "single", store, max_concurrent=2, retries=0, fail_fast=False
+    )
+    batchrun.start_batch(state2, objects2, local2, store)
+    assert not [k for k in store.writes if k.startswith("default/data")]
+    assert len([k for k in store.writes if k.startswith(PAYLOAD_CACHE)]) == 1  # its payload
+
+
+@pytest.mark.parametrize(
+    ("inputs", "mode", "max_concurrent", "retries", "match"),
+    [
+        ([], "auto", 4, 0, "inputs is empty"),
+        ([1, 2], "auto", 0, 0, "max_concurrent must be an integer >= 1, got 0"),
+        ([1, 2], "auto", 2, -1, "retries must be an integer >= 0, got -1"),
+        (
+            [[1], 7],
+            "args",
+            2,
+            0,
+            r"input_mode='args' needs a list or tuple per input; "
+            r"inputs\[1\] is int: 7",
+        ),
+        ([{"a": 1}, 3], "kwargs", 2, 0, r"inputs\[1\] is int"),
+        ([1], "spread", 2, 0, "input_mode 'spread' is not one of auto, single, args, kwargs"),
+        ("abc", "auto", 2, 0, "inputs must be a list or tuple"),
+    ],
+)
+def test_bad_batch_options_fail_before_anything_is_written(
+    tmp_path, inputs, mode, max_concurrent, retries, match
+):
+    store = CountingStore(str(tmp_path / "store"))
+    with pytest.raises((ValueError, TypeError), match=match):
+        plan_batch(
+            JobRequest(func=scale),
+            inputs,
+            mode,
+            store,
+            max_concurrent=max_concurrent,
+            retries=retries,
+            fail_fast=False,
+        )
+    assert store.writes == [] and not (tmp_path / "store").exists()
+
+
+def test_input_modes_auto(tmp_path):
+    from airflow_provider_kinetic.core.batch import split_input
+
+    assert split_input({"a": 1, "b": 2}, "auto", 0) == ((), {"a": 1, "b": 2})
+    assert split_input({"class": 1}, "auto", 0) == (({"class": 1},), {})
+    assert split_input({1: "x"}, "auto", 0) == (({1: "x"},), {})
+    assert split_input([1, 2], "auto", 0) == ((1, 2), {})
+    assert split_input("s", "auto", 0) == (("s",), {})
+    assert split_input([1, 2], "single", 0) == (([1, 2],), {})
