@@ -106,7 +106,7 @@ def child_handle(
         zone=config.zone,
         namespace=config.namespace,
         bucket_name=store.bucket,
-        k8s_name=spec.name,
+        k8s_name=backend.object_name(job_id),
         image_uri=spec.container["image"],
         accelerator=plan["accelerator"],
         func_name=plan["func_name"],

@@ -245,7 +245,7 @@ def submit_job(
         zone=config.zone,
         namespace=config.namespace,
         bucket_name=store.bucket,
-        k8s_name=spec.name,
+        k8s_name=backend.object_name(job_id),
         image_uri=spec.container["image"],
         accelerator=request.accelerator,
         func_name=func_name,

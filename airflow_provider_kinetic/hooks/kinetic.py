@@ -20,6 +20,14 @@ from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 _EXTRA_FIELDS = (
+    "gcp_conn_id",
+    "impersonation_chain",
+    "endpoint",
+    "use_internal_ip",
+    "use_dns_endpoint",
+    "image_pull_grace_s",
+    "schedule_timeout_s",
+    "create_grace_s",
     "backend",
     "bucket",
     "root",
@@ -100,8 +108,9 @@ class KineticHook(BaseHook):
     def get_store(self) -> ObjectStore:
         return self.get_config().store()
 
-    def get_backend(self) -> Backend:
-        return backend_for(self.get_config())
+    def get_backend(self, kind: str | None = None) -> Backend:
+        """The backend for ``kind`` (a handle's ``backend``), else the connection's."""
+        return backend_for(self.get_config(), kind)
 
     def get_conn(self) -> KineticConfig:
         return self.get_config()
@@ -115,11 +124,44 @@ class KineticHook(BaseHook):
         return True, f"store {store.uri()} is reachable"
 
 
-def backend_for(config: KineticConfig) -> Backend:
-    """The backend a config names (GKE backends need the ``gke`` extra)."""
-    if config.backend == "local":
+def backend_for(config: KineticConfig, kind: str | None = None) -> Backend:
+    """The backend that runs (or ran) a job: ``kind`` is a handle's ``backend``.
+
+    For GKE and Pathways the cluster endpoint is looked up once through
+    providers-google and kept in ``config.endpoint``, so trigger kwargs carry it and
+    the triggerer needs no second lookup (and no kubeconfig file).
+    """
+    kind = kind or config.backend
+    if kind == "local":
         return LocalBackend(config.bucket_name)
-    raise NotImplementedError(f"backend {config.backend!r} is not available yet")
+    if kind not in ("gke", "pathways"):
+        raise ValueError(f"backend {kind!r} needs an accelerator to resolve; use backend_kind()")
+    from airflow_provider_kinetic.core.backends.gke import GkeBackend
+    from airflow_provider_kinetic.core.backends.gke_auth import gke_api_client_factory
+    from airflow_provider_kinetic.core.backends.pathways import PathwaysBackend
+
+    missing = [f for f in ("project", "zone", "cluster") if not getattr(config, f)]
+    if missing:
+        raise ValueError(f"the {kind} backend needs the connection extras {', '.join(missing)}")
+    factory = gke_api_client_factory(
+        config.project,
+        config.zone,
+        config.cluster,
+        gcp_conn_id=config.gcp_conn_id,
+        impersonation_chain=config.impersonation_chain,
+        endpoint=config.endpoint,
+        use_internal_ip=config.use_internal_ip,
+        use_dns_endpoint=config.use_dns_endpoint,
+    )
+    config.endpoint = factory.endpoint.to_dict()
+    cls = PathwaysBackend if kind == "pathways" else GkeBackend
+    return cls(
+        factory,
+        namespace=config.namespace,
+        image_pull_grace_s=config.image_pull_grace_s,
+        schedule_timeout_s=config.schedule_timeout_s,
+        create_grace_s=config.create_grace_s,
+    )
 
 
 def config_to_json(config: KineticConfig) -> str:

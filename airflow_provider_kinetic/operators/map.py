@@ -15,6 +15,7 @@ from typing import Any
 from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, conf
 
 from airflow_provider_kinetic.core import batchrun
+from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
 from airflow_provider_kinetic.core.batch import plan_batch, validate_options
 from airflow_provider_kinetic.core.submit import JobRequest
@@ -135,6 +136,9 @@ class KineticMapOperator(BaseOperator):
             tags=[identity["dag_id"], identity["task_id"]],
         )
         state["deadline"] = deadline(context, self.execution_timeout)
+        state["plan"]["backend"] = hook.get_config().backend_kind(
+            parse_accelerator(self.accelerator)
+        )
         self.log.info(
             "batch %s: %d inputs, max_concurrent=%d",
             state["group_id"],
@@ -155,12 +159,13 @@ class KineticMapOperator(BaseOperator):
                 "batch trigger ended with %s: %s", event["status"], event.get("message")
             )
             if event["status"] == "timeout":
-                self._state, self._backend = state, hook.get_backend()
+                self._state = state
+                self._backend = hook.get_backend(state["plan"]["backend"])
                 self.on_kill()
                 raise AirflowException(
                     f"kinetic batch {state['group_id']} cancelled at the task's execution_timeout"
                 )
-        self._poll(hook.get_backend(), hook.get_store(), state)
+        self._poll(hook.get_backend(state["plan"]["backend"]), hook.get_store(), state)
         return self._advance(context, hook, state)
 
     # ---- the loop ------------------------------------------------------------------
@@ -177,7 +182,8 @@ class KineticMapOperator(BaseOperator):
             self.log.warning("inputs[%d] (%s) %s: %s", index, job, outcome.lower(), why)
 
     def _advance(self, context: Any, hook: KineticHook, state: dict[str, Any]) -> Any:
-        config, store, backend = hook.get_config(), hook.get_store(), hook.get_backend()
+        config, store = hook.get_config(), hook.get_store()
+        backend = hook.get_backend(state["plan"]["backend"])
         self._state, self._backend = state, backend
         while True:
             batchrun.launch(state, config, backend, store)

@@ -12,11 +12,12 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, conf
 
+from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
 from airflow_provider_kinetic.core.handles import JobStatus
 from airflow_provider_kinetic.core.results import collect
 from airflow_provider_kinetic.core.submit import JobRequest, submit_job
-from airflow_provider_kinetic.hooks.kinetic import KineticHook, backend_for, config_to_json
+from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.operators.common import (
     XCOM_JOB,
     XCOM_OUTPUT_DIR,
@@ -126,7 +127,7 @@ class KineticRunOperator(BaseOperator):
         hook = KineticHook(self.kinetic_conn_id)
         config = hook.get_config()
         store = config.store()
-        backend = hook.get_backend()
+        backend = hook.get_backend(config.backend_kind(parse_accelerator(self.accelerator)))
         self._backend = backend
         handle = self._adopt(context, backend)
         if handle is None:
@@ -163,7 +164,7 @@ class KineticRunOperator(BaseOperator):
         handle = event["handle"]
         self._handle = handle
         hook = KineticHook(self.kinetic_conn_id)
-        backend = backend_for(hook.get_config())
+        backend = hook.get_backend(handle["backend"])
         self._backend = backend
         report = backend.status(handle)
         self.log.info(

@@ -55,7 +55,7 @@ class KineticBatchTrigger(BaseTrigger):
     def _backend(self):  # noqa: ANN202 - Backend, imported lazily for the triggerer
         from airflow_provider_kinetic.hooks.kinetic import backend_for, config_from_json
 
-        return backend_for(config_from_json(self.config))
+        return backend_for(config_from_json(self.config), self.state["plan"].get("backend"))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:

@@ -60,7 +60,7 @@ class KineticJobTrigger(BaseTrigger):
     def _backend(self):  # noqa: ANN202 - Backend; imported lazily for the triggerer
         from airflow_provider_kinetic.hooks.kinetic import backend_for, config_from_json
 
-        return backend_for(config_from_json(self.config))
+        return backend_for(config_from_json(self.config), self.handle.get("backend"))
 
     def _event(self, status: str, message: str = "", reason: str | None = None) -> TriggerEvent:
         return TriggerEvent(

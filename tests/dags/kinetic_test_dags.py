@@ -65,11 +65,12 @@ with DAG("kinetic_bad_accelerator", schedule=None, start_date=START, catchup=Fal
     )
 
 
+def _helper(n: int) -> int:
+    return n * n
+
+
 with DAG("kinetic_taskflow", schedule=None, start_date=START, catchup=False) as taskflow_dag:
     from airflow.sdk import task
-
-    def _helper(n: int) -> int:
-        return n * n
 
     @task.kinetic(accelerator="gpu-l4", deferrable=True, poll_interval=0.2)
     def squares(n: int) -> dict:
@@ -78,3 +79,21 @@ with DAG("kinetic_taskflow", schedule=None, start_date=START, catchup=False) as 
         return {"sum": sum(_helper(i) for i in range(n)), "jax": os.environ["JAX_PLATFORMS"]}
 
     squares(10)
+
+
+with DAG("kinetic_sensor", schedule=None, start_date=START, catchup=False) as sensor_dag:
+    from airflow_provider_kinetic.sensors.job import KineticJobSensor
+
+    ok = KineticRunOperator(task_id="ok", python_callable=_helper, op_args=[3], poll_interval=0.2)
+    bad = KineticRunOperator(
+        task_id="bad", python_callable=fails_loudly, op_args=[1], poll_interval=0.2
+    )
+    for upstream in (ok, bad):
+        for mode, deferrable in (("poke", False), ("defer", True)):
+            upstream >> KineticJobSensor(
+                task_id=f"wait_{upstream.task_id}_{mode}",
+                handle="{{ ti.xcom_pull(task_ids='%s', key='kinetic_job') }}" % upstream.task_id,
+                deferrable=deferrable,
+                poke_interval=0.2,
+                trigger_rule="all_done",
+            )

@@ -114,3 +114,12 @@ def test_task_kinetic_decorator_runs_gpu_job_locally_on_cpu(load_dag, capfd, cap
     assert x[("squares", "kinetic_job")]["accelerator"] == "gpu-l4"
     log = "".join(capfd.readouterr()) + caplog.text
     assert "no GPU on this machine: running gpu-l4x1 job on the CPU" in log
+
+
+def test_job_sensor_poke_and_deferrable(load_dag):
+    dag = load_dag("kinetic_test_dags.py", "kinetic_sensor")
+    dr = dag.test(logical_date=LOGICAL)
+    states = _states(dr)
+    assert states["ok"] == "success" and states["bad"] == "failed"
+    assert states["wait_ok_poke"] == "success" and states["wait_ok_defer"] == "success"
+    assert states["wait_bad_poke"] == "failed" and states["wait_bad_defer"] == "failed"

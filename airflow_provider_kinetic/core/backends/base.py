@@ -66,6 +66,10 @@ class Backend(abc.ABC):
     ) -> dict[str, StatusReport]:
         return await asyncio.to_thread(self.batch_status, group_id, handles)
 
+    def object_name(self, job_id: str) -> str:
+        """Name of the object this backend creates for a job (kinetic's naming)."""
+        return f"kinetic-{job_id}"
+
     def exists(self, handle: dict[str, Any]) -> bool:
         return self.status(handle).status is not JobStatus.NOT_FOUND
 
