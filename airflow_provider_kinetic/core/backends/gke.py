@@ -1,0 +1,400 @@
+"""The GKE backend: one batch/v1 Job per run, through the official ``kubernetes`` client.
+
+Each operation is written once, as a *plan*: a generator that yields API calls
+(:class:`Call`) and receives their replies (:class:`Reply`), holding no client.
+Two small drivers run plans, one with the blocking ``kubernetes`` client (worker
+processes) and one with ``kubernetes_asyncio`` (the triggerer's event loop), so the
+sync and async paths cannot drift apart.  Replies are raw JSON (``_preload_content
+=False``): no model round trip that could choke on fields newer than the client,
+and pod logs arrive byte for byte (the typed client mangles JSON-looking log lines).
+
+A 401 means the bearer token went stale (GKE tokens last an hour): the driver
+rebuilds the client from the factory once (a GKE factory refreshes its token) and
+repeats the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import threading
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import kubernetes.client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from airflow_provider_kinetic.core.backends import k8s_logs, k8s_status
+from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.backends.manifests import GROUP_LABEL, job_manifest, job_name
+from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.jobspec import CONTAINER_NAME, JobSpec, label_value
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+ApiClientFactory = Callable[[], k8s.ApiClient]
+#: Returns a ``kubernetes_asyncio`` ApiClient (or an awaitable of one).
+AsyncApiClientFactory = Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One API call: ``getattr(<api class>(client), method)(*args, **kwargs)``."""
+
+    api: str
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """HTTP status and raw body of one call."""
+
+    status: int
+    body: bytes
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+
+Plan = Generator[Call, Reply, T]
+
+
+class KubernetesApiError(RuntimeError):
+    """A call the API server refused; ``status`` is the HTTP code, the message is the server's."""
+
+    def __init__(self, what: str, reply: Reply):
+        self.status = reply.status
+        try:
+            detail = (reply.json() or {}).get("message") or ""
+        except (ValueError, AttributeError):
+            detail = reply.body[:300].decode("utf-8", "replace")
+        super().__init__(f"{what}: HTTP {reply.status} {detail}".rstrip())
+
+
+def json_or_none(reply: Reply, what: str) -> dict[str, Any] | None:
+    """The object in ``reply``, ``None`` on 404, raise on any other error."""
+    if reply.status == 404:
+        return None
+    if not reply.ok:
+        raise KubernetesApiError(what, reply)
+    return reply.json()
+
+
+def items(reply: Reply, what: str) -> list[dict[str, Any]]:
+    """The ``items`` of a list reply; raise on any error."""
+    if not reply.ok:
+        raise KubernetesApiError(what, reply)
+    return list((reply.json() or {}).get("items") or [])
+
+
+class GkeBackend(Backend):
+    """Runs each job as a batch/v1 Job (``kinetic-{job_id}``) on a GKE cluster.
+
+    ``api_client_factory`` returns a ``kubernetes.client.ApiClient``; production
+    passes :func:`~airflow_provider_kinetic.core.backends.gke_auth.gke_api_client_factory`,
+    tests one pointed at a loopback API double.  If the factory has an
+    ``invalidate()`` method it is called before a rebuild after a 401, and an
+    ``async_client()`` method is used for the async path (else the async client is
+    derived from the sync client's configuration).
+    """
+
+    name = "gke"
+
+    def __init__(
+        self,
+        api_client_factory: ApiClientFactory,
+        *,
+        namespace: str = "default",
+        async_api_client_factory: AsyncApiClientFactory | None = None,
+        image_pull_grace_s: float = 300.0,
+        schedule_timeout_s: float | None = 1800.0,
+        create_grace_s: float = 180.0,
+    ):
+        self._factory = api_client_factory
+        self._async_factory = async_api_client_factory or getattr(
+            api_client_factory, "async_client", None
+        )
+        self.namespace = namespace
+        self.limits = k8s_status.Limits(image_pull_grace_s, schedule_timeout_s, create_grace_s)
+        self._client: k8s.ApiClient | None = None
+        self._lock = threading.Lock()
+
+    # ---- the Backend API --------------------------------------------------------
+    def submit(self, spec: JobSpec) -> None:
+        self._run(self._submit_plan(spec))
+
+    def status(self, handle: dict[str, Any]) -> StatusReport:
+        return self._run(self._status_plan(handle))
+
+    def read_logs(self, handle: dict[str, Any], offset: int = 0) -> tuple[str, int]:
+        return self._run(self._logs_plan(handle, offset))
+
+    def cancel(self, handle: dict[str, Any]) -> None:
+        self._run(self._cancel_plan(handle))
+
+    def batch_status(self, group_id: str, handles: list[dict[str, Any]]) -> dict[str, StatusReport]:
+        return self._run(self._batch_plan(group_id, handles))
+
+    async def abatch_status(
+        self, group_id: str, handles: list[dict[str, Any]]
+    ) -> dict[str, StatusReport]:
+        return await self._arun(self._batch_plan(group_id, handles))
+
+    def manifest(self, spec: JobSpec) -> dict[str, Any]:
+        return job_manifest(spec)
+
+    async def astatus(self, handle: dict[str, Any]) -> StatusReport:
+        return await self._arun(self._status_plan(handle))
+
+    async def aread_logs(self, handle: dict[str, Any], offset: int = 0) -> tuple[str, int]:
+        return await self._arun(self._logs_plan(handle, offset))
+
+    async def acancel(self, handle: dict[str, Any]) -> None:
+        await self._arun(self._cancel_plan(handle))
+
+    # ---- plans (no I/O) ---------------------------------------------------------
+    def where(self, handle: dict[str, Any]) -> tuple[str, str]:
+        """(namespace, object name) of the job named by ``handle``."""
+        name = handle.get("k8s_name") or self.object_name(handle["job_id"])
+        return handle.get("namespace") or self.namespace, name
+
+    def object_name(self, job_id: str) -> str:
+        return job_name(job_id)
+
+    def _submit_plan(self, spec: JobSpec) -> Plan[None]:
+        if spec.accelerator.is_multi_host:
+            log.warning(
+                "%s spans %d hosts but runs as one pod; the pathways backend runs one pod per host",
+                spec.accelerator.canonical, spec.accelerator.num_nodes,
+            )  # fmt: skip
+        body = job_manifest(spec)
+        reply = yield Call("BatchV1Api", "create_namespaced_job", (spec.namespace, body))
+        if not reply.ok:
+            raise KubernetesApiError(f"creating Job {spec.namespace}/{spec.name}", reply)
+
+    def _status_plan(self, handle: dict[str, Any]) -> Plan[StatusReport]:
+        ns, name = self.where(handle)
+        job = json_or_none(
+            (yield Call("BatchV1Api", "read_namespaced_job", (name, ns))), f"reading Job {name}"
+        )
+        if job is None:
+            return k8s_status.job_status(None, [])
+        pods = yield from self._pods_plan(ns, name)
+        now = datetime.now(UTC)
+        report = k8s_status.job_status(job, pods, now=now, limits=self.limits)
+        if not self._wants_events(report, pods, now):
+            return report
+        pod = k8s_status.select_pod(pods)
+        target = name if pod is None else pod["metadata"]["name"]
+        events = yield from self._events_plan(ns, target)
+        return k8s_status.job_status(job, pods, events, now=now, limits=self.limits)
+
+    def _wants_events(
+        self, report: StatusReport, pods: list[dict[str, Any]], now: datetime
+    ) -> bool:
+        """Events cost a call, so read them only where they can explain a wait: a Job
+        without pods (FailedCreate) or a pod stuck starting (FailedMount)."""
+        if report.status is not JobStatus.PENDING:
+            return False
+        pod = k8s_status.select_pod(pods)
+        return pod is None or k8s_status.needs_pod_events(pod, now, self.limits)
+
+    def _batch_plan(
+        self, group_id: str, handles: list[dict[str, Any]]
+    ) -> Plan[dict[str, StatusReport]]:
+        """Two list calls per namespace for a whole batch (jobs and pods by GROUP_LABEL).
+
+        A child missing from the list (submitted without the label) or one whose
+        wait needs its events gets the single-job status: slower, never wrong.
+        """
+        by_ns: dict[str, list[dict[str, Any]]] = {}
+        for handle in handles:
+            by_ns.setdefault(self.where(handle)[0], []).append(handle)
+        selector = {"label_selector": f"{GROUP_LABEL}={label_value(group_id)}"}
+        result: dict[str, StatusReport] = {}
+        for ns, group in by_ns.items():
+            reply = yield Call("BatchV1Api", "list_namespaced_job", (ns,), selector)
+            jobs = {j["metadata"]["name"]: j for j in items(reply, f"listing Jobs of {group_id}")}
+            reply = yield Call("CoreV1Api", "list_namespaced_pod", (ns,), selector)
+            pods = items(reply, f"listing pods of {group_id}")
+            now = datetime.now(UTC)
+            for handle in group:
+                name = self.where(handle)[1]
+                mine = [p for p in pods if _labels(p).get("job-name") == name]
+                if name in jobs:
+                    report = k8s_status.job_status(jobs[name], mine, now=now, limits=self.limits)
+                    if not self._wants_events(report, mine, now):
+                        result[handle["job_id"]] = report
+                        continue
+                result[handle["job_id"]] = yield from self._status_plan(handle)
+        return result
+
+    def _pods_plan(self, ns: str, name: str) -> Plan[list[dict[str, Any]]]:
+        call = Call(
+            "CoreV1Api", "list_namespaced_pod", (ns,), {"label_selector": f"job-name={name}"}
+        )
+        return items((yield call), f"listing pods of {name}")
+
+    def _events_plan(self, ns: str, name: str) -> Plan[list[dict[str, Any]]]:
+        selector = {"field_selector": f"involvedObject.name={name}"}
+        reply = yield Call("CoreV1Api", "list_namespaced_event", (ns,), selector)
+        return items(reply, f"listing events of {name}") if reply.status != 403 else []
+
+    def _log_pod_plan(self, ns: str, name: str) -> Plan[dict[str, Any] | None]:
+        """The pod whose log is the job's log (kinetic: the status pick)."""
+        return k8s_status.select_pod((yield from self._pods_plan(ns, name)))
+
+    def _logs_plan(self, handle: dict[str, Any], offset: int) -> Plan[tuple[str, int]]:
+        ns, name = self.where(handle)
+        pod = yield from self._log_pod_plan(ns, name)
+        if pod is None:
+            return "", offset
+        meta = pod.get("metadata") or {}
+        pod_name = meta.get("name", "")
+        tail = k8s_logs.LogTail((ns, pod_name, meta.get("uid", "")), offset)
+        kwargs = {"container": CONTAINER_NAME, "timestamps": True, **tail.request_kwargs()}
+        reply = yield Call("CoreV1Api", "read_namespaced_pod_log", (pod_name, ns), kwargs)
+        if reply.status in (400, 404):  # container not started yet, or pod gone
+            return "", offset
+        if not reply.ok:
+            raise KubernetesApiError(f"reading the log of {pod_name}", reply)
+        return tail.consume(reply.body)
+
+    def _cancel_plan(self, handle: dict[str, Any]) -> Plan[None]:
+        ns, name = self.where(handle)
+        call = Call("BatchV1Api", "delete_namespaced_job", (name, ns),
+                    {"propagation_policy": "Foreground"})  # fmt: skip
+        reply = yield call
+        if not reply.ok and reply.status != 404:
+            raise KubernetesApiError(f"deleting Job {ns}/{name}", reply)
+
+    # ---- drivers ------------------------------------------------------------------
+    def _run(self, plan: Plan[T]) -> T:
+        try:
+            call = next(plan)
+            while True:
+                call = plan.send(self._send(call))
+        except StopIteration as stop:
+            return stop.value
+
+    def _send(self, call: Call) -> Reply:
+        for attempt in (1, 2):
+            client = self._sync_client()
+            api = getattr(k8s, call.api)(client)
+            try:
+                resp = getattr(api, call.method)(*call.args, _preload_content=False, **call.kwargs)
+                reply = Reply(resp.status, resp.data or b"")
+                resp.release_conn()
+            except ApiException as exc:
+                if not exc.status:  # TLS or transport failure, not an HTTP answer
+                    raise
+                body = exc.body or b""
+                reply = Reply(exc.status, body.encode() if isinstance(body, str) else body)
+            if reply.status == 401 and attempt == 1:
+                log.info("Kubernetes API answered 401; refreshing credentials and retrying once")
+                self._reset_client(client)
+                continue
+            return reply
+        raise AssertionError("unreachable")
+
+    def _sync_client(self) -> k8s.ApiClient:
+        with self._lock:
+            if self._client is None:
+                self._client = self._factory()
+            return self._client
+
+    def _reset_client(self, stale: k8s.ApiClient) -> None:
+        # Not closed: another thread may still be using it; it goes with its last user.
+        with self._lock:
+            if self._client is stale:
+                self._client = None
+                _invalidate(self._factory)
+
+    async def _arun(self, plan: Plan[T]) -> T:
+        client = await self._new_async_client()
+        try:
+            call = next(plan)
+            while True:
+                reply, client = await self._asend(call, client)
+                call = plan.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            await client.close()
+
+    async def _asend(self, call: Call, client: Any) -> tuple[Reply, Any]:
+        import kubernetes_asyncio.client as ak8s
+
+        for attempt in (1, 2):
+            api = getattr(ak8s, call.api)(client)
+            resp = await getattr(api, call.method)(
+                *call.args, _preload_content=False, **call.kwargs
+            )
+            try:
+                reply = Reply(resp.status, await resp.read())
+            finally:
+                resp.release()
+            if reply.status == 401 and attempt == 1:
+                log.info("Kubernetes API answered 401; refreshing credentials and retrying once")
+                await client.close()
+                _invalidate(self._factory)
+                if self._async_factory is not None:
+                    _invalidate(self._async_factory)
+                with self._lock:
+                    self._client = None
+                client = await self._new_async_client()
+                continue
+            return reply, client
+        raise AssertionError("unreachable")
+
+    async def _new_async_client(self) -> Any:
+        if self._async_factory is not None:
+            made = self._async_factory()
+            return await made if inspect.isawaitable(made) else made
+        import kubernetes_asyncio.client as ak8s
+
+        # Building the sync client may fetch a token: off the loop.  The aiohttp
+        # session inside the async client must be made on the loop.
+        sync_client = await asyncio.to_thread(self._sync_client)
+        cfg = await asyncio.to_thread(async_configuration_like, sync_client)
+        return ak8s.ApiClient(cfg)
+
+
+def async_configuration_like(client: k8s.ApiClient) -> Any:
+    """A ``kubernetes_asyncio`` Configuration with the same host, TLS settings and token.
+
+    The token is copied as it is now (a sync refresh hook may block, which an
+    event loop must not do); a 401 makes the driver build a fresh copy.
+    """
+    import kubernetes_asyncio.client as ak8s
+
+    src = client.configuration
+    cfg = ak8s.Configuration(host=src.host)
+    for attr in ("ssl_ca_cert", "verify_ssl", "cert_file", "key_file", "tls_server_name", "proxy"):
+        if hasattr(src, attr) and hasattr(cfg, attr):
+            setattr(cfg, attr, getattr(src, attr))
+    token = src.get_api_key_with_prefix("BearerToken", alias="authorization")
+    if token:
+        cfg.api_key = {"BearerToken": token}
+    return cfg
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _invalidate(factory: Any) -> None:
+    invalidate = getattr(factory, "invalidate", None)
+    if callable(invalidate):
+        invalidate()

@@ -1,0 +1,113 @@
+"""Kubernetes objects that wrap the one :class:`JobSpec`: a batch/v1 Job and a LeaderWorkerSet.
+
+Pure functions, no client, no network: the GKE and Pathways backends send exactly
+these dicts, ``Backend.manifest`` shows them as a dry run, and the tests validate
+them against the Kubernetes (and LWS CRD) schemas.  Names, labels and env follow
+kinetic 0.0.4 (protocol notes §2.1, §2.8, §2.10) so kinetic's CLI sees our jobs.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from airflow_provider_kinetic.core.jobspec import JobSpec
+
+#: Label that marks every Job (and pod) of one batch, so one list call answers for
+#: all children (``Backend.batch_status``).  Set it through ``SpecInputs.extra_labels``.
+GROUP_LABEL = "kinetic-group-id"
+LWS_GROUP = "leaderworkerset.x-k8s.io"
+LWS_PLURAL = "leaderworkersets"
+LWS_DEFAULT_VERSION = "v1"
+#: Recreate the whole group when any pod restarts: a multi-host JAX program cannot
+#: continue with one host replaced, so a partial restart would only hang.
+LWS_RESTART_POLICY = "RecreateGroupOnPodRestart"
+_MULTI_HOST_ENV = frozenset(
+    {"MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES", "TPU_WORKER_ID"}
+)
+
+
+def job_name(job_id: str) -> str:
+    """GKE Job name (kinetic: ``kinetic-{job_id}``)."""
+    return f"kinetic-{job_id}"
+
+
+def lws_name(job_id: str) -> str:
+    """LeaderWorkerSet name (kinetic: ``keras-pathways-{job_id}``)."""
+    return f"keras-pathways-{job_id}"
+
+
+def leader_pod_name(name: str) -> str:
+    """The leader pod of group 0 of the LeaderWorkerSet ``name``."""
+    return f"{name}-0"
+
+
+def job_manifest(spec: JobSpec) -> dict[str, Any]:
+    """The batch/v1 Job for ``spec``.
+
+    ``backoffLimit: 0`` because the payload is not idempotent (it writes its
+    result and outputs): a retry belongs to Airflow, which knows about it.
+    """
+    name = spec.name  # the builder's name: kinetic-{job_id}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": spec.namespace, "labels": dict(spec.labels)},
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": spec.ttl_seconds,
+            # A deep copy, so a caller editing the manifest never edits the spec.
+            "template": copy.deepcopy(spec.pod_template({"job-name": name})),
+        },
+    }
+
+
+def lws_manifest(
+    spec: JobSpec, api_version: str = f"{LWS_GROUP}/{LWS_DEFAULT_VERSION}"
+) -> dict[str, Any]:
+    """The LeaderWorkerSet for a multi-host ``spec`` (one group of ``num_nodes`` pods).
+
+    The pod template is the Job's with three differences: label ``app`` is
+    ``kinetic-pathways`` (kinetic's selector for these pods); there is no
+    ``restartPolicy`` (LWS creates StatefulSets from these templates, and
+    StatefulSet validation accepts only the default ``Always``); and the container
+    gets the multi-host env, where the coordinator address and this host's index
+    come from variables the LWS webhook injects (the kubelet expands ``$(...)``).
+    """
+    name = lws_name(spec.job_id)
+    hosts = spec.accelerator.num_nodes
+    template = copy.deepcopy(spec.pod_template({"app": "kinetic-pathways", "job-name": name}))
+    template["spec"].pop("restartPolicy", None)
+    for container in template["spec"]["containers"]:
+        env = [e for e in container.get("env", []) if e["name"] not in _MULTI_HOST_ENV]
+        container["env"] = env + [
+            {"name": "MEGASCALE_COORDINATOR_ADDRESS", "value": "$(LWS_LEADER_ADDRESS)"},
+            # kinetic puts the host count here (not a slice count); keep it identical.
+            {"name": "MEGASCALE_NUM_SLICES", "value": str(hosts)},
+            {"name": "TPU_WORKER_ID", "value": "$(LWS_WORKER_INDEX)"},
+        ]
+    return {
+        "apiVersion": api_version,
+        "kind": "LeaderWorkerSet",
+        "metadata": {
+            "name": name,
+            "namespace": spec.namespace,
+            "labels": {**spec.labels, "app": "kinetic-pathways"},
+        },
+        "spec": {
+            "replicas": 1,
+            "leaderWorkerTemplate": {
+                "size": hosts,
+                "restartPolicy": LWS_RESTART_POLICY,
+                "leaderTemplate": template,
+                "workerTemplate": copy.deepcopy(template),
+            },
+        },
+    }
+
+
+def to_yaml(manifest: dict[str, Any]) -> str:
+    """YAML for ``kubectl apply -f -`` (key order kept, so it reads like the dict)."""
+    import yaml  # the kubernetes client depends on PyYAML; only needed here
+
+    return yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False)

@@ -1,0 +1,138 @@
+"""The Pathways backend: a multi-host job as one LeaderWorkerSet group.
+
+kinetic calls LWS + multi-process JAX "Pathways" (protocol notes §2.10): one pod
+per TPU host, created together, recreated together.  Everything but the object
+kind is the GKE backend's: the same pod spec, the same plans and drivers, the
+same diagnosis (with the leader/worker rules of :func:`k8s_status.pathways_status`).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow_provider_kinetic.core.backends import k8s_status
+from airflow_provider_kinetic.core.backends.base import StatusReport
+from airflow_provider_kinetic.core.backends.gke import (
+    Call,
+    GkeBackend,
+    KubernetesApiError,
+    Plan,
+    json_or_none,
+)
+from airflow_provider_kinetic.core.backends.manifests import (
+    LWS_DEFAULT_VERSION,
+    LWS_GROUP,
+    LWS_PLURAL,
+    leader_pod_name,
+    lws_manifest,
+    lws_name,
+)
+from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.jobspec import JobSpec
+
+
+class PathwaysBackend(GkeBackend):
+    """Runs each job as a LeaderWorkerSet ``keras-pathways-{job_id}`` (size = hosts).
+
+    The LWS API version is discovered once per backend (the cluster's preferred
+    version of the group), falling back to ``v1`` when discovery fails.
+    LeaderWorkerSets never expire by themselves: ``cancel`` is the cleanup.
+    """
+
+    name = "pathways"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._lws_version: str | None = None
+
+    def manifest(self, spec: JobSpec) -> dict[str, Any]:
+        return lws_manifest(spec, f"{LWS_GROUP}/{self._lws_version or LWS_DEFAULT_VERSION}")
+
+    def object_name(self, job_id: str) -> str:
+        return lws_name(job_id)
+
+    def _version_plan(self) -> Plan[str]:
+        if self._lws_version is None:
+            reply = yield Call("ApisApi", "get_api_versions")
+            groups = ((reply.json() or {}).get("groups") or []) if reply.ok else []
+            group = next((g for g in groups if g.get("name") == LWS_GROUP), None)
+            if group is None:  # not discoverable (RBAC, old server): kinetic's default
+                return LWS_DEFAULT_VERSION
+            self._lws_version = (group.get("preferredVersion") or {}).get(
+                "version"
+            ) or LWS_DEFAULT_VERSION
+        return self._lws_version
+
+    def _custom(self, method: str, *args: Any, **kwargs: Any) -> Call:
+        return Call("CustomObjectsApi", method, args, kwargs)
+
+    def _submit_plan(self, spec: JobSpec) -> Plan[None]:
+        version = yield from self._version_plan()
+        body = lws_manifest(spec, f"{LWS_GROUP}/{version}")
+        name = body["metadata"]["name"]
+        reply = yield self._custom(
+            "create_namespaced_custom_object", LWS_GROUP, version, spec.namespace, LWS_PLURAL, body
+        )
+        if not reply.ok:
+            raise KubernetesApiError(f"creating LeaderWorkerSet {spec.namespace}/{name}", reply)
+
+    def _status_plan(self, handle: dict[str, Any]) -> Plan[StatusReport]:
+        ns, name = self.where(handle)
+        version = yield from self._version_plan()
+        reply = yield self._custom(
+            "get_namespaced_custom_object", LWS_GROUP, version, ns, LWS_PLURAL, name
+        )
+        lws = json_or_none(reply, f"reading LeaderWorkerSet {name}")
+        leader = leader_pod_name(name)
+        if lws is None:
+            return k8s_status.pathways_status(None, [], leader_name=leader)
+        pods = yield from self._pods_plan(ns, name)
+        now = datetime.now(UTC)
+        report = k8s_status.pathways_status(
+            lws, pods, leader_name=leader, now=now, limits=self.limits
+        )
+        if report.status is not JobStatus.PENDING:
+            return report
+        # Without a leader pod, the leader StatefulSet (named like the LWS) has the
+        # FailedCreate events; a leader stuck starting may have FailedMount events.
+        pod = next((p for p in pods if p["metadata"]["name"] == leader), None)
+        if pod is None:
+            target = name
+        elif k8s_status.needs_pod_events(pod, now, self.limits):
+            target = leader
+        else:
+            return report
+        events = yield from self._events_plan(ns, target)
+        return k8s_status.pathways_status(
+            lws, pods, events, leader_name=leader, now=now, limits=self.limits
+        )
+
+    def _batch_plan(
+        self, group_id: str, handles: list[dict[str, Any]]
+    ) -> Plan[dict[str, StatusReport]]:
+        """One status per LeaderWorkerSet (multi-host batches are small)."""
+        result: dict[str, StatusReport] = {}
+        for handle in handles:
+            result[handle["job_id"]] = yield from self._status_plan(handle)
+        return result
+
+    def _log_pod_plan(self, ns: str, name: str) -> Plan[dict[str, Any] | None]:
+        """The leader pod: it runs process 0, whose output is the job's (kinetic shows only it)."""
+        reply = yield Call("CoreV1Api", "read_namespaced_pod", (leader_pod_name(name), ns))
+        return json_or_none(reply, f"reading the leader pod of {name}")
+
+    def _cancel_plan(self, handle: dict[str, Any]) -> Plan[None]:
+        ns, name = self.where(handle)
+        version = yield from self._version_plan()
+        reply = yield self._custom(
+            "delete_namespaced_custom_object",
+            LWS_GROUP,
+            version,
+            ns,
+            LWS_PLURAL,
+            name,
+            propagation_policy="Foreground",
+        )
+        if not reply.ok and reply.status != 404:
+            raise KubernetesApiError(f"deleting LeaderWorkerSet {ns}/{name}", reply)
