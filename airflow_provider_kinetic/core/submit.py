@@ -225,17 +225,27 @@ def function_output_dir(uri: str) -> str:
     return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
+def plan_job(
+    request: JobRequest, config: KineticConfig, store: ObjectStore, job_id: str
+) -> tuple[_Packed, JobSpec, str]:
+    """Validate, pack and build the spec of one job; uploads nothing (dry runs stop here).
+
+    Returns the packed payload, the spec, and the output dir URI.
+    """
+    output_uri = request.output_dir or store.uri(f"outputs/{job_id}")
+    env_vars = capture_env(request.capture_env_vars)
+    env_vars["KINETIC_OUTPUT_DIR"] = function_output_dir(output_uri)
+    packed = prepare(request, store, env_vars)
+    return packed, make_spec(request, config, store, job_id, packed, env_vars), output_uri
+
+
 def submit_job(
     request: JobRequest, config: KineticConfig, backend: Backend, store: ObjectStore | None = None
 ) -> tuple[dict[str, Any], JobSpec]:
     """Run the whole submission; returns the handle dict and the spec it launched."""
     store = store or config.store()
     job_id = request.job_id or new_job_id()
-    output_uri = request.output_dir or store.uri(f"outputs/{job_id}")
-    env_vars = capture_env(request.capture_env_vars)
-    env_vars["KINETIC_OUTPUT_DIR"] = function_output_dir(output_uri)
-    packed = prepare(request, store, env_vars)
-    spec = make_spec(request, config, store, job_id, packed, env_vars)
+    packed, spec, output_uri = plan_job(request, config, store, job_id)
     func_name = getattr(request.func, "__name__", type(request.func).__name__)
     handle = make_handle(
         job_id=job_id,

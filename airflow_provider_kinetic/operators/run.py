@@ -14,9 +14,10 @@ from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, 
 
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.backends.manifests import manifest_for, to_yaml
 from airflow_provider_kinetic.core.handles import JobStatus
 from airflow_provider_kinetic.core.results import collect
-from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+from airflow_provider_kinetic.core.submit import JobRequest, plan_job, submit_job
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.operators.common import (
     XCOM_JOB,
@@ -101,12 +102,15 @@ class KineticRunOperator(BaseOperator):
 
     # ---- building the request ---------------------------------------------------
     def build_request(
-        self, context: Mapping[str, Any], store_uri: Callable[[str], str]
+        self,
+        identity: Mapping[str, Any],
+        store_uri: Callable[[str], str],
+        context: Mapping[str, Any] | None = None,
     ) -> JobRequest:
-        identity = task_identity(context)
         output_dir = self.output_dir or store_uri(default_output_key(identity))
         volumes = self.volumes
-        if isinstance(volumes, dict):  # Airflow renders dict values only: render the paths too
+        if isinstance(volumes, dict) and context is not None:
+            # Airflow renders dict values only: render the mount paths too.
             volumes = {self.render_template(k, context): v for k, v in volumes.items()}
         return JobRequest(
             func=self.python_callable,
@@ -116,7 +120,7 @@ class KineticRunOperator(BaseOperator):
             volumes=volumes,
             capture_env_vars=self.capture_env_vars,
             output_dir=output_dir,
-            identity=identity,
+            identity=dict(identity),
             by_value_roots=by_value_roots(),
             cpu_request=self.cpu,
             memory_request=self.memory,
@@ -131,7 +135,7 @@ class KineticRunOperator(BaseOperator):
         self._backend = backend
         handle = self._adopt(context, backend)
         if handle is None:
-            request = self.build_request(context, store.uri)
+            request = self.build_request(task_identity(context), store.uri, context)
             handle, _ = submit_job(request, config, backend, store)
             self._remember(context, handle)
         self._handle = handle
@@ -182,6 +186,23 @@ class KineticRunOperator(BaseOperator):
                 f"{event.get('status')} ({why}) while the job was {report.status.value}"
             )
         return self._finish(hook.get_store(), backend, handle, report, log_offset)
+
+    def dry_run(self) -> dict[str, Any]:
+        """The manifest this operator would submit, printed as YAML; creates nothing.
+
+        Packs the payload (so its SHA-256 is real) and hashes local Data, but uploads
+        nothing and needs no cluster credentials.  Templates are used as they stand.
+        """
+        config = KineticHook(self.kinetic_conn_id).get_config()
+        accel = parse_accelerator(self.accelerator)
+        kind = config.backend_kind(accel)
+        store = config.store()
+        identity = {"dag_id": self.dag_id, "task_id": self.task_id, "run_id": "dry_run"}
+        request = self.build_request(identity, store.uri)
+        _, spec, _ = plan_job(request, config, store, "job-dryrun00")
+        manifest = manifest_for(kind, spec)
+        print(to_yaml(manifest))
+        return manifest
 
     # ---- waiting / finishing ------------------------------------------------------
     def _wait(

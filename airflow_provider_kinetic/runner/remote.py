@@ -10,6 +10,7 @@ exits 0 only when the function succeeded and its result was stored.
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import logging
 import os
@@ -155,11 +156,21 @@ def resolve_refs(obj: Any, workdir: str, cache: dict[str, str]) -> Any:
             cache[obj["uri"]] = _download_ref(obj, target)
         return cache[obj["uri"]]
     if isinstance(obj, dict):
-        return type(obj)({k: resolve_refs(v, workdir, cache) for k, v in obj.items()})
+        new = {k: resolve_refs(v, workdir, cache) for k, v in obj.items()}
+        if all(new[k] is v for k, v in obj.items()):
+            return obj  # nothing resolved inside: keep the user's object as it is
+        if isinstance(obj, collections.defaultdict):  # its constructor wants the factory
+            out = collections.defaultdict(obj.default_factory)
+            out.update(new)
+            return out
+        return type(obj)(new)
     if isinstance(obj, list):
-        return [resolve_refs(v, workdir, cache) for v in obj]
+        items = [resolve_refs(v, workdir, cache) for v in obj]
+        return obj if all(a is b for a, b in zip(items, obj, strict=True)) else items
     if isinstance(obj, tuple):
         items = [resolve_refs(v, workdir, cache) for v in obj]
+        if all(a is b for a, b in zip(items, obj, strict=True)):
+            return obj
         return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
     return obj
 

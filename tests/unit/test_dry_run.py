@@ -1,0 +1,94 @@
+"""KineticRunOperator.dry_run(): the manifest, printed as YAML, nothing uploaded or created."""
+
+from __future__ import annotations
+
+import json
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from airflow_provider_kinetic import Data, KineticRunOperator
+
+
+def train(data: str) -> int:
+    return len(data)
+
+
+@pytest.fixture
+def gke_conn(monkeypatch, tmp_path):
+    # Any GCS call would go to a closed port and fail, and there is no GCP connection
+    # for a cluster lookup: a dry run that passes contacted neither.
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")
+    monkeypatch.delenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", raising=False)
+    extras = {
+        "backend": "auto",
+        "bucket": "proj-kn-c1-jobs",
+        "project": "proj",
+        "zone": "us-central2-b",
+        "cluster": "c1",
+        "image": "us-docker.pkg.dev/p/r/base:tpu",
+    }
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KINETIC_DRY", json.dumps({"conn_type": "kinetic", "extra": extras})
+    )
+    return extras
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "kind", "tpu"),
+    [("tpu-v5e-4", "Job", "4"), ("tpu-v6e-2x4", "LeaderWorkerSet", "4"), ("gpu-l4x2", "Job", None)],
+)
+def test_dry_run_manifest_without_credentials(gke_conn, tmp_path, capsys, accelerator, kind, tpu):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x.csv").write_text("1,2\n")
+    op = KineticRunOperator(
+        task_id="train",
+        python_callable=train,
+        accelerator=accelerator,
+        op_kwargs={"data": Data(str(tmp_path / "d"), fuse=True)},
+        kinetic_conn_id="kinetic_dry",
+    )
+    manifest = op.dry_run()
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed == manifest and manifest["kind"] == kind
+    if kind == "Job":
+        kubernetes_validate.validate(manifest, "1.33", strict=True)
+        pod = manifest["spec"]["template"]["spec"]
+    else:
+        pod = manifest["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    container = pod["containers"][0]
+    assert container["image"] == gke_conn["image"]
+    assert container["args"][:2] == [
+        "--context-gcs",
+        "gs://proj-kn-c1-jobs/job-dryrun00/context.zip",
+    ]
+    limits = container["resources"]["limits"]
+    assert limits.get("google.com/tpu") == tpu
+    # FUSE data (a local dir, content-addressed) mounts its cache prefix read-only.
+    volume = pod["volumes"][0]["csi"]["volumeAttributes"]
+    assert volume["bucketName"] == "proj-kn-c1-jobs"
+    assert volume["mountOptions"].startswith("implicit-dirs,only-dir=default/data-cache/")
+
+
+def test_dry_run_rejects_multi_host_on_gke(monkeypatch):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KINETIC_GKE",
+        json.dumps(
+            {
+                "conn_type": "kinetic",
+                "extra": {
+                    "backend": "gke",
+                    "bucket": "b",
+                    "project": "p",
+                    "zone": "z",
+                    "cluster": "c",
+                },
+            }
+        ),
+    )
+    op = KineticRunOperator(
+        task_id="t", python_callable=train, accelerator="tpu-v6e-2x4", kinetic_conn_id="kinetic_gke"
+    )
+    with pytest.raises(ValueError, match="'tpu-v6e-2x4'.*spans 2 hosts.*'pathways' or 'auto'"):
+        op.dry_run()
