@@ -199,6 +199,8 @@ def observe(
             continue
         del state["active"][key]
         index = int(key)
+        if report.status is JobStatus.FAILED:
+            backend.cancel(handle)  # delete a stuck pod's Job before any retry
         if report.status is JobStatus.SUCCEEDED:
             state["done"][key] = "SUCCEEDED"
         elif _preempted(report, store, handle) and state["preemptions"].get(key, 0) < (

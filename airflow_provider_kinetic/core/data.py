@@ -50,7 +50,9 @@ def iter_tree(root: str) -> Iterator[tuple[str, str]]:
 def _digests_parallel(files: list[tuple[str, str]]) -> Iterator[bytes]:
     """Digests in submission order, bounded to 2x workers batches in flight."""
     workers = min(32, (os.cpu_count() or 1) + 4)
-    batches = [files[i : i + _BATCH] for i in range(0, len(files), _BATCH)]
+    # Small batches for few (large) files so every worker gets some; at most _BATCH.
+    size = max(1, min(_BATCH, len(files) // (workers * 4)))
+    batches = [files[i : i + size] for i in range(0, len(files), size)]
 
     def run(batch: list[tuple[str, str]]) -> list[bytes]:
         return [_file_digest(p, r) for p, r in batch]

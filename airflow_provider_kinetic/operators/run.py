@@ -252,7 +252,12 @@ class KineticRunOperator(BaseOperator):
                 "\n" + tb if tb else "",
             )
             raise
-        self._handle = None  # done: on_kill must not touch a finished job
+        finally:
+            self._handle = None  # done: on_kill must not touch a finished job
+            if report.status is JobStatus.FAILED:
+                # A failed job may hold a stuck pod (image pull, unschedulable): delete
+                # it so nothing is orphaned; its log was already shown.
+                backend.cancel(handle)
         return value
 
     # ---- retries, deadlines, kill ---------------------------------------------------
