@@ -171,6 +171,8 @@ class LocalBackend(Backend):
         pid = _read(os.path.join(jdir, "pid"))
         if pid is None or _read(os.path.join(jdir, "exit_code")) is not None:
             return
+        if not _alive(int(pid), jdir):
+            return  # already ended; the pid (and its group id) may belong to another process
         _write_atomic(os.path.join(jdir, "cancelled"), str(time.time()))
         _kill_group(int(pid), jdir)
 

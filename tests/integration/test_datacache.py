@@ -1,0 +1,156 @@
+"""kinetic's data cache on both stores: a marker means "complete", it is written last,
+a hit uploads nothing, and an interrupted upload is redone."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_kinetic.core import datacache
+from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore
+from tests.fixtures.fake_gcs import requires_fake_gcs
+
+
+@pytest.fixture(params=["local", pytest.param("gcs", marks=requires_fake_gcs)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
+    if request.param == "local":
+        return LocalStore(str(tmp_path / "bucket"))
+    from airflow_provider_kinetic.core.storage.gcs import GcsStore
+
+    fake_gcs = request.getfixturevalue("fake_gcs")
+    return GcsStore(request.getfixturevalue("gcs_bucket"), client=fake_gcs.client())
+
+
+def snapshot(store: ObjectStore) -> dict[str, Any]:
+    """Every object with a version stamp that changes when it is rewritten."""
+    if isinstance(store, LocalStore):
+        out = {}
+        for key in store.list(""):
+            st = os.stat(os.path.join(store.bucket, key))
+            out[key] = (st.st_ino, st.st_mtime_ns, st.st_size)
+        return out
+    return {b.name: (b.generation, b.size) for b in store.client.list_blobs(store.bucket)}
+
+
+class Recorder:
+    """Wraps a store and records the calls ``upload_data`` makes, in order."""
+
+    def __init__(self, inner: ObjectStore, fail_after: int | None = None):
+        self.inner = inner
+        self.events: list[tuple] = []
+        self.fail_after = fail_after
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def exists(self, key: str) -> bool:
+        self.events.append(("exists", key))
+        return self.inner.exists(key)
+
+    def upload_files(self, root, relpaths, prefix, progress=None) -> int:
+        rels = list(relpaths)
+        self.events.append(("upload_files:start", prefix, tuple(rels)))
+        if self.fail_after is not None:
+            self.inner.upload_files(root, rels[: self.fail_after], prefix)
+            raise ConnectionError("network dropped mid-upload")
+        n = self.inner.upload_files(root, rels, prefix, progress=progress)
+        self.events.append(("upload_files:end", prefix))
+        return n
+
+    def write_bytes(self, key: str, data: bytes, **kw: Any) -> None:
+        # What is in the cache at the moment the marker is written.
+        content = self.inner.list(datacache.CACHE_PREFIX + "/")
+        self.events.append(("write_bytes", key, tuple(content)))
+        self.inner.write_bytes(key, data, **kw)
+
+    def upload_file(self, local_path: str, key: str) -> int:
+        self.events.append(("upload_file", key))
+        return self.inner.upload_file(local_path, key)
+
+
+def make_tree(root: Path, n: int = 25) -> list[str]:
+    rels = [f"part{i % 3}/file-{i:03d}.txt" for i in range(n)] + ["top.txt", "日本/ñ.bin"]
+    for rel in rels:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(rel.encode() * 3)
+    return sorted(rels)
+
+
+def test_layout_matches_kinetic(store: ObjectStore, tmp_path: Path) -> None:
+    rels = make_tree(tmp_path / "tree")
+    d = Data(str(tmp_path / "tree"))
+    assert datacache.upload_data(store, d) is True
+    h = d.content_hash()
+    assert store.list(f"default/data-cache/{h}/") == [f"default/data-cache/{h}/{r}" for r in rels]
+    assert store.exists(f"default/data-markers/{h}")
+    assert store.read_bytes(f"default/data-markers/{h}") == b""
+    single = tmp_path / "model.bin"
+    single.write_bytes(b"weights")
+    s = Data(str(single))
+    assert datacache.upload_data(store, s) is True
+    sh = s.content_hash()
+    assert store.list(f"default/data-cache/{sh}/") == [f"default/data-cache/{sh}/model.bin"]
+
+
+def test_second_upload_is_a_hit_and_writes_nothing(store: ObjectStore, tmp_path: Path) -> None:
+    make_tree(tmp_path / "tree")
+    assert datacache.upload_data(store, Data(str(tmp_path / "tree"))) is True
+    before = snapshot(store)
+    assert len(before) == 28  # 27 files + marker
+    rec = Recorder(store)
+    # A fresh Data on an identical copy elsewhere: same hash, so still a hit.
+    make_tree(tmp_path / "copy")
+    assert datacache.upload_data(rec, Data(str(tmp_path / "copy"))) is False
+    assert [e[0] for e in rec.events] == ["exists"]  # checked the marker, wrote nothing
+    assert snapshot(store) == before
+
+
+def test_marker_is_written_after_all_content(store: ObjectStore, tmp_path: Path) -> None:
+    rels = make_tree(tmp_path / "tree", n=60)
+    d = Data(str(tmp_path / "tree"))
+    rec = Recorder(store)
+    assert datacache.upload_data(rec, d) is True
+    h = d.content_hash()
+    kinds = [e[0] for e in rec.events]
+    assert kinds == ["exists", "upload_files:start", "upload_files:end", "write_bytes"]
+    _, marker, content_then = rec.events[-1]
+    assert marker == datacache.marker_key(h)
+    assert content_then == tuple(f"{datacache.cache_key(h)}/{r}" for r in rels)
+
+
+def test_interrupted_upload_leaves_no_marker_and_is_redone(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    rels = make_tree(tmp_path / "tree")
+    d = Data(str(tmp_path / "tree"))
+    h = d.content_hash()
+    broken = Recorder(store, fail_after=5)
+    with pytest.raises(ConnectionError):
+        datacache.upload_data(broken, d)
+    assert not store.exists(datacache.marker_key(h))
+    assert not any(e[0] == "write_bytes" for e in broken.events)
+    assert len(store.list(datacache.cache_key(h) + "/")) == 5  # partial content, no marker
+    rec = Recorder(store)
+    assert datacache.upload_data(rec, Data(str(tmp_path / "tree"))) is True
+    assert [e[0] for e in rec.events][-1] == "write_bytes"
+    assert store.exists(datacache.marker_key(h))
+    assert store.list(datacache.cache_key(h) + "/") == [
+        f"{datacache.cache_key(h)}/{r}" for r in rels
+    ]
+
+
+def test_upload_all_dedups_identical_content(store: ObjectStore, tmp_path: Path) -> None:
+    make_tree(tmp_path / "a", n=5)
+    make_tree(tmp_path / "b", n=5)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "other.txt").write_text("different")
+    items = [Data(str(tmp_path / n)) for n in "abc"] + [Data(str(tmp_path / "a"))]
+    result = datacache.upload_all(store, items)
+    assert result == {items[0].content_hash(): True, items[2].content_hash(): True}
+    assert len(store.list(datacache.MARKER_PREFIX + "/")) == 2
+    assert datacache.upload_all(store, items) == dict.fromkeys(result, False)
+    assert datacache.upload_all(store, []) == {}

@@ -1,0 +1,367 @@
+"""The local backend: a detached process per job, with all state on disk, so that any
+process (a trigger, a retried task) can read status, logs and the result."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_kinetic.core.accelerators import parse_accelerator
+from airflow_provider_kinetic.core.backends.base import StatusReport
+from airflow_provider_kinetic.core.backends.local import (
+    STATE_DIR,
+    LocalBackend,
+    local_command,
+    local_devices,
+    local_env,
+)
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.jobspec import SpecInputs, build_job_spec
+from airflow_provider_kinetic.core.results import collect
+from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEADLINE_S = 60.0
+
+
+def wait_for(pred: Callable[[], Any], what: str, timeout: float = DEADLINE_S) -> Any:
+    """Poll ``pred`` until it is truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_terminal(backend: LocalBackend, handle: dict, expect: JobStatus | None = None):
+    def done() -> StatusReport | None:
+        report = backend.status(handle)
+        return report if report.status.is_terminal else None
+
+    report = wait_for(done, f"job {handle['job_id']} to finish")
+    if expect is not None:
+        assert report.status is expect, f"{report.describe()}; log:\n{backend.read_logs(handle)[0]}"
+    return report
+
+
+def pid_alive(pid: int) -> bool:
+    """A zombie (exited, not yet reaped) counts as dead."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> KineticConfig:
+    return KineticConfig(backend="local", root=str(tmp_path / "root"))
+
+
+@pytest.fixture
+def backend(config: KineticConfig) -> Iterator[LocalBackend]:
+    backend = LocalBackend(config.bucket_name)
+    yield backend
+    # Never leave a job process behind when a test fails half-way.
+    jobs = Path(config.bucket_name, STATE_DIR)
+    for jdir in jobs.iterdir() if jobs.is_dir() else []:
+        backend.cancel({"job_id": jdir.name})
+
+
+def submit(config: KineticConfig, backend: LocalBackend, func, *args, **kwargs):
+    return submit_job(JobRequest(func=func, args=args, kwargs=kwargs), config, backend)
+
+
+# ---- job functions --------------------------------------------------------------------
+
+
+def wait_for_file(path: str, value: Any = "done") -> Any:
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(path)
+        time.sleep(0.02)
+    return value
+
+
+def fail(msg: str) -> None:
+    raise RuntimeError(msg)
+
+
+def chatty(ready: str, go: str) -> str:
+    print("line1")
+    print("line2")
+    sys.stdout.write("partial")
+    sys.stdout.flush()
+    Path(ready).touch()
+    wait_for_file(go)
+    print("-end")
+    print("line3")
+    return "ok"
+
+
+def spawn_and_hang(pid_file: str) -> None:
+    child = subprocess.Popen(["sleep", "300"])
+    Path(pid_file + ".tmp").write_text(f"{os.getpid()} {child.pid}")
+    os.replace(pid_file + ".tmp", pid_file)
+    time.sleep(300)
+
+
+def report_process(keys: list[str]) -> dict:
+    return {"argv": sys.argv[1:], "env": {k: os.environ.get(k) for k in keys}}
+
+
+# ---- tests ------------------------------------------------------------------------------
+
+
+def test_job_outlives_the_submitting_process(config, backend, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    script = textwrap.dedent(
+        f"""
+        import json, os, time
+        from airflow_provider_kinetic.core.backends.local import LocalBackend
+        from airflow_provider_kinetic.core.config import KineticConfig
+        from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+
+        def job(path):
+            deadline = time.monotonic() + 60
+            while not os.path.exists(path) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            print("job saw the release file", flush=True)
+            return "survived"
+
+        cfg = KineticConfig(backend="local", root={config.root!r})
+        handle, _ = submit_job(
+            JobRequest(func=job, args=({str(release)!r},)), cfg, LocalBackend(cfg.bucket_name)
+        )
+        print(json.dumps(handle))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+    assert out.returncode == 0, out.stderr
+    handle = json.loads(out.stdout.strip().splitlines()[-1])
+    reader = LocalBackend(config.bucket_name)  # a fresh object; the submitter is gone
+    assert reader.status(handle).status is JobStatus.RUNNING
+    release.touch()
+    report = wait_terminal(reader, handle, JobStatus.SUCCEEDED)
+    logs, offset = reader.read_logs(handle)
+    assert "job saw the release file" in logs and offset == len(logs.encode())
+    assert collect(config.store(), handle["job_id"], report.status) == "survived"
+
+
+def test_status_lifecycle(config, backend, tmp_path: Path) -> None:
+    assert backend.status({"job_id": "job-nothere"}).status is JobStatus.NOT_FOUND
+    # The state a reader sees between the job dir being made and the process starting.
+    os.makedirs(backend.job_dir("job-starting"))
+    pending = backend.status({"job_id": "job-starting"})
+    assert pending.status is JobStatus.PENDING and pending.reason == "starting"
+
+    go = tmp_path / "go"
+    handle, _ = submit(config, backend, wait_for_file, str(go), 42)
+    assert backend.status(handle).status is JobStatus.RUNNING
+    go.touch()
+    report = wait_terminal(backend, handle, JobStatus.SUCCEEDED)
+    assert report == StatusReport(JobStatus.SUCCEEDED)
+    assert collect(config.store(), handle["job_id"], report.status) == 42
+
+    handle, _ = submit(config, backend, fail, "boom")
+    report = wait_terminal(backend, handle)
+    assert report.status is JobStatus.FAILED and report.reason == "exit code 1"
+    with pytest.raises(RuntimeError, match="boom"):
+        collect(config.store(), handle["job_id"], report.status)
+
+
+def test_killed_supervisor_is_failed(config, backend, tmp_path: Path) -> None:
+    handle, _ = submit(config, backend, wait_for_file, str(tmp_path / "never"))
+    pid = int(Path(backend.job_dir(handle["job_id"]), "pid").read_text())
+    os.killpg(pid, signal.SIGKILL)
+    report = wait_terminal(backend, handle)
+    assert report.status is JobStatus.FAILED
+    assert "killed" in (report.reason or "")
+
+
+def test_cancel_of_a_dead_job_never_signals_a_reused_pid(config, backend, tmp_path) -> None:
+    handle, _ = submit(config, backend, wait_for_file, str(tmp_path / "never"))
+    jdir = backend.job_dir(handle["job_id"])
+    os.killpg(int(Path(jdir, "pid").read_text()), signal.SIGKILL)
+    wait_terminal(backend, handle, JobStatus.FAILED)
+    # The dead supervisor's pid now belongs to an unrelated process group leader.
+    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        Path(jdir, "pid").write_text(str(stranger.pid))
+        backend.cancel(handle)
+        assert stranger.poll() is None and pid_alive(stranger.pid)
+        assert backend.status(handle).status is JobStatus.FAILED
+    finally:
+        stranger.kill()
+        stranger.wait(timeout=10)
+
+
+def test_read_logs_returns_only_new_whole_lines(config, backend, tmp_path: Path) -> None:
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    handle, _ = submit(config, backend, chatty, str(ready), str(go))
+    wait_for(ready.exists, "the job to print its partial line")
+    first, offset = backend.read_logs(handle)
+    assert first.endswith("line2\n") and "line1\n" in first
+    assert "partial" not in first
+    assert offset == len(first.encode())
+    again, same = backend.read_logs(handle, offset)
+    assert (again, same) == ("", offset)  # the partial line is held back
+    go.touch()
+    wait_terminal(backend, handle, JobStatus.SUCCEEDED)
+    rest, end = backend.read_logs(handle, offset)
+    assert rest.startswith("partial-end\nline3\n")
+    assert "line1" not in rest and end == offset + len(rest.encode())
+    assert backend.read_logs({"job_id": "job-nothere"}, 7) == ("", 7)
+
+
+def test_cancel_kills_the_process_group(config, backend, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pids"
+    handle, _ = submit(config, backend, spawn_and_hang, str(pid_file))
+    wait_for(pid_file.exists, "the job to start its child")
+    runner_pid, child_pid = (int(p) for p in pid_file.read_text().split())
+    try:
+        assert pid_alive(runner_pid) and pid_alive(child_pid)
+        assert backend.status(handle).status is JobStatus.RUNNING
+        LocalBackend(config.bucket_name).cancel(handle)  # any instance can cancel
+        gone = lambda: not pid_alive(runner_pid) and not pid_alive(child_pid)  # noqa: E731
+        wait_for(gone, "the job's process group to die", timeout=20)
+    finally:
+        for pid in (child_pid, runner_pid):
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    report = wait_terminal(backend, handle)
+    assert report.status is JobStatus.FAILED and report.reason == "cancelled"
+    backend.cancel(handle)  # cancelling a finished job is a no-op
+    assert backend.status(handle).reason == "cancelled"
+
+
+def test_second_submit_of_the_same_job_id_raises(config, backend, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    handle, spec = submit(config, backend, wait_for_file, str(go), "first")
+    with pytest.raises(FileExistsError):
+        backend.submit(spec)
+    go.touch()
+    report = wait_terminal(backend, handle, JobStatus.SUCCEEDED)
+    assert collect(config.store(), handle["job_id"], report.status) == "first"
+
+
+class BrokenBackend(LocalBackend):
+    """Creation fails; ``created`` says whether the job exists anyway (e.g. a 409)."""
+
+    def __init__(self, root: str, created: bool = False):
+        super().__init__(root)
+        self.created = created
+
+    def submit(self, spec) -> None:
+        if self.created:
+            os.makedirs(self.job_dir(spec.job_id))
+            Path(self.job_dir(spec.job_id), "exit_code").write_text("0")
+        raise RuntimeError("create failed")
+
+
+def test_failed_create_removes_job_artifacts(config, tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    data.mkdir()
+    (data / "x").write_text("x")
+    from airflow_provider_kinetic.core.data import Data
+
+    store = config.store()
+    request = JobRequest(func=fail, args=(Data(str(data)),), job_id="job-broken1")
+    with pytest.raises(RuntimeError, match="create failed"):
+        submit_job(request, config, BrokenBackend(config.bucket_name), store)
+    assert store.list("job-broken1") == []
+    assert not os.path.exists(os.path.join(config.bucket_name, STATE_DIR, "job-broken1"))
+    # The shared data cache is content, not job state: it stays for the next submit.
+    assert store.list("default/data-markers/")
+    # If the job exists despite the error, its artifacts are kept.
+    request.job_id = "job-broken2"
+    handle, _ = submit_job(request, config, BrokenBackend(config.bucket_name, True), store)
+    assert handle["job_id"] == "job-broken2"
+    names = {k.rsplit("/", 1)[1] for k in store.list("job-broken2/")}
+    assert names == {"payload.pkl", "context.zip", "handle.json"}
+
+
+def test_process_argv_and_env_come_from_the_spec(config, backend) -> None:
+    keys = ["JOB_ID", "GCS_BUCKET", "KERAS_BACKEND", "JAX_PLATFORMS", "KINETIC_OUTPUT_DIR"]
+    handle, spec = submit(config, backend, report_process, keys)
+    recorded = json.loads(Path(backend.job_dir(handle["job_id"]), "spec.json").read_text())
+    assert recorded["argv"] == local_command(spec)
+    assert recorded["argv"][-len(spec.args) :] == spec.args
+    assert recorded["env"] == local_env(spec)[0]
+    assert recorded["name"] == spec.name
+    report = wait_terminal(backend, handle, JobStatus.SUCCEEDED)
+    seen = collect(config.store(), handle["job_id"], report.status)
+    assert seen["argv"] == spec.args
+    assert seen["env"] == {k: spec.env[k] for k in keys}
+    assert seen["env"]["JOB_ID"] == handle["job_id"]
+
+
+def _spec(accelerator: str):
+    return build_job_spec(
+        SpecInputs(
+            job_id="job-accel",
+            bucket="/b",
+            context_uri="file:///b/c",
+            payload_uri="file:///b/p",
+            result_uri="file:///b/r",
+            payload_sha256="0" * 64,
+            context_sha256="1" * 64,
+            accelerator=parse_accelerator(accelerator),
+            image="img",
+            output_dir="/b/out",
+        )
+    )
+
+
+@pytest.mark.parametrize("accelerator, word", [("gpu-l4x4", "GPU"), ("tpu-v5e-4", "TPU")])
+def test_accelerator_on_a_cpu_machine(accelerator, word) -> None:
+    env, note = local_env(_spec(accelerator), devices={"gpu": 0, "tpu": 0})
+    assert env["JAX_PLATFORMS"] == "cpu"
+    assert "CUDA_VISIBLE_DEVICES" not in env
+    assert f"no {word} on this machine" in note and "CPU" in note
+
+
+def test_gpu_job_on_fewer_local_gpus() -> None:
+    env, note = local_env(_spec("gpu-l4x4"), devices={"gpu": 2, "tpu": 0})
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert env["JAX_PLATFORMS"] == "cuda"
+    assert "2 local GPU(s) of 2" in note
+    env, _ = local_env(_spec("l4:2"), devices={"gpu": 8, "tpu": 0})
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
+def test_gpu_job_really_runs_on_cpu_here(config, backend, caplog) -> None:
+    if local_devices()["gpu"]:
+        pytest.skip("this machine has GPUs")
+    caplog.set_level(logging.INFO, logger="airflow_provider_kinetic")
+    request = JobRequest(func=report_process, args=(["JAX_PLATFORMS"],), accelerator="gpu-l4x4")
+    handle, _ = submit_job(request, config, backend)
+    assert "no GPU on this machine" in caplog.text
+    report = wait_terminal(backend, handle, JobStatus.SUCCEEDED)
+    seen = collect(config.store(), handle["job_id"], report.status)
+    assert seen["env"] == {"JAX_PLATFORMS": "cpu"}

@@ -1,0 +1,148 @@
+"""Bad input fails in ``submit_job`` before anything is uploaded or launched, with a
+message that names the offending value and where it was."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_kinetic.core.accelerators import InvalidAcceleratorError
+from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.payload import UnpicklableArgumentError
+from airflow_provider_kinetic.core.storage import LocalStore
+from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+
+
+class RecordingBackend(Backend):
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def submit(self, spec) -> None:
+        self.calls.append(("submit", spec))
+
+    def status(self, handle) -> StatusReport:
+        self.calls.append(("status", handle))
+        return StatusReport(JobStatus.NOT_FOUND)
+
+    def read_logs(self, handle, offset=0):
+        return "", offset
+
+    def cancel(self, handle) -> None:
+        self.calls.append(("cancel", handle))
+
+
+def noop(*args, **kwargs):
+    return None
+
+
+@pytest.fixture
+def env(tmp_path: Path):
+    root = tmp_path / "store"
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "f.txt").write_text("valid data that must not be uploaded")
+    config = KineticConfig(backend="local", root=str(root))
+    return config, LocalStore(str(root)), RecordingBackend(), Data(str(good))
+
+
+def stored_files(store: LocalStore) -> list[str]:
+    return [os.path.join(d, f) for d, _, fs in os.walk(store.bucket) for f in fs]
+
+
+def submit_fails(env, exc_type, **request: Any) -> str:
+    config, store, backend, good = env
+    request.setdefault("args", (good,))
+    with pytest.raises(exc_type) as info:
+        submit_job(JobRequest(func=noop, **request), config, backend, store)
+    assert stored_files(store) == [], "nothing may be uploaded before validation passes"
+    assert backend.calls == [], "the backend must not be asked to create anything"
+    return str(info.value)
+
+
+def test_control_a_valid_request_does_upload_and_submit(env) -> None:
+    config, store, backend, good = env
+    handle, _ = submit_job(JobRequest(func=noop, args=(good,)), config, backend, store)
+    assert stored_files(store) and [c[0] for c in backend.calls] == ["submit"]
+    assert store.exists(f"{handle['job_id']}/payload.pkl")
+
+
+@pytest.mark.parametrize("value", ["gpu-h999", "tpu-v9z-4", "quantum", "gpu:3"])
+def test_unknown_accelerator(env, value: str) -> None:
+    msg = submit_fails(env, InvalidAcceleratorError, accelerator=value)
+    assert repr(value) in msg
+    assert "Allowed forms" in msg and '"tpu-v5e-4"' in msg and '"cpu"' in msg
+
+
+def test_missing_data_path_in_kwargs(env, tmp_path: Path) -> None:
+    missing = str(tmp_path / "no" / "such" / "dir")
+    msg = submit_fails(env, FileNotFoundError, kwargs={"data": Data(missing)})
+    assert "op_kwargs['data']" in msg and missing in msg
+
+
+def test_missing_data_path_nested_in_args(env, tmp_path: Path) -> None:
+    config, store, backend, good = env
+    missing = str(tmp_path / "gone.csv")
+    msg = submit_fails(env, FileNotFoundError, args=(good, [{"x": Data(missing)}]))
+    assert "op_args[1][0]['x']" in msg and missing in msg
+
+
+def test_missing_volume_data(env, tmp_path: Path) -> None:
+    missing = str(tmp_path / "vol-missing")
+    msg = submit_fails(env, FileNotFoundError, volumes={"/mnt/v": Data(missing)})
+    assert "volumes['/mnt/v']" in msg and missing in msg
+
+
+@pytest.mark.parametrize("mount", ["data/train", "./x", ""])
+def test_relative_volume_mount_path(env, mount: str) -> None:
+    config, store, backend, good = env
+    msg = submit_fails(env, ValueError, volumes={mount: good})
+    assert repr(mount) in msg and "absolute" in msg
+
+
+def test_reserved_volume_mount_path(env) -> None:
+    config, store, backend, good = env
+    msg = submit_fails(env, ValueError, volumes={"/_kinetic/fuse-data/0": good})
+    assert "'/_kinetic/fuse-data/0'" in msg and "reserved" in msg
+
+
+def test_volume_value_must_be_data(env) -> None:
+    msg = submit_fails(env, TypeError, volumes={"/mnt/v": "/some/path"})
+    assert "'/mnt/v'" in msg and "Data" in msg
+
+
+@pytest.mark.parametrize(
+    "where, build",
+    [
+        ("op_kwargs['lock']", lambda good: {"kwargs": {"n": 1, "lock": threading.Lock()}}),
+        ("op_args[1]", lambda good: {"args": (good, threading.Lock())}),
+    ],
+)
+def test_unpicklable_argument(env, where: str, build) -> None:
+    msg = submit_fails(env, UnpicklableArgumentError, **build(env[3]))
+    assert where in msg and "lock" in msg.lower()
+
+
+def test_data_in_a_set(env) -> None:
+    config, store, backend, good = env
+    msg = submit_fails(env, TypeError, kwargs={"paths": {good}})
+    assert re.search(r"set.*op_kwargs\['paths'\]", msg)
+
+
+def test_unsupported_data_scheme(env) -> None:
+    msg = submit_fails(env, ValueError, kwargs={"src": Data("s3://bucket/x")})
+    assert "op_kwargs['src']" in msg and "s3://bucket/x" in msg
+
+
+def test_bad_capture_env_entry(env) -> None:
+    msg = submit_fails(env, ValueError, capture_env_vars=["OK", ""])
+    assert "capture_env_vars" in msg

@@ -1,0 +1,229 @@
+"""Our ``Data.content_hash()`` must equal keras-kinetic 0.0.4's on the same tree, so a
+kinetic user's data cache (``default/data-cache/{hash}``) is shared with our jobs.
+
+The reference is the real ``keras-kinetic==0.0.4`` wheel.  ``import kinetic`` needs
+``google-cloud-artifactregistry`` (pulled in by ``kinetic/__init__``), which the test
+environment does not install, so when the package import fails we load the wheel's own
+``kinetic/data/data.py`` as a standalone module (it needs only ``absl``).  Without the
+wheel installed at all, it is unpacked from uv's cache (offline); otherwise the
+comparisons are skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import pickle
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_kinetic.core import data as data_mod
+from airflow_provider_kinetic.core.data import Data, content_hash_of
+
+KINETIC_PIN = "keras-kinetic==0.0.4"
+
+
+def _exec_standalone(package_dir: str) -> types.ModuleType:
+    path = os.path.join(package_dir, "data", "data.py")
+    mod_spec = importlib.util.spec_from_file_location("_kinetic_0_0_4_data", path)
+    assert mod_spec is not None and mod_spec.loader is not None
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    return module
+
+
+def _wheel_from_uv_cache(target: Path) -> str | None:
+    """The pinned wheel unpacked into ``target`` from uv's cache (no network)."""
+    cmd = ["uv", "pip", "install", "--offline", "--no-deps", "--python", sys.executable,
+           "--target", str(target), KINETIC_PIN]  # fmt: skip
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    package = target / "kinetic"
+    return str(package) if done.returncode == 0 and package.is_dir() else None
+
+
+@pytest.fixture(scope="module")
+def kinetic_data(tmp_path_factory: pytest.TempPathFactory) -> types.ModuleType:
+    try:  # importing the subpackage runs kinetic/__init__ (``import kinetic``) first
+        from kinetic.data import data as kdata
+
+        return kdata
+    except ImportError:
+        pass
+    spec = importlib.util.find_spec("kinetic")  # locates the package without running it
+    if spec is not None and spec.submodule_search_locations:
+        return _exec_standalone(list(spec.submodule_search_locations)[0])
+    package = _wheel_from_uv_cache(tmp_path_factory.mktemp("kinetic-wheel"))
+    if package is None:
+        pytest.skip(f"{KINETIC_PIN} is not installed (pip install --no-deps {KINETIC_PIN})")
+    return _exec_standalone(package)
+
+
+def write(root: Path, files: dict[str, bytes]) -> Path:
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    return root
+
+
+def assert_same(kinetic_data: types.ModuleType, path: Path) -> str:
+    ours = Data(str(path)).content_hash()
+    theirs = kinetic_data.Data(str(path)).content_hash()
+    assert ours == theirs, f"hash differs from kinetic 0.0.4 for {path}"
+    assert len(ours) == 64 and int(ours, 16) >= 0
+    return ours
+
+
+def test_nested_tree_with_empty_dirs(kinetic_data, tmp_path: Path) -> None:
+    root = write(
+        tmp_path / "t",
+        {
+            "b.txt": b"bbb",
+            "a.txt": b"a",
+            "z/1.bin": os.urandom(300_000),  # more than one 256 KiB read chunk
+            "z/y/deep.txt": b"deep",
+            "sub/x.txt": b"x",
+            "sub/a/first.txt": b"first",
+            "empty.txt": b"",
+        },
+    )
+    (root / "empty-dir").mkdir()
+    (root / "sub" / "also-empty" / "nested").mkdir(parents=True)
+    h = assert_same(kinetic_data, root)
+    # Empty directories do not take part in the hash.
+    (root / "empty-dir").rmdir()
+    assert Data(str(root)).content_hash() == h
+
+
+def test_walk_order_files_before_subdirs(kinetic_data, tmp_path: Path) -> None:
+    """'a/z.txt' vs 'a.txt' vs 'a/b/c': pre-order DFS, not a global path sort."""
+    root = write(
+        tmp_path / "t",
+        {"a/z.txt": b"1", "a/b/c.txt": b"2", "a.txt": b"3", "a-b.txt": b"4", "A.txt": b"5"},
+    )
+    assert_same(kinetic_data, root)
+
+
+def test_symlinked_file_is_followed(kinetic_data, tmp_path: Path) -> None:
+    target = tmp_path / "outside.txt"
+    target.write_bytes(b"target content")
+    root = write(tmp_path / "t", {"real.txt": b"real"})
+    os.symlink(target, root / "link.txt")
+    h = assert_same(kinetic_data, root)
+    # The link's content (the target's) is hashed, under the link's name.
+    copy = write(tmp_path / "copy", {"real.txt": b"real", "link.txt": b"target content"})
+    assert Data(str(copy)).content_hash() == h
+    # A Data naming the link itself: a single file named after the link.
+    as_file = assert_same(kinetic_data, root / "link.txt")
+    assert as_file == Data(str(copy / "link.txt")).content_hash()
+
+
+def test_relative_path_is_made_absolute(kinetic_data, tmp_path: Path, monkeypatch) -> None:
+    write(tmp_path / "rel", {"a.txt": b"a"})
+    monkeypatch.chdir(tmp_path)
+    assert Data("rel").content_hash() == kinetic_data.Data("rel").content_hash()
+    assert Data("rel").content_hash() == Data(str(tmp_path / "rel")).content_hash()
+
+
+def test_symlinked_dir_is_not_descended(kinetic_data, tmp_path: Path) -> None:
+    other = write(tmp_path / "other", {"inner.txt": b"inner"})
+    root = write(tmp_path / "t", {"x.txt": b"x"})
+    os.symlink(other, root / "linked-dir")
+    h = assert_same(kinetic_data, root)
+    assert h == Data(str(write(tmp_path / "plain", {"x.txt": b"x"}))).content_hash()
+
+
+def test_single_file(kinetic_data, tmp_path: Path) -> None:
+    path = tmp_path / "weights.bin"
+    path.write_bytes(os.urandom(1000))
+    assert_same(kinetic_data, path)
+
+
+def test_unicode_names(kinetic_data, tmp_path: Path) -> None:
+    root = write(
+        tmp_path / "t",
+        {"données/ñ.txt": "ñ".encode(), "日本.bin": b"\x00\x01", "ß/é é.txt": b"space"},
+    )
+    assert_same(kinetic_data, root)
+    assert_same(kinetic_data, root / "日本.bin")
+
+
+def test_many_files_parallel_path(kinetic_data, tmp_path: Path, monkeypatch) -> None:
+    files = {f"d{i % 7}/s{i % 3}/f{i:04d}.txt": f"content {i}".encode() for i in range(600)}
+    root = write(tmp_path / "t", files)
+    used = []
+    real = data_mod._digests_parallel
+
+    def spy(batch):
+        used.append(len(batch))
+        return real(batch)
+
+    monkeypatch.setattr(data_mod, "_digests_parallel", spy)
+    h = assert_same(kinetic_data, root)
+    assert used == [600], "more than 16 files must take the parallel path"
+    # Force small batches (many in flight) too: the result must not depend on them.
+    monkeypatch.setattr(data_mod, "_BATCH", 7)
+    assert content_hash_of(str(root)) == h
+
+
+def test_threshold_boundary(kinetic_data, tmp_path: Path) -> None:
+    for n in (16, 17):
+        root = write(tmp_path / f"n{n}", {f"f{i:02d}": bytes([i]) for i in range(n)})
+        assert_same(kinetic_data, root)
+
+
+def test_empty_directory(kinetic_data, tmp_path: Path) -> None:
+    root = tmp_path / "empty"
+    root.mkdir()
+    h = assert_same(kinetic_data, root)
+    assert h == hashlib.sha256(b"dir:").hexdigest()
+
+
+def test_file_and_dir_holding_only_it_differ(kinetic_data, tmp_path: Path) -> None:
+    root = write(tmp_path / "d", {"only.txt": b"same"})
+    as_dir = assert_same(kinetic_data, root)
+    as_file = assert_same(kinetic_data, root / "only.txt")
+    assert as_dir != as_file
+
+
+def test_rename_changes_hash(tmp_path: Path) -> None:
+    a = Data(str(write(tmp_path / "a", {"x.txt": b"1"}))).content_hash()
+    b = Data(str(write(tmp_path / "b", {"y.txt": b"1"}))).content_hash()
+    assert a != b
+
+
+def test_hash_is_cached_per_instance(tmp_path: Path) -> None:
+    root = write(tmp_path / "t", {"a.txt": b"before"})
+    d = Data(str(root))
+    first = d.content_hash()
+    (root / "a.txt").write_bytes(b"after")
+    (root / "new.txt").write_bytes(b"new")
+    assert d.content_hash() == first  # snapshot semantics
+    fresh = Data(str(root)).content_hash()
+    assert fresh != first  # a new instance sees the change
+
+
+def test_pickling_keeps_the_hash(tmp_path: Path) -> None:
+    root = write(tmp_path / "t", {"a.txt": b"before"})
+    d = Data(str(root))
+    first = d.content_hash()
+    (root / "a.txt").write_bytes(b"after")
+    clone = pickle.loads(pickle.dumps(d))
+    assert clone == d
+    assert clone.content_hash() == first
+    # The lock is rebuilt, so the clone still hashes fresh instances correctly.
+    assert clone._lock is not d._lock
+    assert pickle.loads(pickle.dumps(Data(str(root)))).content_hash() != first
+
+
+def test_gcs_data_has_no_content_hash() -> None:
+    with pytest.raises(ValueError, match="gs://bucket/x"):
+        Data("gs://bucket/x/").content_hash()
