@@ -16,6 +16,7 @@ from typing import Any
 from airflow_provider_kinetic.core import batchwire, datacache
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.backends.k8s_status import REASON_EVICTED, REASON_PREEMPTED
 from airflow_provider_kinetic.core.batch import PAYLOAD_CACHE
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST_INTERVAL_S = 30.0
 #: Failures that are the platform's fault (spot reclaim): retried apart from ``retries``.
-PREEMPTION_REASONS = frozenset({"Preempted", "SpotPreemption", "Evicted"})
+PREEMPTION_REASONS = frozenset({REASON_PREEMPTED, REASON_EVICTED})
 MAX_PREEMPTION_RETRIES = 3
 
 

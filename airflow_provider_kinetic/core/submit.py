@@ -46,7 +46,9 @@ from airflow_provider_kinetic.core.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
-DEFAULT_IMAGE = "kinetic/base-{category}:latest"
+#: kinetic's prebuilt image naming ({repo}/base-{category}:{kinetic version}); set the
+#: connection's ``image`` to your own registry's copy.
+DEFAULT_IMAGE = "kinetic/base-{category}:0.0.4"
 
 ENV_BLOCKLIST = frozenset(
     {

@@ -1,0 +1,123 @@
+"""Batch scheduling rules (core.batchrun) on hand-made states: retries, preemption,
+fail-fast, ordering.  The store is a real LocalStore; the backend records calls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_provider_kinetic.core import batchrun
+from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.payload import dump_result, make_result
+from airflow_provider_kinetic.core.storage import LocalStore
+
+
+class Recorder(Backend):
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.cancelled: list[str] = []
+
+    def submit(self, spec: Any) -> None:
+        raise AssertionError("not used")
+
+    def status(self, handle: dict) -> StatusReport:
+        raise AssertionError("observe must use the reports it is given")
+
+    def read_logs(self, handle: dict, offset: int = 0) -> tuple[str, int]:
+        return "", offset
+
+    def cancel(self, handle: dict) -> None:
+        self.cancelled.append(handle["job_id"])
+
+
+def state(n: int, active: dict[int, str], retries: int = 0, fail_fast: bool = False) -> dict:
+    return {
+        "group_id": "grp-00000001",
+        "total": n,
+        "max_concurrent": 4,
+        "retries": retries,
+        "fail_fast": fail_fast,
+        "queue": [i for i in range(n) if i not in active],
+        "active": {str(i): {"job_id": j} for i, j in active.items()},
+        "jobs": {str(i): j for i, j in active.items()},
+        "attempts": {str(i): 1 for i in active},
+        "preemptions": {},
+        "done": {},
+        "order": [],
+        "submit_errors": {},
+        "stopped": False,
+    }
+
+
+def result(store: LocalStore, job: str, ok: bool, value: Any = None) -> None:
+    exc = None if ok else ValueError(f"{job} broke")
+    blob, _ = dump_result(make_result(success=ok, result=value, exception=exc, traceback="tb"))
+    store.write_bytes(f"{job}/result.pkl", blob)
+
+
+FAILED = StatusReport(JobStatus.FAILED, "NonZeroExit")
+
+
+def test_retry_requeues_then_gives_up(tmp_path):
+    store, backend = LocalStore(str(tmp_path)), Recorder()
+    s = state(3, {0: "job-a", 1: "job-b"}, retries=1)
+    result(store, "job-a", False)
+    assert batchrun.observe(s, {"job-a": FAILED}, backend, store) == []
+    assert s["queue"][0] == 0 and "0" not in s["done"] and backend.cancelled == ["job-a"]
+    s["active"]["0"], s["attempts"]["0"] = {"job_id": "job-a2"}, 2  # as launch() would
+    result(store, "job-a2", False)
+    assert batchrun.observe(s, {"job-a2": FAILED}, backend, store) == [0]
+    assert s["done"]["0"] == "FAILED"
+
+
+def test_preemption_is_retried_apart_from_retries(tmp_path):
+    store, backend = LocalStore(str(tmp_path)), Recorder()
+    s = state(1, {0: "job-p"}, retries=0)
+    preempted = StatusReport(JobStatus.FAILED, batchrun.REASON_PREEMPTED)
+    batchrun.observe(s, {"job-p": preempted}, backend, store)
+    assert s["queue"] == [0] and s["preemptions"] == {"0": 1} and s["attempts"]["0"] == 0
+    # A preemption-like reason with a failure payload is the function's fault: no retry.
+    s["active"]["0"], s["attempts"]["0"] = {"job_id": "job-q"}, 1
+    result(store, "job-q", False)
+    batchrun.observe(s, {"job-q": preempted}, backend, store)
+    assert s["done"]["0"] == "FAILED"
+
+
+def test_fail_fast_cancels_active_and_skips_queue(tmp_path):
+    store, backend = LocalStore(str(tmp_path)), Recorder()
+    s = state(6, {0: "job-0", 1: "job-1", 2: "job-2"}, fail_fast=True)
+    result(store, "job-1", False)
+    running = StatusReport(JobStatus.RUNNING)
+    batchrun.observe(s, {"job-0": running, "job-1": FAILED, "job-2": running}, backend, store)
+    assert s["stopped"] and batchrun.is_finished(s)
+    assert s["done"] == {
+        "1": "FAILED",
+        "0": "CANCELLED",
+        "2": "CANCELLED",
+        "3": "NOT_SUBMITTED",
+        "4": "NOT_SUBMITTED",
+        "5": "NOT_SUBMITTED",
+    }
+    assert sorted(backend.cancelled) == ["job-0", "job-1", "job-2"]
+    c = batchrun.counts(s)
+    assert (c["failed"], c["cancelled"], c["not_submitted"]) == (1, 2, 3)
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_gather_order_and_failures(tmp_path, ordered):
+    store, backend = LocalStore(str(tmp_path)), Recorder()
+    s = state(3, {0: "job-0", 1: "job-1", 2: "job-2"})
+    for job, ok, value in (("job-0", True, "zero"), ("job-1", False, None), ("job-2", True, "two")):
+        result(store, job, ok, value)
+    ok = StatusReport(JobStatus.SUCCEEDED)
+    batchrun.observe(s, {"job-2": ok}, backend, store)
+    batchrun.observe(s, {"job-0": ok, "job-1": FAILED}, backend, store)
+    values, failures = batchrun.gather(s, store, ordered=ordered)
+    assert list(failures) == [1] and str(failures[1]) == "job-1 broke"
+    expected = ["zero", failures[1], "two"] if ordered else ["two", "zero", failures[1]]
+    assert values == expected
+    described = batchrun.describe_exception(failures[1])
+    assert described["type"] == "ValueError" and described["traceback"].endswith("tb")

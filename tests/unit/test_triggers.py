@@ -1,0 +1,133 @@
+"""Triggers: JSON-only kwargs that re-create them, one event, errors become events."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+
+from airflow_provider_kinetic.core.accelerators import parse_accelerator
+from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.handles import make_handle
+from airflow_provider_kinetic.core.jobspec import SpecInputs, build_job_spec
+from airflow_provider_kinetic.hooks.kinetic import config_to_json
+from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
+from airflow_provider_kinetic.triggers.job import KineticJobTrigger
+
+
+def _handle(job_id: str, root: str) -> dict:
+    return make_handle(
+        job_id=job_id,
+        backend="local",
+        project=None,
+        cluster_name=None,
+        zone=None,
+        namespace="default",
+        bucket_name=root,
+        k8s_name=f"kinetic-{job_id}",
+        image_uri="i",
+        accelerator="cpu",
+        func_name="f",
+        display_name="d",
+        created_at="2026-11-21T00:00:00Z",
+    )
+
+
+def _sleeper(root: str, job_id: str, seconds: float) -> None:
+    """Launch a local 'job' whose command just sleeps (no runner needed)."""
+    spec = build_job_spec(
+        SpecInputs(
+            job_id=job_id,
+            bucket=root,
+            context_uri="c",
+            payload_uri="p",
+            result_uri="r",
+            payload_sha256="0",
+            context_sha256="0",
+            accelerator=parse_accelerator("cpu"),
+            image="i",
+            output_dir=root,
+            runner_command=[sys.executable, "-c", f"import time; time.sleep({seconds})"],
+        )
+    )
+    spec.container["args"] = []
+    LocalBackend(root).submit(spec)
+
+
+async def _first(trigger) -> dict:
+    events = [e async for e in trigger.run()]
+    assert len(events) == 1
+    return events[0].payload
+
+
+def test_job_trigger_roundtrips_json_and_reports_success(tmp_path):
+    root = str(tmp_path)
+    _sleeper(root, "job-00000001", 0)
+    trigger = KineticJobTrigger(
+        _handle("job-00000001", root), config_to_json(KineticConfig(root=root)), poll_interval=0.05
+    )
+    path, kwargs = trigger.serialize()
+    assert json.loads(json.dumps(kwargs)) == kwargs  # JSON only
+    assert path == "airflow_provider_kinetic.triggers.job.KineticJobTrigger"
+    import asyncio
+
+    event = asyncio.run(_first(KineticJobTrigger(**kwargs)))
+    assert event["status"] == "SUCCEEDED" and event["handle"]["job_id"] == "job-00000001"
+
+
+def test_job_trigger_deadline_and_on_kill(tmp_path):
+    import asyncio
+
+    root = str(tmp_path)
+    _sleeper(root, "job-00000002", 60)
+    handle = _handle("job-00000002", root)
+    trigger = KineticJobTrigger(
+        handle, config_to_json(KineticConfig(root=root)), poll_interval=0.05, deadline=time.time()
+    )
+    event = asyncio.run(_first(trigger))
+    assert event["status"] == "timeout" and "RUNNING" in event["message"]
+    asyncio.run(trigger.on_kill())
+    report = LocalBackend(root).status(handle)
+    assert report.status.value == "FAILED" and report.reason == "cancelled"
+
+
+def test_trigger_errors_become_one_error_event(tmp_path):
+    import asyncio
+
+    bad = KineticJobTrigger(
+        {"job_id": "job-x", "backend": "gke"}, config_to_json(KineticConfig(root=str(tmp_path)))
+    )
+    event = asyncio.run(_first(bad))
+    assert event["status"] == "error" and "project" in event["message"]
+
+
+def test_batch_trigger_echoes_state(tmp_path):
+    import asyncio
+
+    root = str(tmp_path)
+    _sleeper(root, "job-00000003", 0)
+    state = {
+        "group_id": "grp-1",
+        "total": 2,
+        "queue": [1],
+        "done": {},
+        "active": {"0": _handle("job-00000003", root)},
+        "plan": {"backend": "local"},
+    }
+    trigger = KineticBatchTrigger(
+        state=state, config=config_to_json(KineticConfig(root=root)), poll_interval=0.05
+    )
+    _, kwargs = trigger.serialize()
+    assert json.loads(json.dumps(kwargs)) == kwargs
+    event = asyncio.run(_first(KineticBatchTrigger(**kwargs)))
+    assert event["status"] == "changed" and event["state"] == state
+    assert event["finished"]["job-00000003"]["status"] == "SUCCEEDED"
+
+
+@pytest.mark.parametrize("extra", [{"backend": "nope"}])
+def test_config_rejects_unknown_backend(extra):
+    with pytest.raises(ValueError, match="unknown kinetic backend 'nope'; allowed: local, gke"):
+        KineticConfig(**extra)
