@@ -92,7 +92,7 @@ with DAG("kinetic_sensor", schedule=None, start_date=START, catchup=False) as se
         for mode, deferrable in (("poke", False), ("defer", True)):
             upstream >> KineticJobSensor(
                 task_id=f"wait_{upstream.task_id}_{mode}",
-                handle="{{ ti.xcom_pull(task_ids='%s', key='kinetic_job') }}" % upstream.task_id,
+                handle="{{ ti.xcom_pull(task_ids='" + upstream.task_id + "', key='kinetic_job') }}",
                 deferrable=deferrable,
                 poke_interval=0.2,
                 trigger_rule="all_done",
