@@ -1,0 +1,125 @@
+"""Wire compatibility with kinetic 0.0.4 itself (the real keras-kinetic wheel).
+
+kinetic's own pod runner (``kinetic/runner/remote_runner.py``, what kinetic images
+run) executes a job this provider submitted, against the real fake-gcs-server; our
+handle dict carries every field kinetic's ``JobHandle`` requires.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import pytest
+
+from airflow_provider_kinetic.core import batchrun
+from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.batch import plan_batch
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.handles import GROUP_FIELDS, HANDLE_FIELDS
+from airflow_provider_kinetic.core.storage import GcsStore
+from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+
+spec = importlib.util.find_spec("kinetic")
+KINETIC = Path(spec.submodule_search_locations[0]) if spec else None
+pytestmark = pytest.mark.skipif(
+    KINETIC is None, reason="keras-kinetic==0.0.4 not installed (scripts/test.sh installs it)"
+)
+
+
+class Recording(Backend):
+    """Creates nothing: keeps the specs so a test can run them by hand."""
+
+    name = "gke"
+
+    def __init__(self) -> None:
+        self.specs: list[Any] = []
+
+    def submit(self, spec: Any) -> None:
+        self.specs.append(spec)
+
+    def status(self, handle: dict) -> StatusReport:
+        raise AssertionError("unused")
+
+    def read_logs(self, handle: dict, offset: int = 0) -> tuple[str, int]:
+        return "", offset
+
+    def cancel(self, handle: dict) -> None:
+        pass
+
+
+def count_files(path: str, scale: int) -> int:
+    import os
+
+    return scale * len(os.listdir(path))
+
+
+def kinetic_runner(args: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GOOGLE_CLOUD_PROJECT": "test"}
+    return subprocess.run(
+        [sys.executable, str(KINETIC / "runner" / "remote_runner.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_handle_has_every_kinetic_jobhandle_field():
+    tree = ast.parse((KINETIC / "jobs.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "JobHandle")
+    fields = [s.target.id for s in cls.body if isinstance(s, ast.AnnAssign)]
+    required = [s.target.id for s in cls.body if isinstance(s, ast.AnnAssign) and s.value is None]
+    assert tuple(required) == HANDLE_FIELDS
+    assert set(fields) - set(required) == set(GROUP_FIELDS) | {"debug"}
+
+
+def test_kinetic_runner_executes_our_job(fake_gcs, gcs_bucket, tmp_path):
+    (tmp_path / "d").mkdir()
+    for i in range(3):
+        (tmp_path / "d" / f"f{i}").write_text(str(i))
+    store = GcsStore(gcs_bucket, client=fake_gcs.client())
+    backend = Recording()
+    config = KineticConfig(backend="gke", bucket=gcs_bucket, project="p", zone="z", cluster="c")
+    handle, spec = submit_job(
+        JobRequest(func=count_files, args=(Data(str(tmp_path / "d")),), kwargs={"scale": 7}),
+        config,
+        backend,
+        store,
+    )
+    assert handle["k8s_name"] == f"kinetic-{handle['job_id']}"
+    assert spec.command == ["python3", "-u", "/app/remote_runner.py"]
+    proc = kinetic_runner(spec.args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = cloudpickle.loads(store.read_bytes(f"{handle['job_id']}/result.pkl"))
+    assert result["success"] is True and result["result"] == 21
+
+
+def test_kinetic_runner_refuses_a_batch_child_loudly(fake_gcs, gcs_bucket):
+    store = GcsStore(gcs_bucket, client=fake_gcs.client())
+    config = KineticConfig(backend="gke", bucket=gcs_bucket, project="p", zone="z", cluster="c")
+    state, objects, local = plan_batch(
+        JobRequest(func=count_files, output_dir=store.uri("outputs/x")),
+        ["/tmp"],
+        "single",
+        store,
+        max_concurrent=1,
+        retries=0,
+        fail_fast=False,
+    )
+    batchrun.start_batch(state, objects, local, store)
+    backend = Recording()
+    batchrun.launch(state, config, backend, store)
+    child = backend.specs[0]
+    proc = kinetic_runner(child.args)
+    assert proc.returncode != 0
+    result = cloudpickle.loads(store.read_bytes(f"{child.job_id}/result.pkl"))
+    assert result["success"] is False
+    assert "needs the airflow-provider-kinetic runner" in str(result["exception"])
