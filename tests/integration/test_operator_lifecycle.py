@@ -1,0 +1,130 @@
+"""KineticRunOperator outside a DAG run: on_kill, retry adoption, sync log streaming.
+
+The operator runs against the real local backend; the task instance and the 3.3
+task state store are small stand-ins (no scheduler here).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_kinetic import KineticRunOperator
+from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+
+
+class TI:
+    dag_id, task_id, run_id, map_index, try_number = "d", "t", "manual__1", -1, 1
+
+    def __init__(self) -> None:
+        self.xcom: dict[str, Any] = {}
+        self.start_date = datetime.now(UTC)
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcom[key] = value
+
+
+class StateStore(dict):
+    def set(self, key: str, value: Any) -> None:
+        self[key] = json.loads(json.dumps(value))
+
+
+def sleepy(seconds: float, value: int) -> int:
+    import time
+
+    print("started", flush=True)
+    time.sleep(seconds)
+    print("finished", flush=True)
+    return value
+
+
+@pytest.fixture
+def local_conn(monkeypatch, tmp_path) -> Path:
+    root = tmp_path / "kinetic"
+    conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": str(root)}}
+    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_LOCAL", json.dumps(conn))
+    return root
+
+
+def _wait(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def test_on_kill_cancels_the_job_this_try_started(local_conn):
+    op = KineticRunOperator(
+        task_id="t",
+        python_callable=sleepy,
+        op_args=[120, 1],
+        kinetic_conn_id="kinetic_local",
+        deferrable=False,
+        poll_interval=0.1,
+    )
+    ti, errors = TI(), []
+
+    def run() -> None:
+        try:
+            op.execute({"ti": ti})
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            errors.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    _wait(lambda: "kinetic_job" in ti.xcom)
+    handle = ti.xcom["kinetic_job"]
+    backend = LocalBackend(str(local_conn))
+    _wait(lambda: "started" in backend.read_logs(handle)[0])
+    op.on_kill()
+    worker.join(60)
+    assert not worker.is_alive()
+    report = backend.status(handle)
+    assert report.status.value == "FAILED" and report.reason == "cancelled"
+    assert errors and "cancelled" in str(errors[0])
+
+
+def test_retry_adopts_the_running_job_instead_of_submitting_again(local_conn, capfd, caplog):
+    config = KineticConfig(backend="local", root=str(local_conn))
+    backend = LocalBackend(config.bucket_name)
+    previous, _ = submit_job(JobRequest(func=sleepy, args=(1.5, 42)), config, backend)
+    store = StateStore(kinetic_job=previous)
+    op = KineticRunOperator(
+        task_id="t",
+        python_callable=sleepy,
+        op_args=[0, 0],
+        kinetic_conn_id="kinetic_local",
+        deferrable=False,
+        poll_interval=0.1,
+    )
+    ti = TI()
+    assert op.execute({"ti": ti, "task_state_store": store}) == 42
+    assert ti.xcom["kinetic_job"]["job_id"] == previous["job_id"]
+    assert [p.name for p in (local_conn / ".local-jobs").iterdir()] == [previous["job_id"]]
+    log = "".join(capfd.readouterr()) + caplog.text
+    assert f"adopting still-RUNNING kinetic job {previous['job_id']}" in log
+    # Each line of the job's log reached the task log exactly once.
+    assert log.count(f"[{previous['job_id']}] started") == 1
+    assert log.count(f"[{previous['job_id']}] finished") == 1
+
+
+def test_new_submission_is_remembered_for_the_next_try(local_conn):
+    store = StateStore()
+    op = KineticRunOperator(
+        task_id="t",
+        python_callable=sleepy,
+        op_args=[0, 7],
+        kinetic_conn_id="kinetic_local",
+        deferrable=False,
+        poll_interval=0.1,
+    )
+    assert op.execute({"ti": TI(), "task_state_store": store}) == 7
+    assert store["kinetic_job"]["func_name"] == "sleepy"
