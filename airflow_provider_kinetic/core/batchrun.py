@@ -24,20 +24,15 @@ from airflow_provider_kinetic.core.handles import (
     JobStatus,
     artifact_key,
     handle_to_json,
-    make_handle,
     new_job_id,
-    utc_now_iso,
 )
 from airflow_provider_kinetic.core.jobspec import (
-    KINETIC_RUNNER_COMMAND,
     FuseMount,
     JobSpec,
-    SpecInputs,
-    build_job_spec,
 )
 from airflow_provider_kinetic.core.results import collect
 from airflow_provider_kinetic.core.storage import ObjectStore
-from airflow_provider_kinetic.core.submit import DEFAULT_IMAGE, function_output_dir
+from airflow_provider_kinetic.core.submit import function_output_dir, job_handle, target_spec
 
 log = logging.getLogger(__name__)
 
@@ -89,68 +84,27 @@ def manifest_key(group_id: str) -> str:
     return f"_groups/{group_id}/manifest.json"
 
 
-def child_handle(
-    state: dict,
-    index: int,
-    job_id: str,
-    config: KineticConfig,
-    backend: Backend,
-    store: ObjectStore,
-    spec: Any,
-) -> dict[str, Any]:
-    plan = state["plan"]
-    return make_handle(
-        job_id=job_id,
-        backend=backend.name,
-        project=config.project,
-        cluster_name=config.cluster,
-        zone=config.zone,
-        namespace=config.namespace,
-        bucket_name=store.bucket,
-        k8s_name=backend.object_name(job_id),
-        image_uri=spec.container["image"],
-        accelerator=plan["accelerator"],
-        func_name=plan["func_name"],
-        display_name=f"kinetic-{plan['func_name']}-{job_id}",
-        created_at=utc_now_iso(),
-        group_id=state["group_id"],
-        group_kind="map",
-        group_index=index,
-        output_dir=f"{plan['output_base']}/{index}",
-    )
-
-
 def child_spec(
     state: dict, index: int, job_id: str, config: KineticConfig, store: ObjectStore
 ) -> JobSpec:
     """The JobSpec of one child: the shared payload, its own index and result."""
     plan = state["plan"]
-    accel = parse_accelerator(plan["accelerator"])
-    return build_job_spec(
-        SpecInputs(
-            job_id=job_id,
-            bucket=store.bucket,
-            context_uri=plan["context_uri"],
-            payload_uri=plan["payload_uri"],
-            result_uri=store.uri(artifact_key(job_id, "result.pkl")),
-            payload_sha256=plan["payload_sha256"],
-            context_sha256=plan["context_sha256"],
-            accelerator=accel,
-            image=config.image or DEFAULT_IMAGE.format(category=accel.category),
-            output_dir=function_output_dir(f"{plan['output_base']}/{index}"),
-            namespace=config.namespace,
-            service_account=config.service_account,
-            runner_command=config.runner_command or list(KINETIC_RUNNER_COMMAND),
-            env={**plan["env"], batchwire.GROUP_INDEX_ENV: str(index)},
-            identity=plan["identity"],
-            extra_labels={
-                "kinetic-group-id": state["group_id"],
-                "kinetic-group-index": str(index),
-            },
-            fuse=[FuseMount(*m) for m in plan["fuse"]],
-            cpu_request=plan["cpu"],
-            memory_request=plan["memory"],
-        )
+    return target_spec(
+        config,
+        store,
+        job_id,
+        parse_accelerator(plan["accelerator"]),
+        context_uri=plan["context_uri"],
+        payload_uri=plan["payload_uri"],
+        payload_sha256=plan["payload_sha256"],
+        context_sha256=plan["context_sha256"],
+        output_dir=function_output_dir(f"{plan['output_base']}/{index}"),
+        env={**plan["env"], batchwire.GROUP_INDEX_ENV: str(index)},
+        identity=plan["identity"],
+        extra_labels={"kinetic-group-id": state["group_id"], "kinetic-group-index": str(index)},
+        fuse=[FuseMount(*m) for m in plan["fuse"]],
+        cpu_request=plan["cpu"],
+        memory_request=plan["memory"],
     )
 
 
@@ -164,7 +118,18 @@ def launch(state: dict, config: KineticConfig, backend: Backend, store: ObjectSt
         key = str(index)
         job_id = new_job_id()
         spec = child_spec(state, index, job_id, config, store)
-        handle = child_handle(state, index, job_id, config, backend, store, spec)
+        handle = job_handle(
+            config,
+            backend,
+            store,
+            spec,
+            accelerator=state["plan"]["accelerator"],
+            func_name=state["plan"]["func_name"],
+            output_dir=f"{state['plan']['output_base']}/{index}",
+            group_id=state["group_id"],
+            group_kind="map",
+            group_index=index,
+        )
         store.write_bytes(
             artifact_key(job_id, "handle.json"),
             handle_to_json(handle),

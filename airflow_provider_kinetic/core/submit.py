@@ -249,20 +249,13 @@ def submit_job(
     job_id = request.job_id or new_job_id()
     packed, spec, output_uri = plan_job(request, config, store, job_id)
     func_name = getattr(request.func, "__name__", type(request.func).__name__)
-    handle = make_handle(
-        job_id=job_id,
-        backend=backend.name,
-        project=config.project,
-        cluster_name=config.cluster,
-        zone=config.zone,
-        namespace=config.namespace,
-        bucket_name=store.bucket,
-        k8s_name=backend.object_name(job_id),
-        image_uri=spec.container["image"],
+    handle = job_handle(
+        config,
+        backend,
+        store,
+        spec,
         accelerator=request.accelerator,
         func_name=func_name,
-        display_name=f"kinetic-{func_name}-{job_id}",
-        created_at=utc_now_iso(),
         output_dir=output_uri,
     )
     # ---- side effects start here --------------------------------------------------
@@ -287,6 +280,57 @@ def submit_job(
     return handle, spec
 
 
+def target_spec(
+    config: KineticConfig, store: ObjectStore, job_id: str, accel: Accelerator, **fields: Any
+) -> JobSpec:
+    """Build a JobSpec: what the target decides (bucket, image, namespace, service
+    account, runner command, result URI) plus the job's own ``fields``."""
+    return build_job_spec(
+        SpecInputs(
+            job_id=job_id,
+            bucket=store.bucket,
+            result_uri=store.uri(artifact_key(job_id, "result.pkl")),
+            accelerator=accel,
+            image=config.image or DEFAULT_IMAGE.format(category=accel.category),
+            namespace=config.namespace,
+            service_account=config.service_account,
+            runner_command=config.runner_command or list(KINETIC_RUNNER_COMMAND),
+            **fields,
+        )
+    )
+
+
+def job_handle(
+    config: KineticConfig,
+    backend: Backend,
+    store: ObjectStore,
+    spec: JobSpec,
+    *,
+    accelerator: str,
+    func_name: str,
+    output_dir: str,
+    **group: Any,
+) -> dict[str, Any]:
+    """The JobHandle dict of a job about to be created (``group`` for batch children)."""
+    return make_handle(
+        job_id=spec.job_id,
+        backend=backend.name,
+        project=config.project,
+        cluster_name=config.cluster,
+        zone=config.zone,
+        namespace=config.namespace,
+        bucket_name=store.bucket,
+        k8s_name=backend.object_name(spec.job_id),
+        image_uri=spec.container["image"],
+        accelerator=accelerator,
+        func_name=func_name,
+        display_name=f"kinetic-{func_name}-{spec.job_id}",
+        created_at=utc_now_iso(),
+        output_dir=output_dir,
+        **group,
+    )
+
+
 def make_spec(
     request: JobRequest,
     config: KineticConfig,
@@ -296,28 +340,20 @@ def make_spec(
     env_vars: dict[str, str],
 ) -> JobSpec:
     """The JobSpec for a packed request (also used by dry runs)."""
-    accel = packed.accelerator
-    image = config.image or DEFAULT_IMAGE.format(category=accel.category)
-    return build_job_spec(
-        SpecInputs(
-            job_id=job_id,
-            bucket=store.bucket,
-            context_uri=store.uri(artifact_key(job_id, "context.zip")),
-            payload_uri=store.uri(artifact_key(job_id, "payload.pkl")),
-            result_uri=store.uri(artifact_key(job_id, "result.pkl")),
-            payload_sha256=hashlib.sha256(packed.payload).hexdigest(),
-            context_sha256=hashlib.sha256(packed.context).hexdigest(),
-            accelerator=accel,
-            image=image,
-            output_dir=env_vars["KINETIC_OUTPUT_DIR"],
-            namespace=config.namespace,
-            service_account=config.service_account,
-            runner_command=config.runner_command or list(KINETIC_RUNNER_COMMAND),
-            env={k: v for k, v in env_vars.items() if k != "KINETIC_OUTPUT_DIR"},
-            identity=request.identity,
-            extra_labels=request.extra_labels,
-            fuse=packed.fuse,
-            cpu_request=request.cpu_request,
-            memory_request=request.memory_request,
-        )
+    return target_spec(
+        config,
+        store,
+        job_id,
+        packed.accelerator,
+        context_uri=store.uri(artifact_key(job_id, "context.zip")),
+        payload_uri=store.uri(artifact_key(job_id, "payload.pkl")),
+        payload_sha256=hashlib.sha256(packed.payload).hexdigest(),
+        context_sha256=hashlib.sha256(packed.context).hexdigest(),
+        output_dir=env_vars["KINETIC_OUTPUT_DIR"],
+        env={k: v for k, v in env_vars.items() if k != "KINETIC_OUTPUT_DIR"},
+        identity=request.identity,
+        extra_labels=request.extra_labels,
+        fuse=packed.fuse,
+        cpu_request=request.cpu_request,
+        memory_request=request.memory_request,
     )

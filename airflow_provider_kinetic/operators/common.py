@@ -5,10 +5,10 @@ from __future__ import annotations
 import datetime as dt
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow.providers.common.compat.sdk import conf
+from airflow.providers.common.compat.sdk import BaseOperator, conf
 
 XCOM_JOB = "kinetic_job"
 XCOM_BATCH = "kinetic_batch"
@@ -62,3 +62,53 @@ def defer_timeout(deadline_ts: float | None, poll_interval: float) -> dt.timedel
         return None
     pad = max(60.0, 2 * poll_interval)
     return dt.timedelta(seconds=max(0.0, deadline_ts - time.time()) + pad)
+
+
+class KineticOperatorBase(BaseOperator):
+    """Arguments and helpers every kinetic operator shares (see KineticRunOperator).
+
+    Templated fields are assigned verbatim from the same-named arguments; they are
+    validated in ``execute`` (after rendering), never here.
+    """
+
+    shallow_copy_attrs: Sequence[str] = ("python_callable",)
+
+    # ``python_callable`` is set by subclasses, not taken here: the TaskFlow
+    # decorator's apply-defaults hook injects ``op_kwargs`` into any __init__ that
+    # receives ``python_callable``.
+    def __init__(
+        self,
+        *,
+        accelerator: str = "cpu",
+        volumes: dict[str, Any] | None = None,
+        output_dir: str | None = None,
+        capture_env_vars: list[str] | None = None,
+        kinetic_conn_id: str = "kinetic_default",
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poll_interval: float = 5.0,
+        cpu: str | None = None,
+        memory: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.accelerator = accelerator
+        self.volumes = volumes
+        self.output_dir = output_dir
+        self.capture_env_vars = capture_env_vars
+        self.kinetic_conn_id = kinetic_conn_id
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self.cpu = cpu
+        self.memory = memory
+
+    def rendered_volumes(self, context: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """``volumes`` with its mount paths rendered (Airflow renders dict values only)."""
+        if not isinstance(self.volumes, dict) or context is None:
+            return self.volumes
+        return {self.render_template(k, context): v for k, v in self.volumes.items()}
+
+    @staticmethod
+    def require_callable(python_callable: Any) -> Callable[..., Any]:
+        if not callable(python_callable):
+            raise TypeError(f"python_callable must be callable, got {python_callable!r}")
+        return python_callable

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, conf
+from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_provider_kinetic.core import batchrun
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
@@ -22,6 +22,7 @@ from airflow_provider_kinetic.core.submit import JobRequest
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.operators.common import (
     XCOM_BATCH,
+    KineticOperatorBase,
     by_value_roots,
     deadline,
     default_output_key,
@@ -31,7 +32,7 @@ from airflow_provider_kinetic.operators.common import (
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 
 
-class KineticMapOperator(BaseOperator):
+class KineticMapOperator(KineticOperatorBase):
     """Run ``python_callable`` once per input as kinetic jobs; return results in order.
 
     Args:
@@ -42,7 +43,9 @@ class KineticMapOperator(BaseOperator):
         op_kwargs: keyword arguments shared by every child (templated).
         max_concurrent: children running at once.
         retries: re-submissions of a failed child (new job id). Preemptions are
-            retried apart from this budget.
+            retried apart from this budget. This is kinetic's per-child ``retries``;
+            the task's own Airflow retries are ``task_retries`` (a ``retries`` in
+            ``default_args`` also lands here, as for any operator argument).
         fail_fast: on the first failure launch nothing more and cancel running siblings.
         return_exceptions: failed positions hold an error dict instead of failing the task.
         ordered: results in input order (else completion order).
@@ -52,7 +55,6 @@ class KineticMapOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("inputs", "op_kwargs", "volumes", "output_dir", "accelerator")
     ui_color = "#d2e3fc"
-    shallow_copy_attrs: Sequence[str] = ("python_callable",)
 
     def __init__(
         self,
@@ -66,22 +68,16 @@ class KineticMapOperator(BaseOperator):
         fail_fast: bool = False,
         return_exceptions: bool = False,
         ordered: bool = True,
-        accelerator: str = "cpu",
-        volumes: dict[str, Any] | None = None,
-        output_dir: str | None = None,
-        capture_env_vars: list[str] | None = None,
-        kinetic_conn_id: str = KineticHook.default_conn_name,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        poll_interval: float = 5.0,
-        cpu: str | None = None,
-        memory: str | None = None,
         group_name: str | None = None,
         **kwargs: Any,
     ) -> None:
+        # ``retries`` is the per-child budget; the task's own Airflow retries stay
+        # available as ``task_retries``.
+        task_retries = kwargs.pop("task_retries", None)
+        if task_retries is not None:
+            kwargs["retries"] = task_retries
         super().__init__(**kwargs)
-        if not callable(python_callable):
-            raise TypeError(f"python_callable must be callable, got {python_callable!r}")
-        self.python_callable = python_callable
+        self.python_callable = self.require_callable(python_callable)
         self.inputs = inputs
         self.input_mode = input_mode
         self.op_kwargs = op_kwargs
@@ -90,15 +86,6 @@ class KineticMapOperator(BaseOperator):
         self.fail_fast = fail_fast
         self.return_exceptions = return_exceptions
         self.ordered = ordered
-        self.accelerator = accelerator
-        self.volumes = volumes
-        self.output_dir = output_dir
-        self.capture_env_vars = capture_env_vars
-        self.kinetic_conn_id = kinetic_conn_id
-        self.deferrable = deferrable
-        self.poll_interval = poll_interval
-        self.cpu = cpu
-        self.memory = memory
         self.group_name = group_name
         self._state: dict[str, Any] | None = None
         self._backend: Backend | None = None
@@ -109,14 +96,11 @@ class KineticMapOperator(BaseOperator):
         hook = KineticHook(self.kinetic_conn_id)
         store = hook.get_store()
         identity = task_identity(context)
-        volumes = self.volumes
-        if isinstance(volumes, dict):
-            volumes = {self.render_template(k, context): v for k, v in volumes.items()}
         request = JobRequest(
             func=self.python_callable,
             kwargs=dict(self.op_kwargs or {}),
             accelerator=self.accelerator,
-            volumes=volumes,
+            volumes=self.rendered_volumes(context),
             capture_env_vars=self.capture_env_vars,
             output_dir=self.output_dir or store.uri(default_output_key(identity)),
             identity=identity,

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, conf
+from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
@@ -22,6 +22,7 @@ from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.operators.common import (
     XCOM_JOB,
     XCOM_OUTPUT_DIR,
+    KineticOperatorBase,
     by_value_roots,
     deadline,
     default_output_key,
@@ -31,7 +32,7 @@ from airflow_provider_kinetic.operators.common import (
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
 
 
-class KineticRunOperator(BaseOperator):
+class KineticRunOperator(KineticOperatorBase):
     """Run ``python_callable(*op_args, **op_kwargs)`` on a kinetic backend.
 
     The callable and its arguments are cloudpickled (DAG-file code by value), any
@@ -63,7 +64,6 @@ class KineticRunOperator(BaseOperator):
     )
     template_fields_renderers = {"op_args": "py", "op_kwargs": "py"}
     ui_color = "#e8f0fe"
-    shallow_copy_attrs: Sequence[str] = ("python_callable",)
 
     def __init__(
         self,
@@ -71,32 +71,12 @@ class KineticRunOperator(BaseOperator):
         python_callable: Callable[..., Any],
         op_args: Collection[Any] | None = None,
         op_kwargs: Mapping[str, Any] | None = None,
-        accelerator: str = "cpu",
-        volumes: dict[str, Any] | None = None,
-        output_dir: str | None = None,
-        capture_env_vars: list[str] | None = None,
-        kinetic_conn_id: str = KineticHook.default_conn_name,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        poll_interval: float = 5.0,
-        cpu: str | None = None,
-        memory: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if not callable(python_callable):
-            raise TypeError(f"python_callable must be callable, got {python_callable!r}")
-        self.python_callable = python_callable
+        self.python_callable = self.require_callable(python_callable)
         self.op_args = op_args
         self.op_kwargs = op_kwargs
-        self.accelerator = accelerator
-        self.volumes = volumes
-        self.output_dir = output_dir
-        self.capture_env_vars = capture_env_vars
-        self.kinetic_conn_id = kinetic_conn_id
-        self.deferrable = deferrable
-        self.poll_interval = poll_interval
-        self.cpu = cpu
-        self.memory = memory
         self._handle: dict[str, Any] | None = None
         self._backend: Backend | None = None
 
@@ -108,16 +88,12 @@ class KineticRunOperator(BaseOperator):
         context: Mapping[str, Any] | None = None,
     ) -> JobRequest:
         output_dir = self.output_dir or store_uri(default_output_key(identity))
-        volumes = self.volumes
-        if isinstance(volumes, dict) and context is not None:
-            # Airflow renders dict values only: render the mount paths too.
-            volumes = {self.render_template(k, context): v for k, v in volumes.items()}
         return JobRequest(
             func=self.python_callable,
             args=tuple(self.op_args or ()),
             kwargs=dict(self.op_kwargs or {}),
             accelerator=self.accelerator,
-            volumes=volumes,
+            volumes=self.rendered_volumes(context),
             capture_env_vars=self.capture_env_vars,
             output_dir=output_dir,
             identity=dict(identity),
