@@ -76,8 +76,18 @@ def upload_data(store: ObjectStore, data: Data) -> bool:
             log.info("  %s: %d/%d files, %s", data.path, done, n, _human(nbytes))
 
     store.upload_files(root, [rel for _, rel in files], prefix, progress=progress)
+    if store.scheme == "file":
+        _make_read_only(store.uri(prefix)[len("file://") :])
     store.write_bytes(marker_key(digest), b"")
     return True
+
+
+def _make_read_only(path: str) -> None:
+    """Cache entries are immutable; on the local backend FUSE data is served straight
+    from them, so drop write permission (as a read-only mount would)."""
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            os.chmod(os.path.join(dirpath, name), 0o444)
 
 
 def upload_all(store: ObjectStore, items: list[Data], workers: int = 4) -> dict[str, bool]:

@@ -146,6 +146,20 @@ def _resolve_fuse(ref: dict[str, Any]) -> str:
     return mount
 
 
+def _link_local_fuse(ref: dict[str, Any]) -> None:
+    """Local backend: a FUSE volume is the read-only cache dir, linked at its mount path.
+
+    (On GKE the CSI driver mounts ``gs://`` volumes before the runner starts.)
+    """
+    source, mount = ref["uri"][len("file://") :], ref["mount_path"]
+    if os.path.lexists(mount):
+        if os.path.realpath(mount) != os.path.realpath(source):
+            raise FileExistsError(f"FUSE volume mount path {mount!r} already exists")
+        return
+    os.makedirs(os.path.dirname(mount) or "/", exist_ok=True)
+    os.symlink(source, mount)
+
+
 def resolve_refs(obj: Any, workdir: str, cache: dict[str, str]) -> Any:
     """Replace ref dicts in args/kwargs with local paths (one download per URI)."""
     if is_data_ref(obj):
@@ -220,6 +234,8 @@ def _setup(ns: argparse.Namespace, workdir: str) -> tuple[Any, tuple, dict]:
         for ref in payload.get("volumes") or []:
             if not ref.get("fuse"):
                 resolve_refs(ref, workdir, cache)
+            elif ref["uri"].startswith("file://"):
+                _link_local_fuse(ref)
         if payload.get("has_data_refs", True):
             args = resolve_refs(tuple(args), workdir, cache)
             kwargs = resolve_refs(dict(kwargs), workdir, cache)

@@ -154,3 +154,20 @@ def test_upload_all_dedups_identical_content(store: ObjectStore, tmp_path: Path)
     assert len(store.list(datacache.MARKER_PREFIX + "/")) == 2
     assert datacache.upload_all(store, items) == dict.fromkeys(result, False)
     assert datacache.upload_all(store, []) == {}
+
+
+def test_local_cache_entries_are_read_only(tmp_path):
+    """FUSE data on the local backend is served from the cache dir: it must be read-only."""
+    import stat
+
+    from airflow_provider_kinetic.core.data import Data
+    from airflow_provider_kinetic.core.datacache import cache_key, upload_data
+    from airflow_provider_kinetic.core.storage import LocalStore
+
+    (tmp_path / "src" / "sub").mkdir(parents=True)
+    (tmp_path / "src" / "sub" / "a.txt").write_text("a")
+    store = LocalStore(str(tmp_path / "store"))
+    data = Data(str(tmp_path / "src"))
+    assert upload_data(store, data) is True
+    entry = tmp_path / "store" / cache_key(data.content_hash()) / "sub" / "a.txt"
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o444
