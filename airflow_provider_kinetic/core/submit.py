@@ -139,7 +139,9 @@ def validate_volumes(volumes: Any) -> dict[str, Data]:
 
 
 @dataclass
-class _Packed:
+class PackedJob:
+    """A validated, packed job: nothing uploaded yet."""
+
     accelerator: Accelerator
     local_data: list[Data]
     payload: bytes
@@ -175,7 +177,7 @@ def prepare(
     env_vars: dict[str, str],
     batch_inputs: dict[str, str] | None = None,
     input_refs: bool = False,
-) -> _Packed:
+) -> PackedJob:
     """Validate everything and pack the payload; uploads nothing.
 
     ``batch_inputs`` / ``input_refs``: a batch's shared payload (see ``core.batch``).
@@ -219,7 +221,7 @@ def prepare(
         batch_inputs=batch_inputs,
     )
     local = [d for d, _, _ in found if not d.is_gcs]
-    return _Packed(accel, local, payload, build_context_zip(), fuse)
+    return PackedJob(accel, local, payload, build_context_zip(), fuse)
 
 
 def function_output_dir(uri: str) -> str:
@@ -229,7 +231,7 @@ def function_output_dir(uri: str) -> str:
 
 def plan_job(
     request: JobRequest, config: KineticConfig, store: ObjectStore, job_id: str
-) -> tuple[_Packed, JobSpec, str]:
+) -> tuple[PackedJob, JobSpec, str]:
     """Validate, pack and build the spec of one job; uploads nothing (dry runs stop here).
 
     Returns the packed payload, the spec, and the output dir URI.
@@ -336,7 +338,7 @@ def make_spec(
     config: KineticConfig,
     store: ObjectStore,
     job_id: str,
-    packed: _Packed,
+    packed: PackedJob,
     env_vars: dict[str, str],
 ) -> JobSpec:
     """The JobSpec for a packed request (also used by dry runs)."""

@@ -64,6 +64,7 @@ class KineticRunOperator(KineticOperatorBase):
     )
     template_fields_renderers = {"op_args": "py", "op_kwargs": "py"}
     ui_color = "#e8f0fe"
+    MAX_REDEFER_ATTEMPTS = 3
 
     def __init__(
         self,
@@ -121,24 +122,31 @@ class KineticRunOperator(KineticOperatorBase):
         self.log.info("kinetic job %s: output dir %s", handle["job_id"], handle.get("output_dir"))
         deadline_ts = deadline(context, self.execution_timeout)
         if self.deferrable:
-            self.defer(
-                trigger=KineticJobTrigger(
-                    handle=handle,
-                    config=config_to_json(config),
-                    poll_interval=self.poll_interval,
-                    deadline=deadline_ts,
-                ),
-                method_name="execute_complete",
-                kwargs={"log_offset": 0},
-                timeout=defer_timeout(deadline_ts, self.poll_interval),
-            )
+            self._defer(config, handle, deadline_ts, attempt=0)
         report, offset = self._wait(backend, handle, deadline_ts)
-        return self._finish(config.store(), backend, handle, report, offset)
+        return self._finish(store, backend, handle, report, offset)
 
-    def execute_complete(
-        self, context: Any, event: dict[str, Any] | None = None, log_offset: int = 0
-    ) -> Any:
-        """Resume after the trigger: re-read real state, show new logs, collect."""
+    def _defer(
+        self, config: Any, handle: dict[str, Any], deadline_ts: float | None, attempt: int
+    ) -> None:
+        self.defer(
+            trigger=KineticJobTrigger(
+                handle=handle,
+                config=config_to_json(config),
+                poll_interval=self.poll_interval,
+                deadline=deadline_ts,
+                attempt=attempt,
+            ),
+            method_name="execute_complete",
+            timeout=defer_timeout(deadline_ts, self.poll_interval),
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
+        """Resume after the trigger: re-read real state, show the job's log, collect.
+
+        A trigger *error* while the job still runs re-defers (up to
+        ``MAX_REDEFER_ATTEMPTS``); a timeout, or errors beyond that, cancel the job.
+        """
         if not event or "handle" not in event:
             raise AirflowException(f"kinetic trigger returned no usable event: {event!r}")
         handle = event["handle"]
@@ -154,14 +162,23 @@ class KineticRunOperator(KineticOperatorBase):
             report.describe(),
         )
         if not report.status.is_terminal:
+            attempt = int(event.get("attempt") or 0) + 1
+            if event.get("status") == "error" and attempt <= self.MAX_REDEFER_ATTEMPTS:
+                self.log.warning(
+                    "trigger error (%s); waiting again (%d/%d)",
+                    event.get("message"),
+                    attempt,
+                    self.MAX_REDEFER_ATTEMPTS,
+                )
+                self._defer(hook.get_config(), handle, event.get("deadline"), attempt)
             why = event.get("message") or event.get("status")
             backend.cancel(handle)
-            log_offset = self._show_logs(backend, handle, log_offset)
+            self._show_logs(backend, handle, 0)
             raise AirflowException(
                 f"kinetic job {handle['job_id']} cancelled: trigger ended with "
                 f"{event.get('status')} ({why}) while the job was {report.status.value}"
             )
-        return self._finish(hook.get_store(), backend, handle, report, log_offset)
+        return self._finish(hook.get_store(), backend, handle, report, 0)
 
     def dry_run(self) -> dict[str, Any]:
         """The manifest this operator would submit, printed as YAML; creates nothing.

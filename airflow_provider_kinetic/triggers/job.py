@@ -28,6 +28,8 @@ class KineticJobTrigger(BaseTrigger):
         deadline: epoch seconds after which a ``timeout`` event is sent (carries the
             task's ``execution_timeout``, which Airflow does not enforce while deferred).
         cancel_on_kill: cancel the job when a user marks the task failed / clears it.
+        attempt: how many times the operator re-deferred after a trigger error
+            (echoed in the event, which is all the operator gets back in dag.test).
     """
 
     def __init__(
@@ -37,8 +39,10 @@ class KineticJobTrigger(BaseTrigger):
         poll_interval: float = 5.0,
         deadline: float | None = None,
         cancel_on_kill: bool = True,
+        attempt: int = 0,
     ) -> None:
         super().__init__()
+        self.attempt = attempt
         self.handle = handle
         self.config = config
         self.poll_interval = poll_interval
@@ -54,6 +58,7 @@ class KineticJobTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "cancel_on_kill": self.cancel_on_kill,
+                "attempt": self.attempt,
             },
         )
 
@@ -64,7 +69,14 @@ class KineticJobTrigger(BaseTrigger):
 
     def _event(self, status: str, message: str = "", reason: str | None = None) -> TriggerEvent:
         return TriggerEvent(
-            {"status": status, "message": message, "reason": reason, "handle": self.handle}
+            {
+                "status": status,
+                "message": message,
+                "reason": reason,
+                "handle": self.handle,
+                "deadline": self.deadline,
+                "attempt": self.attempt,
+            }
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

@@ -128,3 +128,27 @@ def test_new_submission_is_remembered_for_the_next_try(local_conn):
     )
     assert op.execute({"ti": TI(), "task_state_store": store}) == 7
     assert store["kinetic_job"]["func_name"] == "sleepy"
+
+
+def test_trigger_error_redefers_then_cancels(local_conn):
+    from airflow.providers.common.compat.sdk import TaskDeferred
+
+    config = KineticConfig(backend="local", root=str(local_conn))
+    backend = LocalBackend(config.bucket_name)
+    handle, _ = submit_job(JobRequest(func=sleepy, args=(120, 1)), config, backend)
+    op = KineticRunOperator(
+        task_id="t",
+        python_callable=sleepy,
+        op_args=[0, 0],
+        kinetic_conn_id="kinetic_local",
+        poll_interval=0.1,
+    )
+    event = {"status": "error", "message": "API hiccup", "handle": handle, "attempt": 0}
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute_complete({"ti": TI()}, event=event)
+    assert deferred.value.trigger.attempt == 1
+    assert backend.status(handle).status.value == "RUNNING"  # still running: not cancelled
+    with pytest.raises(Exception, match="cancelled: trigger ended with error"):
+        op.execute_complete({"ti": TI()}, event={**event, "attempt": 3})
+    report = backend.status(handle)
+    assert report.status.value == "FAILED" and report.reason == "cancelled"
