@@ -61,6 +61,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_provider_kinetic.triggers.job"],
             }
         ],
+        "extra-links": ["airflow_provider_kinetic.links.KineticJobLink"],
         "task-decorators": [
             {
                 "name": "kinetic",

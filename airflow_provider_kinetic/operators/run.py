@@ -19,6 +19,7 @@ from airflow_provider_kinetic.core.handles import JobStatus
 from airflow_provider_kinetic.core.results import collect
 from airflow_provider_kinetic.core.submit import JobRequest, plan_job, submit_job
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
+from airflow_provider_kinetic.links import KineticJobLink, job_url
 from airflow_provider_kinetic.operators.common import (
     XCOM_JOB,
     XCOM_OUTPUT_DIR,
@@ -64,6 +65,7 @@ class KineticRunOperator(KineticOperatorBase):
     )
     template_fields_renderers = {"op_args": "py", "op_kwargs": "py"}
     ui_color = "#e8f0fe"
+    operator_extra_links = (KineticJobLink(),)
     MAX_REDEFER_ATTEMPTS = 3
 
     def __init__(
@@ -119,6 +121,7 @@ class KineticRunOperator(KineticOperatorBase):
         ti = context["ti"]
         ti.xcom_push(key=XCOM_JOB, value=handle)
         ti.xcom_push(key=XCOM_OUTPUT_DIR, value=handle.get("output_dir"))
+        ti.xcom_push(key=KineticJobLink().xcom_key, value=job_url(handle))
         self.log.info("kinetic job %s: output dir %s", handle["job_id"], handle.get("output_dir"))
         deadline_ts = deadline(context, self.execution_timeout)
         if self.deferrable:
