@@ -130,7 +130,8 @@ def identity_labels(identity: dict[str, Any]) -> dict[str, str]:
     return {
         label: label_value(identity[key])
         for key, label in keys.items()
-        if identity.get(key) is not None
+        # map_index -1 (not mapped) has no label: "-1" is not a valid label value.
+        if identity.get(key) is not None and not (key == "map_index" and identity[key] == -1)
     }
 
 

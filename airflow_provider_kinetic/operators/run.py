@@ -253,7 +253,10 @@ class KineticRunOperator(KineticOperatorBase):
             if report.status is JobStatus.FAILED:
                 # A failed job may hold a stuck pod (image pull, unschedulable): delete
                 # it so nothing is orphaned; its log was already shown.
-                backend.cancel(handle)
+                try:
+                    backend.cancel(handle)
+                except Exception as exc:  # noqa: BLE001 - keep the job's own error
+                    self.log.warning("could not delete failed job %s: %s", handle["job_id"], exc)
         return value
 
     # ---- retries, deadlines, kill ---------------------------------------------------

@@ -204,7 +204,8 @@ class GkeBackend(Backend):
         self, report: StatusReport, pods: list[dict[str, Any]], now: datetime
     ) -> bool:
         """Events cost a call, so read them only where they can explain a wait: a Job
-        without pods (FailedCreate) or a pod stuck starting (FailedMount)."""
+        without pods (FailedCreate) or a pod stuck starting (FailedMount).  A batch
+        reads them once per namespace for all such children."""
         if report.status is not JobStatus.PENDING:
             return False
         pod = k8s_status.select_pod(pods)
@@ -213,10 +214,11 @@ class GkeBackend(Backend):
     def _batch_plan(
         self, group_id: str, handles: list[dict[str, Any]]
     ) -> Plan[dict[str, StatusReport]]:
-        """Two list calls per namespace for a whole batch (jobs and pods by GROUP_LABEL).
+        """Two list calls per namespace for a whole batch (jobs and pods by GROUP_LABEL),
+        plus one list of the namespace's events when some child's wait needs them.
 
-        A child missing from the list (submitted without the label) or one whose
-        wait needs its events gets the single-job status: slower, never wrong.
+        A child missing from the list (submitted without the label) gets the
+        single-job status: slower, never wrong.
         """
         by_ns: dict[str, list[dict[str, Any]]] = {}
         for handle in handles:
@@ -229,15 +231,29 @@ class GkeBackend(Backend):
             reply = yield Call("CoreV1Api", "list_namespaced_pod", (ns,), selector)
             pods = items(reply, f"listing pods of {group_id}")
             now = datetime.now(UTC)
+            waiting = []
             for handle in group:
                 name = self.where(handle)[1]
+                if name not in jobs:
+                    result[handle["job_id"]] = yield from self._status_plan(handle)
+                    continue
                 mine = [p for p in pods if _labels(p).get("job-name") == name]
-                if name in jobs:
-                    report = k8s_status.job_status(jobs[name], mine, now=now, limits=self.limits)
-                    if not self._wants_events(report, mine, now):
-                        result[handle["job_id"]] = report
-                        continue
-                result[handle["job_id"]] = yield from self._status_plan(handle)
+                report = k8s_status.job_status(jobs[name], mine, now=now, limits=self.limits)
+                if self._wants_events(report, mine, now):
+                    waiting.append((handle, name, mine))
+                else:
+                    result[handle["job_id"]] = report
+            if waiting:
+                reply = yield Call("CoreV1Api", "list_namespaced_event", (ns,), {})
+                events = items(reply, f"listing events in {ns}") if reply.status != 403 else []
+                for handle, name, mine in waiting:
+                    names = {name} | {p["metadata"]["name"] for p in mine}
+                    own = [
+                        e for e in events if (e.get("involvedObject") or {}).get("name") in names
+                    ]
+                    result[handle["job_id"]] = k8s_status.job_status(
+                        jobs[name], mine, own, now=now, limits=self.limits
+                    )
         return result
 
     def _pods_plan(self, ns: str, name: str) -> Plan[list[dict[str, Any]]]:

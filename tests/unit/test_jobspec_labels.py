@@ -1,0 +1,27 @@
+"""Airflow identity as Kubernetes labels: sanitised, hashed when too long, -1 omitted."""
+
+from __future__ import annotations
+
+import re
+
+from airflow_provider_kinetic.core.jobspec import identity_labels, label_value
+
+VALID = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def test_identity_labels():
+    run_id = "scheduled__2026-11-20T00:00:00+00:00"
+    labels = identity_labels(
+        {"dag_id": "d" * 80, "task_id": "train", "run_id": run_id, "map_index": -1, "try_number": 2}
+    )
+    assert "airflow-map-index" not in labels
+    assert labels["airflow-task-id"] == "train" and labels["airflow-try-number"] == "2"
+    assert labels["airflow-run-id"] == "scheduled__2026-11-20T00-00-00-00-00"
+    assert len(labels["airflow-dag-id"]) <= 63 and labels["airflow-dag-id"] != "d" * 63
+    assert all(VALID.match(v) for v in labels.values())
+    assert identity_labels({"map_index": 0}) == {"airflow-map-index": "0"}
+
+
+def test_long_values_hash_apart():
+    a, b = label_value("x" * 70 + "a"), label_value("x" * 70 + "b")
+    assert a != b and len(a) <= 63 and VALID.match(a)
