@@ -41,6 +41,10 @@ _EXTRA_FIELDS = (
 )
 
 
+_NUMBER_FIELDS = ("image_pull_grace_s", "schedule_timeout_s", "create_grace_s")
+_BOOL_FIELDS = ("use_internal_ip", "use_dns_endpoint")
+
+
 def default_local_root() -> str:
     """``$AIRFLOW_HOME/kinetic`` — where the embedded local backend keeps its store."""
     home = os.environ.get("AIRFLOW_HOME") or conf.get("core", "airflow_home", fallback=None)
@@ -56,13 +60,27 @@ def config_from_extras(extras: dict[str, Any]) -> KineticConfig:
             values[name] = value
     if isinstance(values.get("runner_command"), str):
         values["runner_command"] = values["runner_command"].split()
+    if isinstance(values.get("endpoint"), str):  # the UI stores extras as strings
+        values["endpoint"] = json.loads(values["endpoint"])
+    for name in _NUMBER_FIELDS:
+        if name in values:
+            values[name] = _number(name, values[name])
+    for name in _BOOL_FIELDS:
+        if isinstance(values.get(name), str):
+            values[name] = values[name].strip().lower() in ("1", "true", "yes")
     values.setdefault(
         "backend", "gke" if values.get("bucket") or values.get("cluster") else "local"
     )
     if values["backend"] == "local":
         values.setdefault("root", default_local_root())
-    known = {k: v for k, v in values.items()}
-    return KineticConfig(**known, extra={k: v for k, v in extras.items() if k not in values})
+    return KineticConfig(**values, extra={k: v for k, v in extras.items() if k not in values})
+
+
+def _number(name: str, value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"connection extra {name!r} must be a number, got {value!r}") from None
 
 
 class KineticHook(BaseHook):
