@@ -23,7 +23,6 @@ from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.handles import (
     JobStatus,
     artifact_key,
-    handle_to_json,
     new_job_id,
 )
 from airflow_provider_kinetic.core.jobspec import (
@@ -32,7 +31,12 @@ from airflow_provider_kinetic.core.jobspec import (
 )
 from airflow_provider_kinetic.core.results import collect
 from airflow_provider_kinetic.core.storage import ObjectStore
-from airflow_provider_kinetic.core.submit import function_output_dir, job_handle, target_spec
+from airflow_provider_kinetic.core.submit import (
+    create_job,
+    function_output_dir,
+    job_handle,
+    target_spec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -130,15 +134,9 @@ def launch(state: dict, config: KineticConfig, backend: Backend, store: ObjectSt
             group_kind="map",
             group_index=index,
         )
-        store.write_bytes(
-            artifact_key(job_id, "handle.json"),
-            handle_to_json(handle),
-            content_type="application/json",
-        )
         try:
-            backend.submit(spec)
+            create_job(store, backend, spec, handle)
         except Exception as exc:  # noqa: BLE001 - recorded per index, never retried
-            store.delete_prefix(f"{job_id}/")
             state["submit_errors"][key] = f"{type(exc).__name__}: {exc}"
             state["done"][key] = "FAILED"
             state["order"].append(index)

@@ -229,6 +229,27 @@ def function_output_dir(uri: str) -> str:
     return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
+def create_job(store: ObjectStore, backend: Backend, spec: JobSpec, handle: dict[str, Any]) -> None:
+    """Write ``handle.json``, then create the job.
+
+    If creation fails and the job does not exist after all, the job's artifacts are
+    removed (nothing is left that looks like a job) and the error is re-raised.
+    """
+    job_id = spec.job_id
+    store.write_bytes(
+        artifact_key(job_id, "handle.json"), handle_to_json(handle), content_type="application/json"
+    )
+    try:
+        backend.submit(spec)
+    except Exception:
+        if backend.exists(handle):
+            log.warning("create reported an error but job %s exists; keeping it", job_id)
+            return
+        log.error("could not create job %s; removing its artifacts", job_id)
+        store.delete_prefix(f"{job_id}/")
+        raise
+
+
 def plan_job(
     request: JobRequest, config: KineticConfig, store: ObjectStore, job_id: str
 ) -> tuple[PackedJob, JobSpec, str]:
@@ -264,20 +285,7 @@ def submit_job(
     datacache.upload_all(store, packed.local_data)
     store.write_bytes(artifact_key(job_id, "payload.pkl"), packed.payload)
     store.write_bytes(artifact_key(job_id, "context.zip"), packed.context)
-    store.write_bytes(
-        artifact_key(job_id, "handle.json"),
-        handle_to_json(handle),
-        content_type="application/json",
-    )
-    try:
-        backend.submit(spec)
-    except Exception:
-        if backend.exists(handle):
-            log.warning("create reported an error but job %s exists; keeping it", job_id)
-            return handle, spec
-        log.error("could not create job %s; removing its artifacts", job_id)
-        store.delete_prefix(f"{job_id}/")
-        raise
+    create_job(store, backend, spec, handle)
     log.info("submitted %s (%s) on backend %s", job_id, spec.name, backend.name)
     return handle, spec
 
