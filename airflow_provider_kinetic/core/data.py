@@ -7,12 +7,16 @@ versa.  The hash is computed once per instance (snapshot semantics, as kinetic).
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+#: ``map_leaves`` sentinel: "not a leaf I replace".
+KEEP = object()
 
 _CHUNK = 256 * 1024
 #: Below this many files hashing stays sequential (thread start-up costs more).
@@ -198,3 +202,33 @@ def make_data_ref(
 
 def is_data_ref(obj: Any) -> bool:
     return isinstance(obj, dict) and obj.get("__data_ref__") is True
+
+
+def map_leaves(obj: Any, leaf: Callable[[Any], Any]) -> Any:
+    """Rebuild list/tuple/dict containers with ``leaf(x)`` applied where it answers.
+
+    ``leaf`` returns ``KEEP`` for values it does not replace (containers are then
+    walked).  A container in which nothing changed is returned as it is (aliasing
+    preserved); subclasses (NamedTuple, OrderedDict, defaultdict) keep their type.
+    Used for Data -> ref on the client and ref -> path in the runner.
+    """
+    new = leaf(obj)
+    if new is not KEEP:
+        return new
+    if isinstance(obj, dict):
+        items = {k: map_leaves(v, leaf) for k, v in obj.items()}
+        if all(items[k] is v for k, v in obj.items()):
+            return obj
+        if isinstance(obj, collections.defaultdict):  # its constructor wants the factory
+            clone = collections.defaultdict(obj.default_factory)
+            clone.update(items)
+            return clone
+        return type(obj)(items)
+    if isinstance(obj, list | tuple):
+        values = [map_leaves(v, leaf) for v in obj]
+        if all(a is b for a, b in zip(values, obj, strict=True)):
+            return obj
+        if hasattr(obj, "_fields"):  # NamedTuple
+            return type(obj)(*values)
+        return type(obj)(values)
+    return obj

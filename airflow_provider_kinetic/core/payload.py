@@ -20,7 +20,7 @@ from typing import Any
 
 import cloudpickle
 
-from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.data import KEEP, Data, map_leaves
 
 #: Modules never pickled by value even when they live under a by-value root.
 _NEVER_BY_VALUE = ("airflow_provider_kinetic", "airflow", "kinetic", "__main__")
@@ -58,41 +58,8 @@ def _holds_data(value: Any) -> bool:
 
 
 def replace_data(obj: Any, refs: dict[int, dict[str, Any]]) -> Any:
-    """Return ``obj`` with each ``Data`` replaced by its ref dict (keyed by ``id``).
-
-    Containers without Data are returned as they are (aliasing preserved);
-    subclasses (NamedTuple, OrderedDict, defaultdict) are rebuilt as their own type.
-    """
-    if isinstance(obj, Data):
-        return refs[id(obj)]
-    if isinstance(obj, dict):
-        new = {k: replace_data(v, refs) for k, v in obj.items()}
-        if all(new[k] is obj[k] for k in obj):
-            return obj
-        if type(obj) is dict:
-            return new
-        clone = copy_container(obj)
-        clone.update(new)
-        return clone
-    if isinstance(obj, list | tuple):
-        items = [replace_data(v, refs) for v in obj]
-        if all(a is b for a, b in zip(items, obj, strict=True)):
-            return obj
-        if type(obj) in (list, tuple):
-            return type(obj)(items)
-        if hasattr(obj, "_fields"):  # NamedTuple
-            return type(obj)(*items)
-        return type(obj)(items)
-    return obj
-
-
-def copy_container(obj: dict) -> dict:
-    """An empty instance of a dict subclass, keeping defaultdict's factory."""
-    import collections
-
-    if isinstance(obj, collections.defaultdict):
-        return collections.defaultdict(obj.default_factory)
-    return type(obj)()
+    """Return ``obj`` with each ``Data`` replaced by its ref dict (keyed by ``id``)."""
+    return map_leaves(obj, lambda x: refs[id(x)] if isinstance(x, Data) else KEEP)
 
 
 # ---- payload ----------------------------------------------------------------------

@@ -10,7 +10,6 @@ exits 0 only when the function succeeded and its result was stored.
 from __future__ import annotations
 
 import argparse
-import collections
 import hashlib
 import logging
 import os
@@ -26,7 +25,7 @@ from typing import Any
 import cloudpickle
 
 from airflow_provider_kinetic.core.batchwire import select_input
-from airflow_provider_kinetic.core.data import is_data_ref
+from airflow_provider_kinetic.core.data import KEEP, is_data_ref, map_leaves
 from airflow_provider_kinetic.core.payload import dump_result, make_result
 from airflow_provider_kinetic.core.storage import store_for_uri
 
@@ -162,31 +161,18 @@ def _link_local_fuse(ref: dict[str, Any]) -> None:
 
 def resolve_refs(obj: Any, workdir: str, cache: dict[str, str]) -> Any:
     """Replace ref dicts in args/kwargs with local paths (one download per URI)."""
-    if is_data_ref(obj):
-        if obj.get("fuse") and obj.get("mount_path"):
-            return _resolve_fuse(obj)
-        if obj["uri"] not in cache:
-            target = obj.get("mount_path") or os.path.join(workdir, "data", str(len(cache)))
-            cache[obj["uri"]] = _download_ref(obj, target)
-        return cache[obj["uri"]]
-    if isinstance(obj, dict):
-        new = {k: resolve_refs(v, workdir, cache) for k, v in obj.items()}
-        if all(new[k] is v for k, v in obj.items()):
-            return obj  # nothing resolved inside: keep the user's object as it is
-        if isinstance(obj, collections.defaultdict):  # its constructor wants the factory
-            out = collections.defaultdict(obj.default_factory)
-            out.update(new)
-            return out
-        return type(obj)(new)
-    if isinstance(obj, list):
-        items = [resolve_refs(v, workdir, cache) for v in obj]
-        return obj if all(a is b for a, b in zip(items, obj, strict=True)) else items
-    if isinstance(obj, tuple):
-        items = [resolve_refs(v, workdir, cache) for v in obj]
-        if all(a is b for a, b in zip(items, obj, strict=True)):
-            return obj
-        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
-    return obj
+
+    def resolve(ref: Any) -> Any:
+        if not is_data_ref(ref):
+            return KEEP
+        if ref.get("fuse") and ref.get("mount_path"):
+            return _resolve_fuse(ref)
+        if ref["uri"] not in cache:
+            target = ref.get("mount_path") or os.path.join(workdir, "data", str(len(cache)))
+            cache[ref["uri"]] = _download_ref(ref, target)
+        return cache[ref["uri"]]
+
+    return map_leaves(obj, resolve)
 
 
 def _check_fingerprint(fp: dict[str, str] | None) -> None:
