@@ -168,7 +168,10 @@ def test_many_files_parallel_path(kinetic_data, tmp_path: Path, monkeypatch) -> 
 
     monkeypatch.setattr(data_mod, "_digests_parallel", spy)
     h = assert_same(kinetic_data, root)
-    assert used == [600], "more than 16 files must take the parallel path"
+    assert used == [], "small files hash in one thread (threads cost more than they save)"
+    monkeypatch.setattr(data_mod, "_PARALLEL_MIN_BYTES", 1000)
+    assert assert_same(kinetic_data, root) == h
+    assert used == [600], "more than 16 files and enough bytes take the parallel path"
     # Force small batches (many in flight) too: the result must not depend on them.
     monkeypatch.setattr(data_mod, "_BATCH", 7)
     assert content_hash_of(str(root)) == h
