@@ -1,7 +1,8 @@
 """Batches: one function over many inputs, with a concurrency cap, retries, fail-fast.
 
 The whole batch is described by a JSON ``state`` dict so that the operator can carry
-it across deferrals (``defer(kwargs=...)``) and any process can continue it.  The
+it across deferrals (``KineticBatchTrigger`` echoes it in its event) and any process
+can continue it.  The
 function, shared arguments and every ``Data`` are uploaded once; each child writes
 only its ``handle.json`` (kinetic's attach needs it).  The group manifest
 ``_groups/{group_id}/manifest.json`` follows kinetic's format and is rewritten at
@@ -30,6 +31,7 @@ from airflow_provider_kinetic.core.submit import (
     capture_env,
     prepare,
     ref_for_data,
+    validate_data,
 )
 
 log = logging.getLogger(__name__)
@@ -107,11 +109,7 @@ def plan_batch(
     split = [split_input(item, input_mode, i) for i, item in enumerate(items)]
     parse_accelerator(request.accelerator)
     found = [(d, w) for i, (a, k) in enumerate(split) for d, w in find_data((a, k), f"inputs[{i}]")]
-    for data, where in found:
-        try:
-            data.validate()
-        except (FileNotFoundError, ValueError) as exc:
-            raise type(exc)(f"{where}: {exc}") from None
+    validate_data(found)
     env = {
         k: v for k, v in capture_env(request.capture_env_vars).items() if k != "KINETIC_OUTPUT_DIR"
     }

@@ -12,7 +12,7 @@ import hashlib
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,6 +138,15 @@ def validate_volumes(volumes: Any) -> dict[str, Data]:
     return volumes
 
 
+def validate_data(found: Iterable[tuple[Data, str]]) -> None:
+    """Check every (Data, location) pair; the error names the location and the path."""
+    for data, where in found:
+        try:
+            data.validate()
+        except (FileNotFoundError, ValueError) as exc:
+            raise type(exc)(f"{where}: {exc}") from None
+
+
 @dataclass
 class PackedJob:
     """A validated, packed job: nothing uploaded yet."""
@@ -187,11 +196,7 @@ def prepare(
     found = [(d, f"volumes[{p!r}]", p) for p, d in volumes.items()]
     found += [(d, w, None) for d, w in find_data(tuple(request.args), "op_args")]
     found += [(d, w, None) for d, w in find_data(dict(request.kwargs), "op_kwargs")]
-    for data, where, _ in found:
-        try:
-            data.validate()
-        except (FileNotFoundError, ValueError) as exc:
-            raise type(exc)(f"{where}: {exc}") from None
+    validate_data((d, w) for d, w, _ in found)
     refs: dict[int, dict] = {}
     volume_refs: list[dict] = []
     fuse: list[FuseMount] = []

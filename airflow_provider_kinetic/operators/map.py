@@ -17,7 +17,7 @@ from airflow.providers.common.compat.sdk import AirflowException
 from airflow_provider_kinetic.core import batchrun
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
-from airflow_provider_kinetic.core.batch import plan_batch, validate_options
+from airflow_provider_kinetic.core.batch import plan_batch
 from airflow_provider_kinetic.core.submit import JobRequest
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.operators.common import (
@@ -92,7 +92,6 @@ class KineticMapOperator(KineticOperatorBase):
 
     # ---- execute -------------------------------------------------------------------
     def execute(self, context: Any) -> Any:
-        validate_options(self.inputs, self.input_mode, self.max_concurrent, self.child_retries)
         hook = KineticHook(self.kinetic_conn_id)
         store = hook.get_store()
         identity = task_identity(context)
