@@ -15,8 +15,6 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_kinetic.core.handles import JobStatus
-
 
 class KineticJobTrigger(BaseTrigger):
     """Poll a kinetic job's status until it is terminal.
@@ -111,6 +109,3 @@ class KineticJobTrigger(BaseTrigger):
         backend = await asyncio.to_thread(self._backend)
         self.log.info("task killed by user: cancelling kinetic job %s", self.handle.get("job_id"))
         await backend.acancel(self.handle)
-
-
-TERMINAL_EVENT_STATUSES = {s.value for s in JobStatus if s.is_terminal}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -175,10 +174,6 @@ class LocalBackend(Backend):
             return  # already ended; the pid (and its group id) may belong to another process
         _write_atomic(os.path.join(jdir, "cancelled"), str(time.time()))
         _kill_group(int(pid), jdir)
-
-    def purge(self, handle: dict[str, Any]) -> None:
-        """Remove the job's state dir (the local counterpart of Job TTL)."""
-        shutil.rmtree(self.job_dir(handle["job_id"]), ignore_errors=True)
 
 
 def _kill_group(pgid: int, jdir: str) -> None:
