@@ -7,18 +7,67 @@ re-exported lazily.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:  # what editors and type checkers see; runtime imports stay lazy
+    from airflow_provider_kinetic.core.batchstate import BatchState
+    from airflow_provider_kinetic.core.data import Data
+    from airflow_provider_kinetic.core.errors import KineticError
+    from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
+    from airflow_provider_kinetic.decorators.kinetic import kinetic_task
+    from airflow_provider_kinetic.exceptions import (
+        KineticBatchFailed,
+        KineticJobCancelled,
+        KineticJobFailed,
+    )
+    from airflow_provider_kinetic.hooks.kinetic import KineticHook
+    from airflow_provider_kinetic.operators.map import KineticMapOperator
+    from airflow_provider_kinetic.operators.run import KineticRunOperator
+    from airflow_provider_kinetic.sensors.job import KineticJobSensor
+    from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
+    from airflow_provider_kinetic.triggers.job import KineticJobTrigger
+
+#: Public name -> the module that defines it (imported on first attribute access).
 _LAZY = {
+    "BatchState": "airflow_provider_kinetic.core.batchstate",
     "Data": "airflow_provider_kinetic.core.data",
+    "JobHandle": "airflow_provider_kinetic.core.handles",
     "JobStatus": "airflow_provider_kinetic.core.handles",
+    "KineticError": "airflow_provider_kinetic.core.errors",
+    "KineticBatchFailed": "airflow_provider_kinetic.exceptions",
+    "KineticJobCancelled": "airflow_provider_kinetic.exceptions",
+    "KineticJobFailed": "airflow_provider_kinetic.exceptions",
     "KineticHook": "airflow_provider_kinetic.hooks.kinetic",
+    "KineticMapOperator": "airflow_provider_kinetic.operators.map",
     "KineticRunOperator": "airflow_provider_kinetic.operators.run",
+    "KineticJobSensor": "airflow_provider_kinetic.sensors.job",
+    "KineticBatchTrigger": "airflow_provider_kinetic.triggers.batch",
     "KineticJobTrigger": "airflow_provider_kinetic.triggers.job",
     "kinetic_task": "airflow_provider_kinetic.decorators.kinetic",
 }
+
+# A literal list so tools read it statically; a test keeps it equal to _LAZY.
+__all__ = [
+    "BatchState",
+    "Data",
+    "JobHandle",
+    "JobStatus",
+    "KineticBatchFailed",
+    "KineticBatchTrigger",
+    "KineticError",
+    "KineticHook",
+    "KineticJobCancelled",
+    "KineticJobFailed",
+    "KineticJobSensor",
+    "KineticJobTrigger",
+    "KineticMapOperator",
+    "KineticRunOperator",
+    "__version__",
+    "get_provider_info",
+    "kinetic_task",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -31,6 +80,8 @@ def __getattr__(name: str) -> Any:
 
 def get_provider_info() -> dict[str, Any]:
     """Provider metadata read by Airflow's providers manager (entry point)."""
+    from airflow_provider_kinetic.core.backends.registry import backend_kinds
+
     return {
         "package-name": "airflow-provider-kinetic",
         "name": "Kinetic",
@@ -78,18 +129,23 @@ def get_provider_info() -> dict[str, Any]:
                     "relabeling": {},
                 },
                 "conn-fields": {
-                    name: {"label": label, "schema": {"type": ["string", "null"]}}
-                    for name, label in (
-                        ("backend", "Backend (local, gke, pathways, auto)"),
-                        ("bucket", "Jobs bucket"),
-                        ("root", "Local store root"),
-                        ("project", "GCP project"),
-                        ("zone", "Zone"),
-                        ("cluster", "GKE cluster"),
-                        ("namespace", "Namespace"),
-                        ("image", "Container image"),
-                        ("service_account", "Kubernetes service account"),
-                    )
+                    "backend": {
+                        "label": "Backend",
+                        "schema": {"type": ["string", "null"], "enum": [*backend_kinds(), None]},
+                    },
+                    **{
+                        name: {"label": label, "schema": {"type": ["string", "null"]}}
+                        for name, label in (
+                            ("bucket", "Jobs bucket"),
+                            ("root", "Local store root"),
+                            ("project", "GCP project"),
+                            ("zone", "Zone"),
+                            ("cluster", "GKE cluster"),
+                            ("namespace", "Namespace"),
+                            ("image", "Container image"),
+                            ("service_account", "Kubernetes service account"),
+                        )
+                    },
                 },
             }
         ],

@@ -11,18 +11,14 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseOperatorLink, XCom
 
-CONSOLE = "https://console.cloud.google.com"
+from airflow_provider_kinetic.core.backends.registry import backend_class
+from airflow_provider_kinetic.core.handles import JobHandle
 
 
-def job_url(handle: dict[str, Any]) -> str:
-    """Where a person looks at the job: GKE console for cluster jobs, else its dir."""
-    if handle.get("backend") in ("gke", "pathways"):
-        kind = "job" if handle["backend"] == "gke" else "leaderworkerset"
-        return (
-            f"{CONSOLE}/kubernetes/{kind}/{handle['zone']}/{handle['cluster_name']}/"
-            f"{handle['namespace']}/{handle['k8s_name']}/details?project={handle['project']}"
-        )
-    return f"file://{handle['bucket_name']}/{handle['job_id']}/"
+def job_url(handle: JobHandle | dict[str, Any]) -> str:
+    """Where a person looks at the job: its backend says (GKE console, local dir)."""
+    handle = JobHandle.from_dict(handle)
+    return backend_class(handle.backend).console_url(handle)
 
 
 class KineticJobLink(BaseOperatorLink):

@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from airflow_provider_kinetic.core.errors import KineticError
+
 _ALLOWED_FORMS = (
     '"cpu", "cpu:N", "gpu", "gpu:N", "N", "gpu-l4", "gpu-a100x4", "l4:2", '
     '"tpu", "tpu:N", "tpu-v5e-4", "tpu-v6e-2x4", "tpu-v5litepod", '
@@ -26,7 +28,7 @@ _ALLOWED_FORMS = (
 )
 
 
-class InvalidAcceleratorError(ValueError):
+class InvalidAcceleratorError(KineticError, ValueError):
     """An accelerator string that names no hardware kinetic can schedule.
 
     The message always repeats the offending value and the accepted forms,
@@ -445,3 +447,14 @@ def parse_accelerator(spec: str) -> Accelerator:
             raise InvalidAcceleratorError(spec, f"no GPU count or TPU slice has {text} devices")
         return result
     return _parse_gpu(spec, text, spot) or _parse_tpu(spec, text, spot)
+
+
+def with_spot(spec: str, spot: bool) -> str:
+    """``spec`` with kinetic's ``:spot`` suffix added when ``spot`` asks for it.
+
+    ``spot=True`` and the suffix mean the same (kinetic accepts both); a spec that
+    already ends in ``:spot`` is returned unchanged.
+    """
+    if not spot or not isinstance(spec, str) or spec.strip().lower().endswith(_SPOT_SUFFIX):
+        return spec
+    return spec.strip() + _SPOT_SUFFIX

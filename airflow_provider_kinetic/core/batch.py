@@ -1,8 +1,9 @@
 """Batches: one function over many inputs, with a concurrency cap, retries, fail-fast.
 
-The whole batch is described by a JSON ``state`` dict so that the operator can carry
-it across deferrals (``KineticBatchTrigger`` echoes it in its event) and any process
-can continue it.  The
+The whole batch is described by a :class:`BatchState` (JSON on the wire) so that the
+operator can carry it across deferrals (``KineticBatchTrigger`` echoes it in its
+event) and any process can continue it.  Every child is the batch's one
+:class:`JobTemplate` plus its input index.  The
 function, shared arguments and every ``Data`` are uploaded once; each child writes
 only its ``handle.json`` (kinetic's attach needs it).  The group manifest
 ``_groups/{group_id}/manifest.json`` follows kinetic's format and is rewritten at
@@ -19,11 +20,10 @@ from typing import Any
 
 from airflow_provider_kinetic.core import batchwire
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
+from airflow_provider_kinetic.core.batchstate import BatchState
+from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
-from airflow_provider_kinetic.core.handles import (
-    new_group_id,
-    utc_now_iso,
-)
+from airflow_provider_kinetic.core.handles import new_group_id, utc_now_iso
 from airflow_provider_kinetic.core.payload import UnpicklableArgumentError, find_data, replace_data
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.submit import (
@@ -31,6 +31,7 @@ from airflow_provider_kinetic.core.submit import (
     capture_env,
     prepare,
     ref_for_data,
+    template_for,
     validate_data,
 )
 
@@ -94,20 +95,22 @@ def plan_batch(
     input_mode: str,
     store: ObjectStore,
     *,
+    config: KineticConfig,
     max_concurrent: int,
     retries: int,
     fail_fast: bool,
     group_name: str | None = None,
     tags: list[str] | None = None,
-) -> tuple[dict[str, Any], dict[str, bytes], list[Data]]:
+) -> tuple[BatchState, dict[str, bytes], list[Data]]:
     """Validate and pack a batch; uploads nothing.
 
-    Returns the JSON state, the objects to write (key -> bytes) and the local Data
-    to upload.  ``request`` carries the function, shared kwargs, volumes, accelerator.
+    Returns the state, the objects to write (key -> bytes) and the local Data to
+    upload.  ``request`` carries the function, shared kwargs, volumes, accelerator
+    and every other option, exactly as for a single job.
     """
     items = validate_options(inputs, input_mode, max_concurrent, retries)
     split = [split_input(item, input_mode, i) for i, item in enumerate(items)]
-    parse_accelerator(request.accelerator)
+    kind = config.backend_kind(parse_accelerator(request.accelerator_spec))
     found = [(d, w) for i, (a, k) in enumerate(split) for d, w in find_data((a, k), f"inputs[{i}]")]
     validate_data(found)
     env = {
@@ -124,52 +127,36 @@ def plan_batch(
     batch_inputs = {"uri": store.uri(inputs_key), "sha256": hashlib.sha256(inputs_blob).hexdigest()}
     # The shared part: function, op_kwargs, volumes (validated and packed once).
     packed = prepare(request, store, env, batch_inputs=batch_inputs, input_refs=bool(found))
-    payload = packed.payload
-    payload_sha = hashlib.sha256(payload).hexdigest()
-    context = packed.context
-    context_sha = hashlib.sha256(context).hexdigest()
-    func_name = getattr(request.func, "__name__", type(request.func).__name__)
-    plan = {
-        "payload_uri": store.uri(f"{PAYLOAD_CACHE}/{payload_sha}.pkl"),
-        "payload_sha256": payload_sha,
-        "context_uri": store.uri(f"{PAYLOAD_CACHE}/{context_sha}.zip"),
-        "context_sha256": context_sha,
-        "accelerator": request.accelerator,
-        "env": env,
-        "output_base": request.output_dir,
-        "identity": request.identity,
-        "func_name": func_name,
-        "cpu": request.cpu_request,
-        "memory": request.memory_request,
-        "fuse": [[m.uri, m.mount_path, m.is_dir] for m in packed.fuse],
-    }
-    state = {
-        "group_id": group_id,
-        "group_name": group_name or func_name,
-        "tags": list(tags or []),
-        "created_at": utc_now_iso(),
-        "total": len(items),
-        "max_concurrent": max_concurrent,
-        "retries": retries,
-        "fail_fast": fail_fast,
-        "queue": list(range(len(items))),
-        "active": {},
-        "jobs": {},
-        "attempts": {},
-        "preemptions": {},
-        "done": {},
-        "order": [],
-        "submit_errors": {},
-        "stopped": False,
-        "manifest_at": 0.0,
-        "plan": plan,
-    }
+    payload_sha = hashlib.sha256(packed.payload).hexdigest()
+    context_sha = hashlib.sha256(packed.context).hexdigest()
+    template = template_for(
+        request,
+        packed,
+        kind,
+        payload_uri=store.uri(f"{PAYLOAD_CACHE}/{payload_sha}.pkl"),
+        context_uri=store.uri(f"{PAYLOAD_CACHE}/{context_sha}.zip"),
+        output_dir=request.output_dir or store.uri(f"outputs/{group_id}"),
+        env=env,
+        group_id=group_id,
+    )
+    state = BatchState(
+        group_id=group_id,
+        group_name=group_name or request.func_name,
+        template=template,
+        total=len(items),
+        max_concurrent=max_concurrent,
+        retries=retries,
+        fail_fast=fail_fast,
+        created_at=utc_now_iso(),
+        tags=list(tags or []),
+        queue=list(range(len(items))),
+    )
     objects = {
-        f"{PAYLOAD_CACHE}/{payload_sha}.pkl": payload,
-        f"{PAYLOAD_CACHE}/{context_sha}.zip": context,
+        f"{PAYLOAD_CACHE}/{payload_sha}.pkl": packed.payload,
+        f"{PAYLOAD_CACHE}/{context_sha}.zip": packed.context,
         inputs_key: inputs_blob,
     }
-    local = packed.local_data + [d for d, _ in found if not d.is_gcs]
+    local = packed.local_data + [d for d, _ in found if d.uploads]
     return state, objects, local
 
 

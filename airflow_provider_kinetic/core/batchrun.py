@@ -1,7 +1,7 @@
 """Running a planned batch: launch under the cap, fold statuses, retry, stop, gather.
 
-Everything works on the JSON ``state`` from ``core.batch.plan_batch`` so the
-operator can carry it across deferrals.  One status query per poll covers every
+Everything works on the :class:`BatchState` from ``core.batch.plan_batch`` (JSON on
+the wire) so the operator can carry it across deferrals.  One status query per poll covers every
 active child (``Backend.batch_status``).
 """
 
@@ -13,30 +13,24 @@ import time
 from collections import Counter
 from typing import Any
 
-from airflow_provider_kinetic.core import batchwire, datacache
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
+from airflow_provider_kinetic.core import datacache
 from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
 from airflow_provider_kinetic.core.backends.k8s_status import REASON_EVICTED, REASON_PREEMPTED
 from airflow_provider_kinetic.core.batch import PAYLOAD_CACHE
+from airflow_provider_kinetic.core.batchstate import (
+    CANCELLED,
+    FAILED,
+    NOT_SUBMITTED,
+    SUCCEEDED,
+    BatchState,
+)
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
-from airflow_provider_kinetic.core.handles import (
-    JobStatus,
-    artifact_key,
-    new_job_id,
-)
-from airflow_provider_kinetic.core.jobspec import (
-    FuseMount,
-    JobSpec,
-)
+from airflow_provider_kinetic.core.handles import JobHandle, JobStatus, artifact_key, new_job_id
+from airflow_provider_kinetic.core.jobspec import JobSpec
 from airflow_provider_kinetic.core.results import collect
 from airflow_provider_kinetic.core.storage import ObjectStore
-from airflow_provider_kinetic.core.submit import (
-    create_job,
-    function_output_dir,
-    job_handle,
-    target_spec,
-)
+from airflow_provider_kinetic.core.submit import create_job
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +41,7 @@ MAX_PREEMPTION_RETRIES = 3
 
 
 def start_batch(
-    state: dict[str, Any], objects: dict[str, bytes], local: list[Data], store: ObjectStore
+    state: BatchState, objects: dict[str, bytes], local: list[Data], store: ObjectStore
 ) -> None:
     """Upload data and shared objects (content-addressed: present = skipped), manifest."""
     datacache.upload_all(store, local)
@@ -59,29 +53,29 @@ def start_batch(
     write_manifest(state, store)
 
 
-def write_manifest(state: dict[str, Any], store: ObjectStore) -> None:
+def write_manifest(state: BatchState, store: ObjectStore) -> None:
     """kinetic's manifest: group fields + one entry per submitted child."""
     children = [
-        {"group_index": int(i), "job_id": job, "attempts": state["attempts"].get(i, 1)}
-        for i, job in sorted(state["jobs"].items(), key=lambda kv: int(kv[0]))
+        {"group_index": i, "job_id": job, "attempts": state.attempts.get(i, 1)}
+        for i, job in sorted(state.jobs.items())
     ]
     manifest = {
-        "group_id": state["group_id"],
+        "group_id": state.group_id,
         "group_kind": "map",
-        "group_name": state["group_name"],
-        "tags": state["tags"],
-        "created_at": state["created_at"],
-        "total_expected": state["total"],
-        "submit_fn_name": state["plan"]["func_name"],
+        "group_name": state.group_name,
+        "tags": state.tags,
+        "created_at": state.created_at,
+        "total_expected": state.total,
+        "submit_fn_name": state.template.func_name,
         "children": children,
     }
     store.write_bytes(
-        manifest_key(state["group_id"]),
+        manifest_key(state.group_id),
         json.dumps(manifest, sort_keys=True).encode(),
         content_type="application/json",
     )
-    state["manifest_at"] = time.time()
-    state["manifest_dirty"] = False
+    state.manifest_at = time.time()
+    state.manifest_dirty = False
 
 
 def manifest_key(group_id: str) -> str:
@@ -89,192 +83,161 @@ def manifest_key(group_id: str) -> str:
 
 
 def child_spec(
-    state: dict, index: int, job_id: str, config: KineticConfig, store: ObjectStore
+    state: BatchState, index: int, job_id: str, config: KineticConfig, store: ObjectStore
 ) -> JobSpec:
-    """The JobSpec of one child: the shared payload, its own index and result."""
-    plan = state["plan"]
-    return target_spec(
-        config,
-        store,
-        job_id,
-        parse_accelerator(plan["accelerator"]),
-        context_uri=plan["context_uri"],
-        payload_uri=plan["payload_uri"],
-        payload_sha256=plan["payload_sha256"],
-        context_sha256=plan["context_sha256"],
-        output_dir=function_output_dir(f"{plan['output_base']}/{index}"),
-        env={**plan["env"], batchwire.GROUP_INDEX_ENV: str(index)},
-        identity=plan["identity"],
-        extra_labels={"kinetic-group-id": state["group_id"], "kinetic-group-index": str(index)},
-        fuse=[FuseMount(*m) for m in plan["fuse"]],
-        cpu_request=plan["cpu"],
-        memory_request=plan["memory"],
-    )
+    """The JobSpec of one child: the batch's template plus its input index."""
+    return state.template.spec(config, store, job_id, index)
 
 
-def launch(state: dict, config: KineticConfig, backend: Backend, store: ObjectStore) -> int:
+def launch(state: BatchState, config: KineticConfig, backend: Backend, store: ObjectStore) -> int:
     """Submit queued inputs while fewer than ``max_concurrent`` are active."""
     launched = 0
-    while (
-        state["queue"] and len(state["active"]) < state["max_concurrent"] and not state["stopped"]
-    ):
-        index = state["queue"].pop(0)
-        key = str(index)
-        job_id = new_job_id()
-        spec = child_spec(state, index, job_id, config, store)
-        handle = job_handle(
-            config,
-            backend,
-            store,
-            spec,
-            accelerator=state["plan"]["accelerator"],
-            func_name=state["plan"]["func_name"],
-            output_dir=f"{state['plan']['output_base']}/{index}",
-            group_id=state["group_id"],
-            group_kind="map",
-            group_index=index,
-        )
+    while state.queue and len(state.active) < state.max_concurrent and not state.stopped:
+        index = state.queue.pop(0)
+        spec = child_spec(state, index, new_job_id(), config, store)
+        handle = state.template.handle(config, store, spec, index)
         try:
             create_job(store, backend, spec, handle)
         except Exception as exc:  # noqa: BLE001 - recorded per index, never retried
-            state["submit_errors"][key] = f"{type(exc).__name__}: {exc}"
-            state["done"][key] = "FAILED"
-            state["order"].append(index)
+            state.submit_errors[index] = f"{type(exc).__name__}: {exc}"
+            state.done[index] = FAILED
+            state.order.append(index)
             log.error("could not submit inputs[%d]: %s", index, exc)
-            if state["fail_fast"]:
-                state["stopped"] = True
+            if state.fail_fast:
+                state.stopped = True
             continue
-        state["active"][key] = handle
-        state["jobs"][key] = job_id
-        state["attempts"][key] = state["attempts"].get(key, 0) + 1
-        state["manifest_dirty"] = True
+        state.active[index] = handle
+        state.jobs[index] = handle.job_id
+        state.attempts[index] = state.attempts.get(index, 0) + 1
+        state.manifest_dirty = True
         launched += 1
     return launched
 
 
 def observe(
-    state: dict, statuses: dict[str, StatusReport], backend: Backend, store: ObjectStore
+    state: BatchState, statuses: dict[str, StatusReport], backend: Backend, store: ObjectStore
 ) -> list[int]:
     """Fold terminal child statuses into ``state``; returns indices that finished."""
     finished = []
-    for key, handle in list(state["active"].items()):
-        report = statuses.get(handle["job_id"])
+    for index, handle in list(state.active.items()):
+        report = statuses.get(handle.job_id)
         if report is None or not report.status.is_terminal:
             continue
-        del state["active"][key]
-        index = int(key)
+        del state.active[index]
         if report.status is JobStatus.FAILED:
             backend.cancel(handle)  # delete a stuck pod's Job before any retry
         if report.status is JobStatus.SUCCEEDED:
-            state["done"][key] = "SUCCEEDED"
-        elif _preempted(report, store, handle) and state["preemptions"].get(key, 0) < (
-            MAX_PREEMPTION_RETRIES
+            state.done[index] = SUCCEEDED
+        elif (
+            _preempted(report, store, handle)
+            and state.preemptions.get(index, 0) < MAX_PREEMPTION_RETRIES
         ):
-            state["preemptions"][key] = state["preemptions"].get(key, 0) + 1
-            state["attempts"][key] -= 1  # does not count against ``retries``
-            log.warning("inputs[%d] (%s) was preempted: resubmitting", index, handle["job_id"])
-            state["queue"].insert(0, index)
+            state.preemptions[index] = state.preemptions.get(index, 0) + 1
+            state.attempts[index] -= 1  # does not count against ``retries``
+            log.warning("inputs[%d] (%s) was preempted: resubmitting", index, handle.job_id)
+            state.queue.insert(0, index)
             continue
-        elif state["attempts"].get(key, 1) <= state["retries"] and not state["stopped"]:
+        elif state.attempts.get(index, 1) <= state.retries and not state.stopped:
             log.warning(
                 "inputs[%d] (%s) failed (%s): retrying",
                 index,
-                handle["job_id"],
+                handle.job_id,
                 report.reason or report.status.value,
             )
-            state["queue"].insert(0, index)
+            state.queue.insert(0, index)
             continue
         else:
-            state["done"][key] = "FAILED"
-            if state["fail_fast"] and not state["stopped"]:
+            state.done[index] = FAILED
+            if state.fail_fast and not state.stopped:
                 stop(state, backend, f"inputs[{index}] failed")
-        state["order"].append(index)
+        state.order.append(index)
         finished.append(index)
     return finished
 
 
-def _preempted(report: StatusReport, store: ObjectStore, handle: dict) -> bool:
+def _preempted(report: StatusReport, store: ObjectStore, handle: JobHandle) -> bool:
     """A platform kill: preemption-like reason and no result payload from the function."""
     return report.reason in PREEMPTION_REASONS and not store.exists(
-        artifact_key(handle["job_id"], "result.pkl")
+        artifact_key(handle.job_id, "result.pkl")
     )
 
 
-def stop(state: dict, backend: Backend, why: str) -> None:
+def stop(state: BatchState, backend: Backend, why: str) -> None:
     """fail_fast: launch nothing more and cancel running siblings."""
-    state["stopped"] = True
+    state.stopped = True
     log.warning(
         "fail_fast: %s; cancelling %d running children, skipping %d queued",
         why,
-        len(state["active"]),
-        len(state["queue"]),
+        len(state.active),
+        len(state.queue),
     )
-    for key, handle in list(state["active"].items()):
+    for index, handle in list(state.active.items()):
         backend.cancel(handle)
-        state["done"][key] = "CANCELLED"
-        state["order"].append(int(key))
-    state["active"].clear()
-    for index in state["queue"]:
-        state["done"][str(index)] = "NOT_SUBMITTED"
-    state["queue"].clear()
+        state.done[index] = CANCELLED
+        state.order.append(index)
+    state.active.clear()
+    for index in state.queue:
+        state.done[index] = NOT_SUBMITTED
+    state.queue.clear()
 
 
-def is_finished(state: dict) -> bool:
-    return not state["active"] and not state["queue"]
+def is_finished(state: BatchState) -> bool:
+    return state.finished
 
 
-def maybe_write_manifest(state: dict, store: ObjectStore, now: float | None = None) -> bool:
+def maybe_write_manifest(state: BatchState, store: ObjectStore, now: float | None = None) -> bool:
     """Rewrite the manifest when children changed and the interval passed (or at the end)."""
-    if not state.get("manifest_dirty"):
+    if not state.manifest_dirty:
         return False
     now = time.time() if now is None else now
-    if state["queue"] and now - state["manifest_at"] < MANIFEST_INTERVAL_S:
+    if state.queue and now - state.manifest_at < MANIFEST_INTERVAL_S:
         return False
     write_manifest(state, store)
     return True
 
 
-def counts(state: dict) -> dict[str, int]:
+def counts(state: BatchState) -> dict[str, int]:
     """Per-status counts for the task log and the ``kinetic_batch`` XCom."""
-    done = Counter(state["done"].values())
+    done = Counter(state.done.values())
     return {
-        "total": state["total"],
-        "queued": len(state["queue"]),
-        "active": len(state["active"]),
-        "succeeded": done["SUCCEEDED"],
-        "failed": done["FAILED"],
-        "cancelled": done["CANCELLED"],
-        "not_submitted": done["NOT_SUBMITTED"],
-        "submitted": len(state["jobs"]),
+        "total": state.total,
+        "queued": len(state.queue),
+        "active": len(state.active),
+        "succeeded": done[SUCCEEDED],
+        "failed": done[FAILED],
+        "cancelled": done[CANCELLED],
+        "not_submitted": done[NOT_SUBMITTED],
+        "submitted": len(state.jobs),
     }
 
 
 def gather(
-    state: dict, store: ObjectStore, *, ordered: bool = True
+    state: BatchState, store: ObjectStore, *, ordered: bool = True
 ) -> tuple[list[Any], dict[int, BaseException]]:
     """Results (input order, or completion order) and the exception of each failure."""
-    indices = range(state["total"]) if ordered else state["order"]
+    indices = range(state.total) if ordered else state.order
     values: list[Any] = []
     failures: dict[int, BaseException] = {}
     for index in indices:
-        key = str(index)
-        outcome = state["done"].get(key)
-        if outcome == "SUCCEEDED":
-            values.append(collect(store, state["jobs"][key], JobStatus.SUCCEEDED))
+        outcome = state.done.get(index)
+        if outcome == SUCCEEDED:
+            values.append(collect(store, state.jobs[index], JobStatus.SUCCEEDED))
             continue
-        exc = _failure(state, store, key, outcome)
+        exc = _failure(state, store, index, outcome)
         failures[index] = exc
         values.append(exc)
     return values, failures
 
 
-def _failure(state: dict, store: ObjectStore, key: str, outcome: str | None) -> BaseException:
-    if key in state["submit_errors"]:
-        return RuntimeError(f"submission failed: {state['submit_errors'][key]}")
-    if outcome in ("CANCELLED", "NOT_SUBMITTED", None):
+def _failure(
+    state: BatchState, store: ObjectStore, index: int, outcome: str | None
+) -> BaseException:
+    if index in state.submit_errors:
+        return RuntimeError(f"submission failed: {state.submit_errors[index]}")
+    if outcome in (CANCELLED, NOT_SUBMITTED, None):
         return RuntimeError(f"{(outcome or 'not run').lower().replace('_', ' ')} (fail_fast)")
     try:
-        collect(store, state["jobs"][key], JobStatus.FAILED)
+        collect(store, state.jobs[index], JobStatus.FAILED)
     except Exception as exc:  # noqa: BLE001 - the remote error is the value we want
         return exc
     return RuntimeError("failed without an error payload")

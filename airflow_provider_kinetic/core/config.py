@@ -1,19 +1,18 @@
 """Where jobs go: store and backend settings, independent of Airflow connections.
 
 The hook turns a ``kinetic`` connection (or its absence) into a ``KineticConfig``;
-core code and tests build one directly.
+core code and tests build one directly.  What a backend kind needs and where its
+store lives is asked of the backend registry, not decided here.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_provider_kinetic.core.accelerators import Accelerator
-from airflow_provider_kinetic.core.storage import GcsStore, LocalStore, ObjectStore
-
-BACKENDS = ("local", "gke", "pathways", "auto")
+from airflow_provider_kinetic.core.backends import registry
+from airflow_provider_kinetic.core.storage import ObjectStore
 
 
 @dataclass
@@ -42,42 +41,23 @@ class KineticConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(
-                f"unknown kinetic backend {self.backend!r}; allowed: {', '.join(BACKENDS)}"
-            )
-        if self.backend == "local" and not self.root:
-            raise ValueError("the local backend needs a root directory ('root' extra)")
+        # Raises for an unknown kind, listing the registered ones.
+        registry.backend_class(registry.store_kind(self.backend)).validate_config(self)
 
     @property
     def bucket_name(self) -> str:
-        """The jobs bucket: explicit, or kinetic's ``{project}-kn-{cluster}-jobs``."""
-        if self.backend == "local":
-            return os.path.abspath(self.root or "")
-        if self.bucket:
-            return self.bucket
-        if self.project and self.cluster:
-            return f"{self.project}-kn-{self.cluster}-jobs"
-        raise ValueError("set 'bucket', or 'project' and 'cluster', for a GKE kinetic target")
+        """The store root: a bucket, or the local backend's directory."""
+        return registry.backend_class(registry.store_kind(self.backend)).bucket_for(self)
 
     def backend_kind(self, accelerator: Accelerator | None) -> str:
-        """The concrete backend for a job: ``auto`` = pathways for multi-host TPU, else gke.
+        """The concrete backend for a job (``auto`` resolved by preflight).
 
         Raises before anything is uploaded when the choice cannot run the job.
         """
-        if self.backend == "local":
-            return "local"
-        multi = accelerator is not None and accelerator.is_multi_host
-        if self.backend == "auto":
-            return "pathways" if multi else "gke"
-        if self.backend == "gke" and multi:
-            raise ValueError(
-                f"accelerator {accelerator.canonical!r} spans {accelerator.num_nodes} hosts; "
-                "a GKE Job runs one pod: use backend 'pathways' or 'auto'"
-            )
-        return self.backend
+        return registry.resolve_kind(self.backend, accelerator)
 
     def store(self) -> ObjectStore:
-        if self.backend == "local":
-            return LocalStore(self.bucket_name)
-        return GcsStore(self.bucket_name, project=self.project)
+        return registry.backend_class(registry.store_kind(self.backend)).store_for(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -13,7 +13,10 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_provider_kinetic.core.schemes import DataScheme
 
 #: ``map_leaves`` sentinel: "not a leaf I replace".
 KEEP = object()
@@ -95,11 +98,14 @@ class Data:
 
     Args:
         path: a local file or directory (``~`` expanded, made absolute; it must exist
-            when the job is submitted), or a ``gs://`` URI (trailing ``/`` = directory).
-            Airflow renders Jinja in the path before the existence check, so
-            ``Data("/data/{{ ds }}/")`` works as an operator argument.
+            when the job is submitted), a ``file:///abs/path`` URI (e.g. an earlier
+            task's ``output_dir`` on the local backend), a ``gs://`` URI (trailing
+            ``/`` = directory), or ``hf://org/name?split=&config_name=&revision=``
+            (a Hugging Face dataset, always a directory).  Airflow renders Jinja in
+            the path before the existence check, so ``Data("/data/{{ ds }}/")`` works
+            as an operator argument.
         fuse: mount through the GCS FUSE CSI driver instead of downloading.
-        hf_trust_remote_code: carried for kinetic compatibility (``hf://`` data).
+        hf_trust_remote_code: passed to ``datasets.load_dataset`` for ``hf://`` data.
     """
 
     # Lets Airflow's templater render ``path`` when Data sits inside op_kwargs.
@@ -114,43 +120,37 @@ class Data:
         self._hash: str | None = None
         self._lock = threading.Lock()
 
-    # ---- classification -------------------------------------------------------
+    # ---- classification (delegated to the Data scheme registry) -----------------
     @property
-    def is_gcs(self) -> bool:
-        return self.path.startswith("gs://")
+    def scheme(self) -> DataScheme:
+        """The scheme that owns this path (local path, ``file://``, ``gs://``, ``hf://``)."""
+        from airflow_provider_kinetic.core.schemes import scheme_for
+
+        return scheme_for(self.path)
+
+    @property
+    def uploads(self) -> bool:
+        """Whether the content is hashed and uploaded (local data) or passed by reference."""
+        return self.scheme.uploads
 
     @property
     def local_path(self) -> str:
-        """Absolute local path (``~`` expanded); meaningless for ``gs://`` data."""
-        return os.path.abspath(os.path.expanduser(self.path))
+        """Absolute local path of local data (``~`` expanded, ``file://`` decoded)."""
+        return self.scheme.local_path(self)
 
     @property
     def is_dir(self) -> bool:
-        if self.is_gcs:
-            return self.path.endswith("/")
-        return os.path.isdir(self.local_path)
+        return self.scheme.is_dir(self)
 
     def validate(self) -> None:
-        """Raise ``FileNotFoundError`` naming the path when local data is missing.
-
-        Called at submit time (after template rendering), before anything is uploaded.
-        """
-        if self.is_gcs:
-            if len(self.path) <= len("gs://") or self.path[5:].startswith("/"):
-                raise ValueError(f"Data URI {self.path!r} has no bucket name")
-            return
-        if "://" in self.path:
-            raise ValueError(
-                f"Data path {self.path!r}: unsupported scheme; use a local path or gs://bucket/prefix"
-            )
-        if not os.path.exists(self.local_path):
-            raise FileNotFoundError(
-                f"Data path {self.path!r} does not exist (resolved to {self.local_path!r})"
-            )
+        """Raise naming the path when the data cannot be used (missing local path,
+        unknown scheme, bad URI).  Called at submit time, after template rendering,
+        before anything is uploaded."""
+        self.scheme.validate(self)
 
     def content_hash(self) -> str:
         """kinetic-compatible content hash of local data (cached per instance)."""
-        if self.is_gcs:
+        if not self.uploads:
             raise ValueError(f"content_hash() applies to local data only, not {self.path!r}")
         if self._hash is None:
             with self._lock:

@@ -1,8 +1,10 @@
-"""Job identity on the wire: the JobHandle dict, JobStatus, and id generation.
+"""Job identity on the wire: ``JobHandle``, ``JobStatus`` and id generation.
 
-Handles are plain JSON dicts (kinetic 0.0.4's ``JobHandle.to_dict()`` keys plus our
-own additive ``version`` key) because they travel through XCom, trigger kwargs and
-``handle.json``; a dataclass would need serde allow-listing in Airflow.
+A handle travels as a plain JSON dict (XCom, trigger kwargs, ``handle.json``): kinetic
+0.0.4's ``JobHandle.to_dict()`` keys plus our additive ``version`` and ``output_dir``.
+In code it is the typed :class:`JobHandle`; ``to_dict``/``from_dict`` are the only
+converters, and keys a newer version added are kept in ``extra`` so a round trip
+through an older worker loses nothing.
 """
 
 from __future__ import annotations
@@ -10,8 +12,12 @@ from __future__ import annotations
 import enum
 import json
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any
+
+from airflow_provider_kinetic.core.errors import KineticError
 
 HANDLE_VERSION = 1
 
@@ -32,6 +38,12 @@ HANDLE_FIELDS = (
     "created_at",
 )
 GROUP_FIELDS = ("group_id", "group_kind", "group_index")
+#: Keys without which a dict cannot name a job at all.
+_ESSENTIAL = ("job_id", "backend", "bucket_name")
+
+
+class InvalidHandleError(KineticError, TypeError):
+    """A value read back from XCom, a template or ``handle.json`` is not a JobHandle."""
 
 
 class JobStatus(enum.StrEnum):
@@ -48,6 +60,83 @@ class JobStatus(enum.StrEnum):
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.NOT_FOUND)
 
 
+@dataclass(frozen=True)
+class JobHandle:
+    """Everything needed to find a job again from any process (kinetic's JobHandle).
+
+    Required kinetic fields are strings (kinetic writes ``""`` for a missing project
+    on the local backend).  ``output_dir`` and ``version`` are ours; ``extra`` holds
+    keys this version does not know, written back unchanged by ``to_dict``.
+    """
+
+    job_id: str
+    backend: str
+    bucket_name: str
+    project: str = ""
+    cluster_name: str = ""
+    zone: str = ""
+    namespace: str = "default"
+    k8s_name: str = ""
+    image_uri: str = ""
+    accelerator: str = "cpu"
+    func_name: str = ""
+    display_name: str = ""
+    created_at: str = ""
+    group_id: str | None = None
+    group_kind: str | None = None
+    group_index: int | None = None
+    debug: bool = False
+    output_dir: str | None = None
+    version: int = HANDLE_VERSION
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire dict: kinetic's keys in kinetic's order, then ours, then ``extra``."""
+        out: dict[str, Any] = {
+            k: "" if (v := getattr(self, k)) is None else v for k in HANDLE_FIELDS
+        }
+        for key in GROUP_FIELDS:
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        out["debug"] = bool(self.debug)
+        if self.output_dir is not None:
+            out["output_dir"] = self.output_dir
+        out["version"] = self.version
+        for key, value in self.extra.items():
+            out.setdefault(key, value)
+        return out
+
+    @classmethod
+    def from_dict(cls, value: Any) -> JobHandle:
+        """Read a wire dict (or a JobHandle); unknown keys are kept in ``extra``."""
+        if isinstance(value, JobHandle):
+            return value
+        if not isinstance(value, Mapping):
+            raise InvalidHandleError(
+                f"a kinetic job handle must be a dict, got {type(value).__name__}: {value!r}"
+            )
+        missing = [k for k in _ESSENTIAL if not value.get(k)]
+        if missing:
+            raise InvalidHandleError(f"job handle is missing {', '.join(missing)}: {value!r}")
+        known = {f.name for f in fields(cls)} - {"extra"}
+        kwargs = {k: v for k, v in value.items() if k in known}
+        if kwargs.get("group_index") is not None:
+            kwargs["group_index"] = int(kwargs["group_index"])
+        extra = {k: v for k, v in value.items() if k not in known}
+        return cls(**kwargs, extra=extra)
+
+    def to_json(self) -> bytes:
+        """``handle.json`` bytes exactly as kinetic writes them (sorted keys)."""
+        return json.dumps(self.to_dict(), sort_keys=True).encode("utf-8")
+
+    def evolve(self, **changes: Any) -> JobHandle:
+        return replace(self, **changes)
+
+    @property
+    def is_batch_child(self) -> bool:
+        return self.group_id is not None
+
+
 def new_job_id() -> str:
     return "job-" + uuid.uuid4().hex[:8]
 
@@ -59,37 +148,6 @@ def new_group_id() -> str:
 def utc_now_iso() -> str:
     """ISO-8601 UTC at seconds precision with a ``Z`` suffix (kinetic's created_at)."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def make_handle(**fields: Any) -> dict[str, Any]:
-    """Build a handle dict as kinetic's ``to_dict`` would.
-
-    kinetic's required fields are strings (a missing project on the local backend
-    becomes ``""``); optional ``None`` values are dropped.
-    """
-    missing = [k for k in HANDLE_FIELDS if k not in fields]
-    if missing:
-        raise TypeError(f"JobHandle is missing fields: {', '.join(missing)}")
-    handle = {k: ("" if v is None and k in HANDLE_FIELDS else v) for k, v in fields.items()}
-    handle = {k: v for k, v in handle.items() if v is not None}
-    handle.setdefault("debug", False)
-    handle["version"] = HANDLE_VERSION
-    return handle
-
-
-def validate_handle(handle: Any) -> dict[str, Any]:
-    """Check a dict read back from XCom / handle.json; unknown keys are kept."""
-    if not isinstance(handle, dict):
-        raise TypeError(f"JobHandle must be a dict, got {type(handle).__name__}")
-    missing = [k for k in ("job_id", "backend", "bucket_name") if k not in handle]
-    if missing:
-        raise TypeError(f"JobHandle dict is missing {', '.join(missing)}: {handle!r}")
-    return handle
-
-
-def handle_to_json(handle: dict[str, Any]) -> bytes:
-    """``handle.json`` bytes exactly as kinetic writes them (sorted keys)."""
-    return json.dumps(handle, sort_keys=True).encode("utf-8")
 
 
 def artifact_key(job_id: str, name: str) -> str:

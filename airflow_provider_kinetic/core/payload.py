@@ -21,12 +21,13 @@ from typing import Any
 import cloudpickle
 
 from airflow_provider_kinetic.core.data import KEEP, Data, map_leaves
+from airflow_provider_kinetic.core.errors import KineticError
 
 #: Modules never pickled by value even when they live under a by-value root.
 _NEVER_BY_VALUE = ("airflow_provider_kinetic", "airflow", "kinetic", "__main__")
 
 
-class UnpicklableArgumentError(ValueError):
+class UnpicklableArgumentError(KineticError, ValueError):
     """An argument (or the callable) cannot be serialised; names which one."""
 
 
@@ -226,7 +227,7 @@ def dump_result(payload: dict[str, Any]) -> tuple[bytes, bool]:
         return cloudpickle.dumps(fallback), False
 
 
-class RemoteFunctionError(RuntimeError):
+class RemoteFunctionError(KineticError, RuntimeError):
     """Raised on the worker when the remote function failed and its exception is lost."""
 
 

@@ -17,25 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_kinetic.core import datacache
-from airflow_provider_kinetic.core.accelerators import Accelerator, parse_accelerator
+from airflow_provider_kinetic.core.accelerators import Accelerator, parse_accelerator, with_spot
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.data import Data, make_data_ref
-from airflow_provider_kinetic.core.handles import (
-    artifact_key,
-    handle_to_json,
-    make_handle,
-    new_job_id,
-    utc_now_iso,
-)
-from airflow_provider_kinetic.core.jobspec import (
-    FUSE_ROOT,
-    KINETIC_RUNNER_COMMAND,
-    FuseMount,
-    JobSpec,
-    SpecInputs,
-    build_job_spec,
-)
+from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.handles import JobHandle, artifact_key, new_job_id
+from airflow_provider_kinetic.core.jobspec import FUSE_ROOT, FuseMount, JobSpec
 from airflow_provider_kinetic.core.payload import (
     build_context_zip,
     find_data,
@@ -43,12 +30,9 @@ from airflow_provider_kinetic.core.payload import (
     replace_data,
 )
 from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.core.template import JobTemplate, function_output_dir
 
 log = logging.getLogger(__name__)
-
-#: kinetic's prebuilt image naming ({repo}/base-{category}:{kinetic version}); set the
-#: connection's ``image`` to your own registry's copy.
-DEFAULT_IMAGE = "kinetic/base-{category}:0.0.4"
 
 ENV_BLOCKLIST = frozenset(
     {
@@ -92,6 +76,17 @@ class JobRequest:
     memory_request: str | None = None
     job_id: str | None = None
     extra_labels: dict[str, str] = field(default_factory=dict)
+    #: Spot VMs; the same as a ``:spot`` suffix on ``accelerator`` (kinetic has both).
+    spot: bool = False
+
+    @property
+    def accelerator_spec(self) -> str:
+        """``accelerator`` with ``:spot`` appended when ``spot`` asks for it."""
+        return with_spot(self.accelerator, self.spot)
+
+    @property
+    def func_name(self) -> str:
+        return getattr(self.func, "__name__", type(self.func).__name__)
 
 
 def capture_env(
@@ -161,23 +156,9 @@ class PackedJob:
 def ref_for_data(
     data: Data, store: ObjectStore, mount: str | None
 ) -> tuple[dict, FuseMount | None]:
-    """The wire ref for ``data`` (hash computed, nothing uploaded) and its FUSE mount."""
-    if data.is_gcs:
-        uri, is_dir = data.path, data.path.endswith("/")
-        uri = uri.rstrip("/")
-    else:
-        uri, is_dir = store.uri(datacache.cache_key(data.content_hash())), data.is_dir
-    if not data.fuse:
-        return make_data_ref(uri, is_dir, mount, False, data.hf_trust_remote_code), None
-    if store.scheme == "file" and not data.is_gcs:
-        # Local backend: FUSE data is served read-only straight from the cache dir.
-        local = uri[len("file://") :]
-        return make_data_ref(uri, is_dir, mount or local, True, data.hf_trust_remote_code), None
-    if not uri.startswith("gs://"):
-        raise ValueError(f"Data({data.path!r}, fuse=True) needs a gs:// store or URI")
-    target = uri if is_dir or data.is_gcs else f"{uri}/{os.path.basename(data.local_path)}"
-    ref = make_data_ref(uri, is_dir, mount, True, data.hf_trust_remote_code)
-    return ref, FuseMount(target + ("/" if is_dir else ""), mount or "", is_dir)
+    """The wire ref for ``data`` (hash computed, nothing uploaded) and its FUSE mount;
+    what that means is the Data scheme's business."""
+    return data.scheme.ref(data, store, mount)
 
 
 def prepare(
@@ -191,7 +172,7 @@ def prepare(
 
     ``batch_inputs`` / ``input_refs``: a batch's shared payload (see ``core.batch``).
     """
-    accel = parse_accelerator(request.accelerator)
+    accel = parse_accelerator(request.accelerator_spec)
     volumes = validate_volumes(request.volumes)
     found = [(d, f"volumes[{p!r}]", p) for p, d in volumes.items()]
     found += [(d, w, None) for d, w in find_data(tuple(request.args), "op_args")]
@@ -225,16 +206,11 @@ def prepare(
         by_value_roots=request.by_value_roots,
         batch_inputs=batch_inputs,
     )
-    local = [d for d, _, _ in found if not d.is_gcs]
+    local = [d for d, _, _ in found if d.uploads]
     return PackedJob(accel, local, payload, build_context_zip(), fuse)
 
 
-def function_output_dir(uri: str) -> str:
-    """What the function sees in ``KINETIC_OUTPUT_DIR``: a path for ``file://`` stores."""
-    return uri[len("file://") :] if uri.startswith("file://") else uri
-
-
-def create_job(store: ObjectStore, backend: Backend, spec: JobSpec, handle: dict[str, Any]) -> None:
+def create_job(store: ObjectStore, backend: Backend, spec: JobSpec, handle: JobHandle) -> None:
     """Write ``handle.json``, then create the job.
 
     If creation fails and the job does not exist after all, the job's artifacts are
@@ -242,7 +218,7 @@ def create_job(store: ObjectStore, backend: Backend, spec: JobSpec, handle: dict
     """
     job_id = spec.job_id
     store.write_bytes(
-        artifact_key(job_id, "handle.json"), handle_to_json(handle), content_type="application/json"
+        artifact_key(job_id, "handle.json"), handle.to_json(), content_type="application/json"
     )
     try:
         backend.submit(spec)
@@ -255,120 +231,89 @@ def create_job(store: ObjectStore, backend: Backend, spec: JobSpec, handle: dict
         raise
 
 
+def template_for(
+    request: JobRequest,
+    packed: PackedJob,
+    kind: str,
+    *,
+    payload_uri: str,
+    context_uri: str,
+    output_dir: str,
+    env: dict[str, str],
+    group_id: str | None = None,
+) -> JobTemplate:
+    """The one place a request's options become a job template (jobs and batches)."""
+    return JobTemplate(
+        backend=kind,
+        accelerator=request.accelerator_spec,
+        func_name=request.func_name,
+        payload_uri=payload_uri,
+        payload_sha256=hashlib.sha256(packed.payload).hexdigest(),
+        context_uri=context_uri,
+        context_sha256=hashlib.sha256(packed.context).hexdigest(),
+        output_dir=output_dir,
+        env={k: v for k, v in env.items() if k != "KINETIC_OUTPUT_DIR"},
+        identity=dict(request.identity),
+        labels=dict(request.extra_labels),
+        fuse=list(packed.fuse),
+        cpu=request.cpu_request,
+        memory=request.memory_request,
+        group_id=group_id,
+    )
+
+
+@dataclass
+class PlannedJob:
+    """One job, validated and packed, with its spec and handle; nothing uploaded yet."""
+
+    packed: PackedJob
+    template: JobTemplate
+    spec: JobSpec
+    handle: JobHandle
+
+    @property
+    def output_uri(self) -> str:
+        return self.template.output_dir
+
+
 def plan_job(
     request: JobRequest, config: KineticConfig, store: ObjectStore, job_id: str
-) -> tuple[PackedJob, JobSpec, str]:
-    """Validate, pack and build the spec of one job; uploads nothing (dry runs stop here).
-
-    Returns the packed payload, the spec, and the output dir URI.
-    """
+) -> PlannedJob:
+    """Validate, pack and build the spec and handle of one job; uploads nothing
+    (dry runs stop here)."""
+    kind = config.backend_kind(parse_accelerator(request.accelerator_spec))
     output_uri = request.output_dir or store.uri(f"outputs/{job_id}")
     env_vars = capture_env(request.capture_env_vars)
     env_vars["KINETIC_OUTPUT_DIR"] = function_output_dir(output_uri)
     packed = prepare(request, store, env_vars)
-    return packed, make_spec(request, config, store, job_id, packed, env_vars), output_uri
+    template = template_for(
+        request,
+        packed,
+        kind,
+        payload_uri=store.uri(artifact_key(job_id, "payload.pkl")),
+        context_uri=store.uri(artifact_key(job_id, "context.zip")),
+        output_dir=output_uri,
+        env=env_vars,
+    )
+    spec = template.spec(config, store, job_id)
+    return PlannedJob(packed, template, spec, template.handle(config, store, spec))
 
 
 def submit_job(
     request: JobRequest, config: KineticConfig, backend: Backend, store: ObjectStore | None = None
-) -> tuple[dict[str, Any], JobSpec]:
-    """Run the whole submission; returns the handle dict and the spec it launched."""
+) -> tuple[JobHandle, JobSpec]:
+    """Run the whole submission; returns the handle and the spec it launched."""
     store = store or config.store()
     job_id = request.job_id or new_job_id()
-    packed, spec, output_uri = plan_job(request, config, store, job_id)
-    func_name = getattr(request.func, "__name__", type(request.func).__name__)
-    handle = job_handle(
-        config,
-        backend,
-        store,
-        spec,
-        accelerator=request.accelerator,
-        func_name=func_name,
-        output_dir=output_uri,
-    )
-    # ---- side effects start here --------------------------------------------------
-    datacache.upload_all(store, packed.local_data)
-    store.write_bytes(artifact_key(job_id, "payload.pkl"), packed.payload)
-    store.write_bytes(artifact_key(job_id, "context.zip"), packed.context)
-    create_job(store, backend, spec, handle)
-    log.info("submitted %s (%s) on backend %s", job_id, spec.name, backend.name)
-    return handle, spec
-
-
-def target_spec(
-    config: KineticConfig, store: ObjectStore, job_id: str, accel: Accelerator, **fields: Any
-) -> JobSpec:
-    """Build a JobSpec: what the target decides (bucket, image, namespace, service
-    account, runner command, result URI) plus the job's own ``fields``."""
-    return build_job_spec(
-        SpecInputs(
-            job_id=job_id,
-            bucket=store.bucket,
-            result_uri=store.uri(artifact_key(job_id, "result.pkl")),
-            accelerator=accel,
-            image=config.image or DEFAULT_IMAGE.format(category=accel.category),
-            namespace=config.namespace,
-            service_account=config.service_account,
-            runner_command=config.runner_command or list(KINETIC_RUNNER_COMMAND),
-            **fields,
+    planned = plan_job(request, config, store, job_id)
+    if planned.template.backend != backend.name:
+        raise ValueError(
+            f"this job runs on the {planned.template.backend!r} backend, not {backend.name!r}"
         )
-    )
-
-
-def job_handle(
-    config: KineticConfig,
-    backend: Backend,
-    store: ObjectStore,
-    spec: JobSpec,
-    *,
-    accelerator: str,
-    func_name: str,
-    output_dir: str,
-    **group: Any,
-) -> dict[str, Any]:
-    """The JobHandle dict of a job about to be created (``group`` for batch children)."""
-    return make_handle(
-        job_id=spec.job_id,
-        backend=backend.name,
-        project=config.project,
-        cluster_name=config.cluster,
-        zone=config.zone,
-        namespace=config.namespace,
-        bucket_name=store.bucket,
-        k8s_name=backend.object_name(spec.job_id),
-        image_uri=spec.container["image"],
-        accelerator=accelerator,
-        func_name=func_name,
-        display_name=f"kinetic-{func_name}-{spec.job_id}",
-        created_at=utc_now_iso(),
-        output_dir=output_dir,
-        **group,
-    )
-
-
-def make_spec(
-    request: JobRequest,
-    config: KineticConfig,
-    store: ObjectStore,
-    job_id: str,
-    packed: PackedJob,
-    env_vars: dict[str, str],
-) -> JobSpec:
-    """The JobSpec for a packed request (also used by dry runs)."""
-    return target_spec(
-        config,
-        store,
-        job_id,
-        packed.accelerator,
-        context_uri=store.uri(artifact_key(job_id, "context.zip")),
-        payload_uri=store.uri(artifact_key(job_id, "payload.pkl")),
-        payload_sha256=hashlib.sha256(packed.payload).hexdigest(),
-        context_sha256=hashlib.sha256(packed.context).hexdigest(),
-        output_dir=env_vars["KINETIC_OUTPUT_DIR"],
-        env={k: v for k, v in env_vars.items() if k != "KINETIC_OUTPUT_DIR"},
-        identity=request.identity,
-        extra_labels=request.extra_labels,
-        fuse=packed.fuse,
-        cpu_request=request.cpu_request,
-        memory_request=request.memory_request,
-    )
+    # ---- side effects start here --------------------------------------------------
+    datacache.upload_all(store, planned.packed.local_data)
+    store.write_bytes(artifact_key(job_id, "payload.pkl"), planned.packed.payload)
+    store.write_bytes(artifact_key(job_id, "context.zip"), planned.packed.context)
+    create_job(store, backend, planned.spec, planned.handle)
+    log.info("submitted %s (%s) on backend %s", job_id, planned.spec.name, backend.name)
+    return planned.handle, planned.spec

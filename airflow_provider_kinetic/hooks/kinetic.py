@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
 from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook, conf
 
+from airflow_provider_kinetic.core.backends import registry
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
@@ -71,7 +71,7 @@ def config_from_extras(extras: dict[str, Any]) -> KineticConfig:
     values.setdefault(
         "backend", "gke" if values.get("bucket") or values.get("cluster") else "local"
     )
-    if values["backend"] == "local":
+    if values["backend"] == LocalBackend.name:
         values.setdefault("root", default_local_root())
     return KineticConfig(**values, extra={k: v for k, v in extras.items() if k not in values})
 
@@ -119,7 +119,7 @@ class KineticHook(BaseHook):
                 self.default_conn_name,
                 root,
             )
-            return KineticConfig(backend="local", root=root)
+            return KineticConfig(backend=LocalBackend.name, root=root)
         extras = conn.extra_dejson if conn.extra else {}
         return config_from_extras(extras)
 
@@ -145,20 +145,20 @@ class KineticHook(BaseHook):
 def backend_for(config: KineticConfig, kind: str | None = None) -> Backend:
     """The backend that runs (or ran) a job: ``kind`` is a handle's ``backend``.
 
-    For GKE and Pathways the cluster endpoint is looked up once through
+    For backends that need a cluster the endpoint is looked up once through
     providers-google and kept in ``config.endpoint``, so trigger kwargs carry it and
     the triggerer needs no second lookup (and no kubeconfig file).
     """
     kind = kind or config.backend
-    if kind == "local":
-        return LocalBackend(config.bucket_name)
-    if kind not in ("gke", "pathways"):
-        raise ValueError(f"backend {kind!r} needs an accelerator to resolve; use backend_kind()")
+    if kind == registry.AUTO:
+        raise ValueError("backend 'auto' needs an accelerator to resolve; use backend_kind()")
+    cls = registry.backend_class(kind)
+    if not cls.needs_cluster:
+        return cls.from_config(config)
     from airflow_provider_kinetic.core.backends.gke import GkeBackend
-    from airflow_provider_kinetic.core.backends.gke_auth import gke_api_client_factory
-    from airflow_provider_kinetic.core.backends.pathways import PathwaysBackend
+    from airflow_provider_kinetic.hooks.gke_auth import gke_api_client_factory
 
-    missing = [f for f in ("project", "zone", "cluster") if not getattr(config, f)]
+    missing = GkeBackend.cluster_fields_missing(config)
     if missing:
         raise ValueError(f"the {kind} backend needs the connection extras {', '.join(missing)}")
     factory = gke_api_client_factory(
@@ -172,19 +172,12 @@ def backend_for(config: KineticConfig, kind: str | None = None) -> Backend:
         use_dns_endpoint=config.use_dns_endpoint,
     )
     config.endpoint = factory.endpoint.to_dict()
-    cls = PathwaysBackend if kind == "pathways" else GkeBackend
-    return cls(
-        factory,
-        namespace=config.namespace,
-        image_pull_grace_s=config.image_pull_grace_s,
-        schedule_timeout_s=config.schedule_timeout_s,
-        create_grace_s=config.create_grace_s,
-    )
+    return cls.from_config(config, factory)
 
 
 def config_to_json(config: KineticConfig) -> str:
     """JSON form of a config for trigger kwargs (no objects, no file handles)."""
-    return json.dumps(asdict(config), sort_keys=True)
+    return json.dumps(config.to_dict(), sort_keys=True)
 
 
 def config_from_json(text: str) -> KineticConfig:

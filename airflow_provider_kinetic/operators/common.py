@@ -10,6 +10,10 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseOperator, conf
 
+from airflow_provider_kinetic.core.accelerators import parse_accelerator, with_spot
+from airflow_provider_kinetic.core.schemes import scheme_for
+from airflow_provider_kinetic.core.submit import JobRequest
+
 XCOM_JOB = "kinetic_job"
 XCOM_BATCH = "kinetic_batch"
 XCOM_OUTPUT_DIR = "output_dir"
@@ -25,6 +29,12 @@ def default_output_key(identity: Mapping[str, Any]) -> str:
         str(identity.get("map_index", -1)),
     ]
     return "outputs/" + "/".join(_SAFE.sub("_", str(p)) for p in parts)
+
+
+def directory_uri(uri: str | None) -> str | None:
+    """An output dir as XCom carries it: spelled (by its Data scheme) so that
+    ``Data(<that value>)`` downstream is a directory with no string editing."""
+    return scheme_for(uri).as_directory(uri) if uri else uri
 
 
 def task_identity(context: Mapping[str, Any]) -> dict[str, Any]:
@@ -72,6 +82,8 @@ class KineticOperatorBase(BaseOperator):
     """
 
     shallow_copy_attrs: Sequence[str] = ("python_callable",)
+    python_callable: Callable[..., Any]
+    op_kwargs: Mapping[str, Any] | None
 
     # ``python_callable`` is set by subclasses, not taken here: the TaskFlow
     # decorator's apply-defaults hook injects ``op_kwargs`` into any __init__ that
@@ -88,9 +100,11 @@ class KineticOperatorBase(BaseOperator):
         poll_interval: float = 5.0,
         cpu: str | None = None,
         memory: str | None = None,
+        spot: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.spot = spot
         self.accelerator = accelerator
         self.volumes = volumes
         self.output_dir = output_dir
@@ -100,6 +114,41 @@ class KineticOperatorBase(BaseOperator):
         self.poll_interval = poll_interval
         self.cpu = cpu
         self.memory = memory
+
+    # ---- the one request builder (single jobs and batches) --------------------------
+    def request_args(self) -> tuple[Any, ...]:
+        """Positional arguments shared by every job (a batch's come from its inputs)."""
+        return ()
+
+    def accelerator_spec(self) -> str:
+        """``accelerator`` with ``:spot`` when ``spot=True``."""
+        return with_spot(self.accelerator, self.spot)
+
+    def parsed_accelerator(self) -> Any:
+        return parse_accelerator(self.accelerator_spec())
+
+    def build_request(
+        self,
+        identity: Mapping[str, Any],
+        store_uri: Callable[[str], str],
+        context: Mapping[str, Any] | None = None,
+    ) -> JobRequest:
+        """The ``JobRequest`` of this task: every operator option lands here, once."""
+        output_dir = self.output_dir or store_uri(default_output_key(identity))
+        return JobRequest(
+            func=self.python_callable,
+            args=self.request_args(),
+            kwargs=dict(self.op_kwargs or {}),
+            accelerator=self.accelerator,
+            spot=self.spot,
+            volumes=self.rendered_volumes(context),
+            capture_env_vars=self.capture_env_vars,
+            output_dir=output_dir,
+            identity=dict(identity),
+            by_value_roots=by_value_roots(),
+            cpu_request=self.cpu,
+            memory_request=self.memory,
+        )
 
     def rendered_volumes(self, context: Mapping[str, Any] | None) -> dict[str, Any] | None:
         """``volumes`` with its mount paths rendered (Airflow renders dict values only)."""

@@ -10,23 +10,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_provider_kinetic.core import batchrun
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.backends.manifests import to_yaml
+from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.batch import plan_batch
-from airflow_provider_kinetic.core.submit import JobRequest
+from airflow_provider_kinetic.core.batchstate import SUCCEEDED, BatchState
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.exceptions import KineticBatchFailed, KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.operators.common import (
     XCOM_BATCH,
+    XCOM_OUTPUT_DIR,
     KineticOperatorBase,
-    by_value_roots,
     deadline,
-    default_output_key,
     defer_timeout,
+    directory_uri,
     task_identity,
 )
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
@@ -49,11 +53,23 @@ class KineticMapOperator(KineticOperatorBase):
         fail_fast: on the first failure launch nothing more and cancel running siblings.
         return_exceptions: failed positions hold an error dict instead of failing the task.
         ordered: results in input order (else completion order).
-        accelerator, volumes, capture_env_vars, kinetic_conn_id, deferrable,
-        poll_interval, cpu, memory: as for KineticRunOperator.
+        accelerator, spot, volumes, output_dir, capture_env_vars, kinetic_conn_id,
+        deferrable, poll_interval, cpu, memory: as for KineticRunOperator (each child
+        is the same job template plus its input).
+
+    Raises:
+        KineticBatchFailed: some inputs failed (``partial_results`` holds every position).
+        KineticJobCancelled: the batch was cancelled at the task's execution_timeout.
     """
 
-    template_fields: Sequence[str] = ("inputs", "op_kwargs", "volumes", "output_dir", "accelerator")
+    template_fields: Sequence[str] = (
+        "inputs",
+        "op_kwargs",
+        "volumes",
+        "output_dir",
+        "accelerator",
+        "capture_env_vars",
+    )
     ui_color = "#d2e3fc"
 
     def __init__(
@@ -87,117 +103,126 @@ class KineticMapOperator(KineticOperatorBase):
         self.return_exceptions = return_exceptions
         self.ordered = ordered
         self.group_name = group_name
-        self._state: dict[str, Any] | None = None
+        self._state: BatchState | None = None
         self._backend: Backend | None = None
 
     # ---- execute -------------------------------------------------------------------
-    def execute(self, context: Any) -> Any:
-        hook = KineticHook(self.kinetic_conn_id)
-        store = hook.get_store()
-        identity = task_identity(context)
-        request = JobRequest(
-            func=self.python_callable,
-            kwargs=dict(self.op_kwargs or {}),
-            accelerator=self.accelerator,
-            volumes=self.rendered_volumes(context),
-            capture_env_vars=self.capture_env_vars,
-            output_dir=self.output_dir or store.uri(default_output_key(identity)),
-            identity=identity,
-            by_value_roots=by_value_roots(),
-            cpu_request=self.cpu,
-            memory_request=self.memory,
-        )
-        state, objects, local = plan_batch(
-            request,
+    def plan(self, context: Any, store: ObjectStore, config: KineticConfig) -> tuple[Any, ...]:
+        """Validate and pack the batch (the same request path as a single job)."""
+        identity = task_identity(context) if context is not None else self._dry_identity()
+        return plan_batch(
+            self.build_request(identity, store.uri, context),
             self.inputs,
             self.input_mode,
             store,
+            config=config,
             max_concurrent=self.max_concurrent,
             retries=self.child_retries,
             fail_fast=self.fail_fast,
             group_name=self.group_name or self.task_id,
             tags=[identity["dag_id"], identity["task_id"]],
         )
-        state["deadline"] = deadline(context, self.execution_timeout)
-        state["plan"]["backend"] = hook.get_config().backend_kind(
-            parse_accelerator(self.accelerator)
-        )
+
+    def _dry_identity(self) -> dict[str, Any]:
+        return {"dag_id": self.dag_id, "task_id": self.task_id, "run_id": "dry_run"}
+
+    def execute(self, context: Any) -> Any:
+        hook = KineticHook(self.kinetic_conn_id)
+        config = hook.get_config()
+        store = config.store()
+        state, objects, local = self.plan(context, store, config)
+        state.deadline = deadline(context, self.execution_timeout)
         self.log.info(
             "batch %s: %d inputs, max_concurrent=%d",
-            state["group_id"],
-            state["total"],
-            state["max_concurrent"],
+            state.group_id,
+            state.total,
+            state.max_concurrent,
         )
+        context["ti"].xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(state.template.output_dir))
         batchrun.start_batch(state, objects, local, store)
         return self._advance(context, hook, state)
 
+    def dry_run(self) -> dict[str, Any]:
+        """The manifest of the batch's first child, printed as YAML; creates nothing."""
+        config = KineticHook(self.kinetic_conn_id).get_config()
+        store = config.store()
+        state, _, _ = self.plan(None, store, config)
+        spec = batchrun.child_spec(state, 0, "job-dryrun00", config, store)
+        manifest = backend_class(state.backend).manifest(spec)
+        print(to_yaml(manifest))
+        return manifest
+
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """Resume: re-read the real status of active children, then continue."""
-        state = (event or {}).get("state")
-        if not state:
+        if not event or not event.get("state"):
             raise AirflowException(f"kinetic batch resumed without its state (event {event!r})")
+        state = BatchState.from_dict(event["state"])
         hook = KineticHook(self.kinetic_conn_id)
+        backend = hook.get_backend(state.backend)
         if event["status"] in ("error", "timeout"):
             self.log.warning(
                 "batch trigger ended with %s: %s", event["status"], event.get("message")
             )
             if event["status"] == "timeout":
-                self._state = state
-                self._backend = hook.get_backend(state["plan"]["backend"])
+                self._state, self._backend = state, backend
                 self.on_kill()
-                raise AirflowException(
-                    f"kinetic batch {state['group_id']} cancelled at the task's execution_timeout"
+                raise KineticJobCancelled(
+                    f"kinetic batch {state.group_id} cancelled at the task's execution_timeout"
                 )
-        self._poll(hook.get_backend(state["plan"]["backend"]), hook.get_store(), state)
+        self._poll(backend, hook.get_store(), state)
         return self._advance(context, hook, state)
 
     # ---- the loop ------------------------------------------------------------------
-    def _poll(self, backend: Backend, store: Any, state: dict[str, Any]) -> None:
-        handles = list(state["active"].values())
-        reports = backend.batch_status(state["group_id"], handles) if handles else {}
+    def _poll(self, backend: Backend, store: ObjectStore, state: BatchState) -> None:
+        handles = list(state.active.values())
+        reports = backend.batch_status(state.group_id, handles) if handles else {}
         for index in batchrun.observe(state, reports, backend, store):
-            job = state["jobs"][str(index)]
-            self._log_child(index, job, state["done"][str(index)], reports.get(job))
+            job = state.jobs[index]
+            self._log_child(index, job, state.done[index], reports.get(job))
 
     def _log_child(self, index: int, job: str, outcome: str, report: StatusReport | None) -> None:
-        if outcome != "SUCCEEDED":
+        if outcome != SUCCEEDED:
             why = report.describe() if report else outcome
             self.log.warning("inputs[%d] (%s) %s: %s", index, job, outcome.lower(), why)
 
-    def _advance(self, context: Any, hook: KineticHook, state: dict[str, Any]) -> Any:
+    def _advance(self, context: Any, hook: KineticHook, state: BatchState) -> Any:
         config, store = hook.get_config(), hook.get_store()
-        backend = hook.get_backend(state["plan"]["backend"])
+        backend = hook.get_backend(state.backend)
         self._state, self._backend = state, backend
         while True:
             batchrun.launch(state, config, backend, store)
             batchrun.maybe_write_manifest(state, store)
             self._report(context, state, store)
-            if batchrun.is_finished(state):
+            if state.finished:
                 return self._complete(state, store)
-            if state.get("deadline") and time.time() >= state["deadline"]:
+            if state.deadline and time.time() >= state.deadline:
                 self.on_kill()
-                raise AirflowException(
-                    f"kinetic batch {state['group_id']} cancelled at the task's execution_timeout"
+                raise KineticJobCancelled(
+                    f"kinetic batch {state.group_id} cancelled at the task's execution_timeout"
                 )
             if self.deferrable:
-                self.defer(
-                    trigger=KineticBatchTrigger(
-                        state=state,
-                        config=config_to_json(config),
-                        poll_interval=self.poll_interval,
-                        deadline=state.get("deadline"),
-                    ),
-                    method_name="execute_complete",
-                    timeout=defer_timeout(state.get("deadline"), self.poll_interval),
-                )
+                return self._defer(config, state)
             time.sleep(self.poll_interval)
             self._poll(backend, store, state)
 
-    def _report(self, context: Any, state: dict[str, Any], store: Any) -> None:
+    def _defer(self, config: KineticConfig, state: BatchState) -> NoReturn:
+        self.defer(
+            trigger=KineticBatchTrigger(
+                state=state.to_dict(),
+                config=config_to_json(config),
+                poll_interval=self.poll_interval,
+                deadline=state.deadline,
+            ),
+            method_name="execute_complete",
+            timeout=defer_timeout(state.deadline, self.poll_interval),
+        )
+        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
+
+    def _report(self, context: Any, state: BatchState, store: ObjectStore) -> None:
         c = batchrun.counts(state)
         self.log.info(
             "batch %s: submitted %d/%d, active %d, succeeded %d, failed %d, queued %d",
-            state["group_id"],
+            state.group_id,
             c["submitted"],
             c["total"],
             c["active"],
@@ -208,28 +233,30 @@ class KineticMapOperator(KineticOperatorBase):
         context["ti"].xcom_push(
             key=XCOM_BATCH,
             value={
-                "group_id": state["group_id"],
+                "group_id": state.group_id,
                 "bucket": store.bucket,
-                "manifest_uri": store.uri(batchrun.manifest_key(state["group_id"])),
-                "output_dir": state["plan"]["output_base"],
+                "manifest_uri": store.uri(batchrun.manifest_key(state.group_id)),
+                "output_dir": state.template.output_dir,
                 "counts": c,
             },
         )
 
-    def _complete(self, state: dict[str, Any], store: Any) -> list[Any]:
-        if state.get("manifest_dirty"):
+    def _complete(self, state: BatchState, store: ObjectStore) -> list[Any]:
+        if state.manifest_dirty:
             batchrun.write_manifest(state, store)
         values, failures = batchrun.gather(state, store, ordered=self.ordered)
         self._state = None
         if failures and not self.return_exceptions:
             lines = [
-                f"  inputs[{i}] ({state['jobs'].get(str(i), 'not submitted')}): "
-                f"{type(e).__name__}: {e}"
+                f"  inputs[{i}] ({state.jobs.get(i, 'not submitted')}): {type(e).__name__}: {e}"
                 for i, e in sorted(failures.items())
             ]
-            raise AirflowException(
-                f"kinetic batch {state['group_id']}: {len(failures)} of {state['total']} "
-                "inputs failed (results of the others stay in the store):\n" + "\n".join(lines)
+            raise KineticBatchFailed(
+                f"kinetic batch {state.group_id}: {len(failures)} of {state.total} "
+                "inputs failed (results of the others stay in the store):\n" + "\n".join(lines),
+                group_id=state.group_id,
+                failures=failures,
+                partial_results=values,
             )
         return [
             batchrun.describe_exception(v) if isinstance(v, BaseException) else v for v in values
@@ -238,10 +265,8 @@ class KineticMapOperator(KineticOperatorBase):
     def on_kill(self) -> None:
         """Cancel every child this try has running."""
         if self._state and self._backend:
-            for handle in list(self._state["active"].values()):
+            for handle in list(self._state.active.values()):
                 self._backend.cancel(handle)
             self.log.info(
-                "cancelled %d children of batch %s",
-                len(self._state["active"]),
-                self._state["group_id"],
+                "cancelled %d children of batch %s", len(self._state.active), self._state.group_id
             )

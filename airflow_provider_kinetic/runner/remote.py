@@ -27,6 +27,7 @@ import cloudpickle
 from airflow_provider_kinetic.core.batchwire import select_input
 from airflow_provider_kinetic.core.data import KEEP, is_data_ref, map_leaves
 from airflow_provider_kinetic.core.payload import dump_result, make_result
+from airflow_provider_kinetic.core.schemes import scheme_for
 from airflow_provider_kinetic.core.storage import store_for_uri
 
 log = logging.getLogger("kinetic.runner")
@@ -126,13 +127,9 @@ def _extract_context(data: bytes, workdir: str) -> None:
 
 
 def _download_ref(ref: dict[str, Any], target: str) -> str:
-    """Materialise one data ref at ``target``; returns the path the function sees."""
-    store, key = store_for_uri(ref["uri"].rstrip("/"))
-    names = store.download_prefix(key, target)
-    log.info("downloaded %d file(s) of %s to %s", len(names), ref["uri"], target)
-    if not ref.get("is_dir") and len(names) == 1:
-        return os.path.join(target, names[0])
-    return target
+    """Materialise one data ref at ``target`` through the scheme its URI names
+    (``gs://``/``file://``: a store download; ``hf://``: a datasets load)."""
+    return scheme_for(ref["uri"]).materialise(ref, target)
 
 
 def _resolve_fuse(ref: dict[str, Any]) -> str:
@@ -143,20 +140,6 @@ def _resolve_fuse(ref: dict[str, Any]) -> str:
         if entries:
             return os.path.join(mount, entries[0])
     return mount
-
-
-def _link_local_fuse(ref: dict[str, Any]) -> None:
-    """Local backend: a FUSE volume is the read-only cache dir, linked at its mount path.
-
-    (On GKE the CSI driver mounts ``gs://`` volumes before the runner starts.)
-    """
-    source, mount = ref["uri"][len("file://") :], ref["mount_path"]
-    if os.path.lexists(mount):
-        if os.path.realpath(mount) != os.path.realpath(source):
-            raise FileExistsError(f"FUSE volume mount path {mount!r} already exists")
-        return
-    os.makedirs(os.path.dirname(mount) or "/", exist_ok=True)
-    os.symlink(source, mount)
 
 
 def resolve_refs(obj: Any, workdir: str, cache: dict[str, str]) -> Any:
@@ -220,8 +203,8 @@ def _setup(ns: argparse.Namespace, workdir: str) -> tuple[Any, tuple, dict]:
         for ref in payload.get("volumes") or []:
             if not ref.get("fuse"):
                 resolve_refs(ref, workdir, cache)
-            elif ref["uri"].startswith("file://"):
-                _link_local_fuse(ref)
+            else:
+                scheme_for(ref["uri"]).mount_fuse(ref)
         if payload.get("has_data_refs", True):
             args = resolve_refs(tuple(args), workdir, cache)
             kwargs = resolve_refs(dict(kwargs), workdir, cache)

@@ -6,13 +6,15 @@ another DAG (or after a restart) waits on the ``kinetic_job`` XCom.
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.providers.common.compat.sdk import AirflowException, BaseSensorOperator, conf
+from airflow.providers.common.compat.sdk import BaseSensorOperator, conf
 
-from airflow_provider_kinetic.core.handles import JobStatus, validate_handle
+from airflow_provider_kinetic.core.handles import InvalidHandleError, JobHandle, JobStatus
+from airflow_provider_kinetic.exceptions import KineticJobFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
 
@@ -41,24 +43,36 @@ class KineticJobSensor(BaseSensorOperator):
         self.kinetic_conn_id = kinetic_conn_id
         self.deferrable = deferrable
 
-    def _handle(self) -> dict[str, Any]:
+    def _handle(self) -> JobHandle:
+        """The handle, from a dict or from a rendered template string.
+
+        A template like ``"{{ ti.xcom_pull(...) }}"`` renders a dict as its Python
+        repr (single quotes, ``True``), which is not JSON: read it as a Python
+        literal, never by editing quotes.
+        """
         value = self.handle
         if isinstance(value, str):
             try:
                 value = json.loads(value)
             except json.JSONDecodeError:
-                value = json.loads(value.replace("'", '"').replace("False", "false")
-                                   .replace("True", "true"))  # fmt: skip
-        return validate_handle(value)
+                try:
+                    value = ast.literal_eval(value)
+                except (ValueError, SyntaxError) as exc:
+                    raise InvalidHandleError(
+                        f"handle is neither JSON nor a Python dict literal: {value!r:.200}"
+                    ) from exc
+        return JobHandle.from_dict(value)
 
     def poke(self, context: Any) -> bool:
         handle = self._handle()
-        report = KineticHook(self.kinetic_conn_id).get_backend(handle["backend"]).status(handle)
-        self.log.info("kinetic job %s: %s", handle["job_id"], report.describe())
+        report = KineticHook(self.kinetic_conn_id).get_backend(handle.backend).status(handle)
+        self.log.info("kinetic job %s: %s", handle.job_id, report.describe())
         if report.status is JobStatus.SUCCEEDED:
             return True
         if report.status.is_terminal:
-            raise AirflowException(f"kinetic job {handle['job_id']} {report.describe()}")
+            raise KineticJobFailed(
+                f"kinetic job {handle.job_id} {report.describe()}", job_id=handle.job_id
+            )
         return False
 
     def execute(self, context: Any) -> Any:
@@ -69,7 +83,7 @@ class KineticJobSensor(BaseSensorOperator):
         hook = KineticHook(self.kinetic_conn_id)
         self.defer(
             trigger=KineticJobTrigger(
-                handle=self._handle(),
+                handle=self._handle().to_dict(),
                 config=config_to_json(hook.get_config()),
                 poll_interval=self.poke_interval,
                 cancel_on_kill=False,  # the sensor does not own the job
@@ -81,4 +95,4 @@ class KineticJobSensor(BaseSensorOperator):
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> None:
         status = (event or {}).get("status")
         if status != JobStatus.SUCCEEDED.value:
-            raise AirflowException(f"kinetic job ended {status}: {(event or {}).get('message')}")
+            raise KineticJobFailed(f"kinetic job ended {status}: {(event or {}).get('message')}")

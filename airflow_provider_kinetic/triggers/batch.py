@@ -15,12 +15,15 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_kinetic.core.batchstate import BatchState
+
 
 class KineticBatchTrigger(BaseTrigger):
     """Poll a batch's active children; one event when any is done (or on deadline/error).
 
-    The operator's batch ``state`` (JSON) rides along and comes back in every event:
-    the operator resumes from the event alone, whatever carries ``next_kwargs``.
+    The operator's batch ``state`` (``BatchState.to_dict()``) rides along and comes
+    back in every event: the operator resumes from the event alone, whatever carries
+    ``next_kwargs``.
     """
 
     def __init__(
@@ -33,8 +36,9 @@ class KineticBatchTrigger(BaseTrigger):
     ) -> None:
         super().__init__()
         self.state = state
-        self.group_id = state["group_id"]
-        self.handles = list(state["active"].values())
+        self._batch = BatchState.from_dict(state)
+        self.group_id = self._batch.group_id
+        self.handles = list(self._batch.active.values())
         self.config = config
         self.poll_interval = poll_interval
         self.deadline = deadline
@@ -55,7 +59,7 @@ class KineticBatchTrigger(BaseTrigger):
     def _backend(self):  # noqa: ANN202 - Backend, imported lazily for the triggerer
         from airflow_provider_kinetic.hooks.kinetic import backend_for, config_from_json
 
-        return backend_for(config_from_json(self.config), self.state["plan"].get("backend"))
+        return backend_for(config_from_json(self.config), self._batch.backend)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
@@ -72,9 +76,9 @@ class KineticBatchTrigger(BaseTrigger):
                     running,
                     len(reports) - running - len(done),
                     len(done),
-                    len(self.state["queue"]),
-                    len(self.state["done"]),
-                    self.state["total"],
+                    len(self._batch.queue),
+                    len(self._batch.done),
+                    self._batch.total,
                 )
                 if done or not self.handles:
                     yield TriggerEvent(
@@ -96,6 +100,7 @@ class KineticBatchTrigger(BaseTrigger):
                     yield TriggerEvent(
                         {
                             "status": "timeout",
+                            "state": self.state,
                             "group_id": self.group_id,
                             "message": "the task's execution deadline passed",
                         }

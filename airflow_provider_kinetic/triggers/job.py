@@ -15,12 +15,14 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_kinetic.core.handles import JobHandle
+
 
 class KineticJobTrigger(BaseTrigger):
     """Poll a kinetic job's status until it is terminal.
 
     Args:
-        handle: the JobHandle dict.
+        handle: the JobHandle's wire dict (``JobHandle.to_dict()``).
         config: the target's KineticConfig as JSON (see ``hooks.kinetic.config_to_json``).
         poll_interval: seconds between status reads.
         deadline: epoch seconds after which a ``timeout`` event is sent (carries the
@@ -42,6 +44,7 @@ class KineticJobTrigger(BaseTrigger):
         super().__init__()
         self.attempt = attempt
         self.handle = handle
+        self._job = JobHandle.from_dict(handle)
         self.config = config
         self.poll_interval = poll_interval
         self.deadline = deadline
@@ -63,7 +66,7 @@ class KineticJobTrigger(BaseTrigger):
     def _backend(self):  # noqa: ANN202 - Backend; imported lazily for the triggerer
         from airflow_provider_kinetic.hooks.kinetic import backend_for, config_from_json
 
-        return backend_for(config_from_json(self.config), self.handle.get("backend"))
+        return backend_for(config_from_json(self.config), self._job.backend)
 
     def _event(self, status: str, message: str = "", reason: str | None = None) -> TriggerEvent:
         return TriggerEvent(
@@ -78,12 +81,12 @@ class KineticJobTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        job_id = self.handle.get("job_id")
+        job_id = self._job.job_id
         try:
             backend = await asyncio.to_thread(self._backend)
             last: str | None = None
             while True:
-                report = await backend.astatus(self.handle)
+                report = await backend.astatus(self._job)
                 if report.describe() != last:
                     self.log.info("kinetic job %s: %s", job_id, report.describe())
                     last = report.describe()
@@ -107,5 +110,5 @@ class KineticJobTrigger(BaseTrigger):
         if not self.cancel_on_kill:
             return
         backend = await asyncio.to_thread(self._backend)
-        self.log.info("task killed by user: cancelling kinetic job %s", self.handle.get("job_id"))
-        await backend.acancel(self.handle)
+        self.log.info("task killed by user: cancelling kinetic job %s", self._job.job_id)
+        await backend.acancel(self._job)

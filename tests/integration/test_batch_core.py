@@ -47,7 +47,7 @@ def _run(state, config, backend, store, timeout=240.0):
             return
         assert time.monotonic() < deadline, batchrun.counts(state)
         time.sleep(0.1)
-        reports = backend.batch_status(state["group_id"], list(state["active"].values()))
+        reports = backend.batch_status(state.group_id, list(state.active.values()))
         batchrun.observe(state, reports, backend, store)
 
 
@@ -66,7 +66,14 @@ def test_batch_writes_at_most_n_plus_c_and_function_once(tmp_path, n):
         output_dir=store.uri("outputs/batch"),
     )
     state, objects, local = plan_batch(
-        request, list(range(n)), "single", store, max_concurrent=8, retries=0, fail_fast=False
+        request,
+        list(range(n)),
+        "single",
+        store,
+        config=config,
+        max_concurrent=8,
+        retries=0,
+        fail_fast=False,
     )
     assert store.writes == []  # planning uploads nothing
     batchrun.start_batch(state, objects, local, store)
@@ -85,7 +92,14 @@ def test_batch_writes_at_most_n_plus_c_and_function_once(tmp_path, n):
     # A second batch with the same Data hits the data cache: it uploads no data again.
     store.writes.clear()
     state2, objects2, local2 = plan_batch(
-        request, [1, 2], "single", store, max_concurrent=2, retries=0, fail_fast=False
+        request,
+        [1, 2],
+        "single",
+        store,
+        config=config,
+        max_concurrent=2,
+        retries=0,
+        fail_fast=False,
     )
     batchrun.start_batch(state2, objects2, local2, store)
     assert not [k for k in store.writes if k.startswith("default/data")]
@@ -121,6 +135,7 @@ def test_bad_batch_options_fail_before_anything_is_written(
             inputs,
             mode,
             store,
+            config=KineticConfig(backend="local", root=store.bucket),
             max_concurrent=max_concurrent,
             retries=retries,
             fail_fast=False,

@@ -20,19 +20,20 @@ from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.backends import k8s_logs
 from airflow_provider_kinetic.core.backends import k8s_status as ks
 from airflow_provider_kinetic.core.backends.gke import GkeBackend, KubernetesApiError
-from airflow_provider_kinetic.core.backends.gke_auth import (
-    ClusterEndpoint,
-    GkeApiClientFactory,
-    GoogleTokenSource,
-)
 from airflow_provider_kinetic.core.backends.manifests import (
     GROUP_LABEL,
     job_manifest,
     lws_manifest,
 )
 from airflow_provider_kinetic.core.backends.pathways import PathwaysBackend
-from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.jobspec import JobSpec, SpecInputs, build_job_spec
+from airflow_provider_kinetic.hooks.gke_auth import (
+    ClusterEndpoint,
+    GkeApiClientFactory,
+    GoogleTokenSource,
+)
+from tests.fixtures import records
 from tests.fixtures.google_creds import FakeCredentials
 from tests.fixtures.k8s_double import K8sDouble, running_double, to_json
 
@@ -76,15 +77,15 @@ def make_spec(accelerator: str = "gpu:l4", job_id: str = JOB_ID, **extra: Any) -
     )
 
 
-HANDLE = {"job_id": JOB_ID, "namespace": NS, "k8s_name": JOB}
-LWS_HANDLE = {"job_id": JOB_ID, "namespace": NS, "k8s_name": LWS}
+HANDLE = records.handle(JOB_ID, "b", "gke", namespace=NS, k8s_name=JOB)
+LWS_HANDLE = records.handle(JOB_ID, "b", "pathways", namespace=NS, k8s_name=LWS)
 
 
 def ago(seconds: float) -> str:
     return (datetime.now(UTC) - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def both(backend: GkeBackend, handle: dict[str, Any]) -> ks.StatusReport:
+async def both(backend: GkeBackend, handle: JobHandle) -> ks.StatusReport:
     """Status through the sync client (in a thread) and the async client; they must agree."""
     sync = await asyncio.to_thread(backend.status, handle)
     assert await backend.astatus(handle) == sync
@@ -361,7 +362,7 @@ async def test_batch_status_lists_the_group_once(api: K8sDouble) -> None:
     await api.patch_status(
         f"/apis/batch/v1/namespaces/{NS}/jobs/kinetic-job-0000000b", {"failed": 1}
     )
-    handles = [{"job_id": j, "namespace": NS, "k8s_name": f"kinetic-{j}"} for j in states]
+    handles = [records.handle(j, "b", "gke", namespace=NS) for j in states]
     before = len(api.requests)
     reports = await asyncio.to_thread(backend.batch_status, "grp-12345678", handles)
     assert {j: (r.status, r.reason) for j, r in reports.items()} == {

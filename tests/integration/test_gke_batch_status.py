@@ -21,17 +21,18 @@ import pytest
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.backends import k8s_status as ks
 from airflow_provider_kinetic.core.backends.gke import GkeBackend
-from airflow_provider_kinetic.core.backends.gke_auth import (
+from airflow_provider_kinetic.core.backends.manifests import GROUP_LABEL, job_manifest
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
+from airflow_provider_kinetic.core.jobspec import SpecInputs, build_job_spec
+from airflow_provider_kinetic.hooks.gke_auth import (
     ClusterEndpoint,
     GkeApiClientFactory,
     GoogleTokenSource,
 )
-from airflow_provider_kinetic.core.backends.manifests import GROUP_LABEL, job_manifest
-from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.handles import JobStatus
-from airflow_provider_kinetic.core.jobspec import SpecInputs, build_job_spec
 from airflow_provider_kinetic.hooks.kinetic import config_to_json
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
+from tests.fixtures import records
 from tests.fixtures.google_creds import FakeCredentials
 from tests.fixtures.k8s_double import K8sDouble, by_code_under_test, running_double, to_json
 
@@ -132,8 +133,8 @@ async def add_child(api: K8sDouble, group_id: str, index: int, with_pod: bool = 
         await api.patch_status(f"{PODS}/{meta['name']}", {**pod_status, "startTime": now()})
     if job_status and with_pod:
         await api.patch_status(f"{JOBS}/{name}", job_status)
-    return {"job_id": job["metadata"]["labels"]["job-id"], "namespace": NS, "k8s_name": name,
-            "backend": "gke", "bucket_name": BUCKET}  # fmt: skip
+    job_id = job["metadata"]["labels"]["job-id"]
+    return records.handle(job_id, BUCKET, "gke", namespace=NS, k8s_name=name)
 
 
 async def add_group(api: K8sDouble, group_id: str, n: int, with_pods: bool = True) -> list[dict]:
@@ -154,8 +155,8 @@ async def counted(api: K8sDouble, call: Awaitable[Any]) -> tuple[Any, list[tuple
     return value, [(r.url.path, r.params.get("labelSelector", "")) for r in sent]
 
 
-def expected(handles: list[dict]) -> dict[str, tuple[JobStatus, str | None]]:
-    return {h["job_id"]: KINDS[kind_of(i)][2] for i, h in enumerate(handles)}
+def expected(handles: list[JobHandle]) -> dict[str, tuple[JobStatus, str | None]]:
+    return {h.job_id: KINDS[kind_of(i)][2] for i, h in enumerate(handles)}
 
 
 @pytest.fixture
@@ -202,15 +203,15 @@ async def test_batch_trigger_step_costs_the_same_for_5_or_500(
         backend="gke", bucket=BUCKET, project="proj", zone="us-central1-a", cluster="c1",
         namespace=NS, endpoint={"host": str(api.url).rstrip("/"), "ca_data": None},
     )  # fmt: skip
-    state = {
-        "group_id": group_id,
-        "total": n,
-        "queue": [],
-        "done": {},
-        "active": {str(i): h for i, h in enumerate(handles)},
-        "jobs": {str(i): h["job_id"] for i, h in enumerate(handles)},
-        "plan": {"backend": "gke"},
-    }
+    state = records.batch_state(
+        n,
+        {i: h.job_id for i, h in enumerate(handles)},
+        root=BUCKET,
+        backend="gke",
+        group_id=group_id,
+    )
+    state.active = dict(enumerate(handles))
+    state = state.to_dict()
     trigger = KineticBatchTrigger(state=state, config=config_to_json(config), poll_interval=0.01)
     event, sent = await counted(api, anext(trigger.run()))
     assert sent == [(JOBS, SELECTOR % group_id), (PODS, SELECTOR % group_id)]

@@ -235,8 +235,10 @@ def test_gke_job_end_to_end(load_dag, connections, api, google_token, capfd, mod
         "sum": 45,
         "job_id": job_id,
         "bucket": bucket,
-        "output_dir": x[("steps", "output_dir")],
+        "output_dir": x[("steps", "output_dir")].rstrip("/"),
     }
+    # A gs:// output dir travels as a directory URI, ready for Data(...) downstream.
+    assert x[("steps", "output_dir")].endswith("/")
     handle = x[("steps", "kinetic_job")]
     assert {k: handle[k] for k in ("backend", "k8s_name", "namespace", "bucket_name")} == {
         "backend": "gke", "k8s_name": f"kinetic-{job_id}", "namespace": NS, "bucket_name": bucket,
@@ -257,7 +259,7 @@ def test_gke_job_end_to_end(load_dag, connections, api, google_token, capfd, mod
         payload_sha.hexdigest()
     )
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert env["KINETIC_OUTPUT_DIR"] == x[("steps", "output_dir")]
+    assert env["KINETIC_OUTPUT_DIR"] + "/" == x[("steps", "output_dir")]
     assert (env["JOB_ID"], env["GCS_BUCKET"]) == (job_id, bucket)
 
     # The pod's log reached the task log: every line once, in order.

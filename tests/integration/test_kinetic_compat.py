@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +21,15 @@ import cloudpickle
 import pytest
 
 from airflow_provider_kinetic.core import batchrun
-from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.backends.base import StatusReport
+from airflow_provider_kinetic.core.backends.gke import GkeBackend
 from airflow_provider_kinetic.core.batch import plan_batch
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
-from airflow_provider_kinetic.core.handles import GROUP_FIELDS, HANDLE_FIELDS
+from airflow_provider_kinetic.core.handles import GROUP_FIELDS, HANDLE_FIELDS, JobHandle
 from airflow_provider_kinetic.core.storage import GcsStore
 from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+from tests.fixtures import records
 
 spec = importlib.util.find_spec("kinetic")
 KINETIC = Path(spec.submodule_search_locations[0]) if spec else None
@@ -34,12 +38,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-class Recording(Backend):
+class Recording(GkeBackend):
     """Creates nothing: keeps the specs so a test can run them by hand."""
 
-    name = "gke"
-
-    def __init__(self) -> None:
+    def __init__(self) -> None:  # no cluster: nothing here talks to one
         self.specs: list[Any] = []
 
     def submit(self, spec: Any) -> None:
@@ -81,6 +83,39 @@ def test_handle_has_every_kinetic_jobhandle_field():
     assert set(fields) - set(required) == set(GROUP_FIELDS) | {"debug"}
 
 
+def kinetic_jobhandle_class() -> type:
+    """kinetic 0.0.4's own ``JobHandle`` (fields, ``from_dict``, ``to_dict``), built from
+    its source: importing ``kinetic.jobs`` would need its cloud SDKs."""
+    tree = ast.parse((KINETIC / "jobs.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "JobHandle")
+    keep = [
+        n
+        for n in cls.body
+        if isinstance(n, ast.AnnAssign)
+        or (isinstance(n, ast.FunctionDef) and n.name in ("from_dict", "to_dict"))
+    ]
+    cls.body, cls.decorator_list = keep, [ast.Name("dataclass", ast.Load())]
+    module = ast.Module(body=[cls], type_ignores=[])
+    namespace: dict[str, Any] = {"dataclass": dataclass, "fields": fields, "Any": Any}
+    exec(compile(ast.fix_missing_locations(module), "kinetic/jobs.py", "exec"), namespace)
+    return namespace["JobHandle"]
+
+
+def test_kinetic_reads_our_handle_and_we_read_kinetics():
+    theirs = kinetic_jobhandle_class()
+    ours = records.handle(
+        "job-0000abcd", "bucket", "gke", group_id="grp-1", group_kind="map", group_index=2,
+        output_dir="gs://bucket/outputs/x/",
+    )  # fmt: skip
+    loaded = theirs.from_dict(json.loads(ours.to_json()))
+    assert (loaded.job_id, loaded.k8s_name, loaded.group_index) == (
+        "job-0000abcd",
+        ours.k8s_name,
+        2,
+    )
+    assert JobHandle.from_dict(loaded.to_dict()) == ours.evolve(output_dir=None)
+
+
 def test_kinetic_runner_executes_our_job(fake_gcs, gcs_bucket, tmp_path):
     (tmp_path / "d").mkdir()
     for i in range(3):
@@ -94,11 +129,11 @@ def test_kinetic_runner_executes_our_job(fake_gcs, gcs_bucket, tmp_path):
         backend,
         store,
     )
-    assert handle["k8s_name"] == f"kinetic-{handle['job_id']}"
+    assert handle.k8s_name == f"kinetic-{handle.job_id}"
     assert spec.command == ["python3", "-u", "/app/remote_runner.py"]
     proc = kinetic_runner(spec.args)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = cloudpickle.loads(store.read_bytes(f"{handle['job_id']}/result.pkl"))
+    result = cloudpickle.loads(store.read_bytes(f"{handle.job_id}/result.pkl"))
     assert result["success"] is True and result["result"] == 21
 
 
@@ -110,6 +145,7 @@ def test_kinetic_runner_refuses_a_batch_child_loudly(fake_gcs, gcs_bucket):
         ["/tmp"],
         "single",
         store,
+        config=config,
         max_concurrent=1,
         retries=0,
         fail_fast=False,

@@ -27,10 +27,11 @@ from airflow_provider_kinetic.core.backends.local import (
     local_env,
 )
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.jobspec import SpecInputs, build_job_spec
 from airflow_provider_kinetic.core.results import collect
 from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+from tests.fixtures import records
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 60.0
@@ -52,7 +53,7 @@ def wait_terminal(backend: LocalBackend, handle: dict, expect: JobStatus | None 
         report = backend.status(handle)
         return report if report.status.is_terminal else None
 
-    report = wait_for(done, f"job {handle['job_id']} to finish")
+    report = wait_for(done, f"job {handle.job_id} to finish")
     if expect is not None:
         assert report.status is expect, f"{report.describe()}; log:\n{backend.read_logs(handle)[0]}"
     return report
@@ -83,7 +84,7 @@ def backend(config: KineticConfig) -> Iterator[LocalBackend]:
     # Never leave a job process behind when a test fails half-way.
     jobs = Path(config.bucket_name, STATE_DIR)
     for jdir in jobs.iterdir() if jobs.is_dir() else []:
-        backend.cancel({"job_id": jdir.name})
+        backend.cancel(records.handle(jdir.name, config.bucket_name))
 
 
 def submit(config: KineticConfig, backend: LocalBackend, func, *args, **kwargs):
@@ -152,7 +153,7 @@ def test_job_outlives_the_submitting_process(config, backend, tmp_path: Path) ->
         handle, _ = submit_job(
             JobRequest(func=job, args=({str(release)!r},)), cfg, LocalBackend(cfg.bucket_name)
         )
-        print(json.dumps(handle))
+        print(handle.to_json().decode())
         """
     )
     out = subprocess.run(
@@ -163,21 +164,21 @@ def test_job_outlives_the_submitting_process(config, backend, tmp_path: Path) ->
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
     )
     assert out.returncode == 0, out.stderr
-    handle = json.loads(out.stdout.strip().splitlines()[-1])
+    handle = JobHandle.from_dict(json.loads(out.stdout.strip().splitlines()[-1]))
     reader = LocalBackend(config.bucket_name)  # a fresh object; the submitter is gone
     assert reader.status(handle).status is JobStatus.RUNNING
     release.touch()
     report = wait_terminal(reader, handle, JobStatus.SUCCEEDED)
     logs, offset = reader.read_logs(handle)
     assert "job saw the release file" in logs and offset == len(logs.encode())
-    assert collect(config.store(), handle["job_id"], report.status) == "survived"
+    assert collect(config.store(), handle.job_id, report.status) == "survived"
 
 
 def test_status_lifecycle(config, backend, tmp_path: Path) -> None:
-    assert backend.status({"job_id": "job-nothere"}).status is JobStatus.NOT_FOUND
+    assert backend.status(records.handle("job-nothere")).status is JobStatus.NOT_FOUND
     # The state a reader sees between the job dir being made and the process starting.
     os.makedirs(backend.job_dir("job-starting"))
-    pending = backend.status({"job_id": "job-starting"})
+    pending = backend.status(records.handle("job-starting"))
     assert pending.status is JobStatus.PENDING and pending.reason == "starting"
 
     go = tmp_path / "go"
@@ -186,18 +187,18 @@ def test_status_lifecycle(config, backend, tmp_path: Path) -> None:
     go.touch()
     report = wait_terminal(backend, handle, JobStatus.SUCCEEDED)
     assert report == StatusReport(JobStatus.SUCCEEDED)
-    assert collect(config.store(), handle["job_id"], report.status) == 42
+    assert collect(config.store(), handle.job_id, report.status) == 42
 
     handle, _ = submit(config, backend, fail, "boom")
     report = wait_terminal(backend, handle)
     assert report.status is JobStatus.FAILED and report.reason == "exit code 1"
     with pytest.raises(RuntimeError, match="boom"):
-        collect(config.store(), handle["job_id"], report.status)
+        collect(config.store(), handle.job_id, report.status)
 
 
 def test_killed_supervisor_is_failed(config, backend, tmp_path: Path) -> None:
     handle, _ = submit(config, backend, wait_for_file, str(tmp_path / "never"))
-    pid = int(Path(backend.job_dir(handle["job_id"]), "pid").read_text())
+    pid = int(Path(backend.job_dir(handle.job_id), "pid").read_text())
     os.killpg(pid, signal.SIGKILL)
     report = wait_terminal(backend, handle)
     assert report.status is JobStatus.FAILED
@@ -206,7 +207,7 @@ def test_killed_supervisor_is_failed(config, backend, tmp_path: Path) -> None:
 
 def test_cancel_of_a_dead_job_never_signals_a_reused_pid(config, backend, tmp_path) -> None:
     handle, _ = submit(config, backend, wait_for_file, str(tmp_path / "never"))
-    jdir = backend.job_dir(handle["job_id"])
+    jdir = backend.job_dir(handle.job_id)
     os.killpg(int(Path(jdir, "pid").read_text()), signal.SIGKILL)
     wait_terminal(backend, handle, JobStatus.FAILED)
     # The dead supervisor's pid now belongs to an unrelated process group leader.
@@ -236,7 +237,7 @@ def test_read_logs_returns_only_new_whole_lines(config, backend, tmp_path: Path)
     rest, end = backend.read_logs(handle, offset)
     assert rest.startswith("partial-end\nline3\n")
     assert "line1" not in rest and end == offset + len(rest.encode())
-    assert backend.read_logs({"job_id": "job-nothere"}, 7) == ("", 7)
+    assert backend.read_logs(records.handle("job-nothere"), 7) == ("", 7)
 
 
 def test_cancel_kills_the_process_group(config, backend, tmp_path: Path) -> None:
@@ -267,7 +268,7 @@ def test_second_submit_of_the_same_job_id_raises(config, backend, tmp_path: Path
         backend.submit(spec)
     go.touch()
     report = wait_terminal(backend, handle, JobStatus.SUCCEEDED)
-    assert collect(config.store(), handle["job_id"], report.status) == "first"
+    assert collect(config.store(), handle.job_id, report.status) == "first"
 
 
 class BrokenBackend(LocalBackend):
@@ -301,7 +302,7 @@ def test_failed_create_removes_job_artifacts(config, tmp_path: Path) -> None:
     # If the job exists despite the error, its artifacts are kept.
     request.job_id = "job-broken2"
     handle, _ = submit_job(request, config, BrokenBackend(config.bucket_name, True), store)
-    assert handle["job_id"] == "job-broken2"
+    assert handle.job_id == "job-broken2"
     names = {k.rsplit("/", 1)[1] for k in store.list("job-broken2/")}
     assert names == {"payload.pkl", "context.zip", "handle.json"}
 
@@ -309,16 +310,16 @@ def test_failed_create_removes_job_artifacts(config, tmp_path: Path) -> None:
 def test_process_argv_and_env_come_from_the_spec(config, backend) -> None:
     keys = ["JOB_ID", "GCS_BUCKET", "KERAS_BACKEND", "JAX_PLATFORMS", "KINETIC_OUTPUT_DIR"]
     handle, spec = submit(config, backend, report_process, keys)
-    recorded = json.loads(Path(backend.job_dir(handle["job_id"]), "spec.json").read_text())
+    recorded = json.loads(Path(backend.job_dir(handle.job_id), "spec.json").read_text())
     assert recorded["argv"] == local_command(spec)
     assert recorded["argv"][-len(spec.args) :] == spec.args
     assert recorded["env"] == local_env(spec)[0]
     assert recorded["name"] == spec.name
     report = wait_terminal(backend, handle, JobStatus.SUCCEEDED)
-    seen = collect(config.store(), handle["job_id"], report.status)
+    seen = collect(config.store(), handle.job_id, report.status)
     assert seen["argv"] == spec.args
     assert seen["env"] == {k: spec.env[k] for k in keys}
-    assert seen["env"]["JOB_ID"] == handle["job_id"]
+    assert seen["env"]["JOB_ID"] == handle.job_id
 
 
 def _spec(accelerator: str):
@@ -363,5 +364,5 @@ def test_gpu_job_really_runs_on_cpu_here(config, backend, caplog) -> None:
     handle, _ = submit_job(request, config, backend)
     assert "no GPU on this machine" in caplog.text
     report = wait_terminal(backend, handle, JobStatus.SUCCEEDED)
-    seen = collect(config.store(), handle["job_id"], report.status)
+    seen = collect(config.store(), handle.job_id, report.status)
     assert seen["env"] == {"JAX_PLATFORMS": "cpu"}

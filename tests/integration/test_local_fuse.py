@@ -47,7 +47,7 @@ def test_fuse_data_resolves_to_read_only_cache_paths(tmp_path):
     while not (report := backend.status(handle)).status.is_terminal:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    value = collect(config.store(), handle["job_id"], report.status)
+    value = collect(config.store(), handle.job_id, report.status)
     cache = str(tmp_path / "store" / "default" / "data-cache")
     assert value["folder"].startswith(cache) and value["files"] == ["x.bin"]
     assert value["single"] == '{"a": 1}' and value["single_mode"] == 0o444

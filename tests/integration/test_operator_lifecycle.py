@@ -18,6 +18,7 @@ import pytest
 from airflow_provider_kinetic import KineticRunOperator
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.handles import JobHandle
 from airflow_provider_kinetic.core.submit import JobRequest, submit_job
 
 
@@ -81,7 +82,7 @@ def test_on_kill_cancels_the_job_this_try_started(local_conn):
     worker = threading.Thread(target=run)
     worker.start()
     _wait(lambda: "kinetic_job" in ti.xcom)
-    handle = ti.xcom["kinetic_job"]
+    handle = JobHandle.from_dict(ti.xcom["kinetic_job"])
     backend = LocalBackend(str(local_conn))
     _wait(lambda: "started" in backend.read_logs(handle)[0])
     op.on_kill()
@@ -107,13 +108,13 @@ def test_retry_adopts_the_running_job_instead_of_submitting_again(local_conn, ca
     )
     ti = TI()
     assert op.execute({"ti": ti, "task_state_store": store}) == 42
-    assert ti.xcom["kinetic_job"]["job_id"] == previous["job_id"]
-    assert [p.name for p in (local_conn / ".local-jobs").iterdir()] == [previous["job_id"]]
+    assert ti.xcom["kinetic_job"]["job_id"] == previous.job_id
+    assert [p.name for p in (local_conn / ".local-jobs").iterdir()] == [previous.job_id]
     log = "".join(capfd.readouterr()) + caplog.text
-    assert f"adopting still-RUNNING kinetic job {previous['job_id']}" in log
+    assert f"adopting still-RUNNING kinetic job {previous.job_id}" in log
     # Each line of the job's log reached the task log exactly once.
-    assert log.count(f"[{previous['job_id']}] started") == 1
-    assert log.count(f"[{previous['job_id']}] finished") == 1
+    assert log.count(f"[{previous.job_id}] started") == 1
+    assert log.count(f"[{previous.job_id}] finished") == 1
 
 
 def test_new_submission_is_remembered_for_the_next_try(local_conn):

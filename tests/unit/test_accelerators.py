@@ -517,3 +517,20 @@ def test_module_imports_no_airflow_or_kubernetes() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    ("spec", "spot", "expected"),
+    [
+        ("tpu-v5e-4", True, "tpu-v5e-4:spot"),
+        ("tpu-v5e-4:spot", True, "tpu-v5e-4:spot"),
+        (" gpu-l4 ", True, "gpu-l4:spot"),
+        ("GPU-L4:SPOT", True, "GPU-L4:SPOT"),
+        ("cpu", False, "cpu"),
+    ],
+)
+def test_spot_keyword_equals_the_suffix(spec, spot, expected):
+    from airflow_provider_kinetic.core.accelerators import with_spot
+
+    assert with_spot(spec, spot) == expected
+    assert parse_accelerator(with_spot(spec, spot)).spot is (spot or spec.lower().endswith(":spot"))

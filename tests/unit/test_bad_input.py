@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_kinetic.core.accelerators import InvalidAcceleratorError
-from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.backends.base import StatusReport
+from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.handles import JobStatus
@@ -21,10 +22,11 @@ from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.core.submit import JobRequest, submit_job
 
 
-class RecordingBackend(Backend):
-    name = "recording"
+class RecordingBackend(LocalBackend):
+    """A local-kind backend that records calls and starts nothing."""
 
     def __init__(self) -> None:
+        super().__init__("/nonexistent")
         self.calls: list[tuple[str, Any]] = []
 
     def submit(self, spec) -> None:
@@ -73,7 +75,7 @@ def test_control_a_valid_request_does_upload_and_submit(env) -> None:
     config, store, backend, good = env
     handle, _ = submit_job(JobRequest(func=noop, args=(good,)), config, backend, store)
     assert stored_files(store) and [c[0] for c in backend.calls] == ["submit"]
-    assert store.exists(f"{handle['job_id']}/payload.pkl")
+    assert store.exists(f"{handle.job_id}/payload.pkl")
 
 
 @pytest.mark.parametrize("value", ["gpu-h999", "tpu-v9z-4", "quantum", "gpu:3"])

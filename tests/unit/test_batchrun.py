@@ -8,48 +8,30 @@ from typing import Any
 import pytest
 
 from airflow_provider_kinetic.core import batchrun
-from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
-from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.backends.base import StatusReport
+from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.payload import dump_result, make_result
 from airflow_provider_kinetic.core.storage import LocalStore
+from tests.fixtures.records import batch_state as state
+from tests.fixtures.records import handle
 
 
-class Recorder(Backend):
-    name = "fake"
+class Recorder(LocalBackend):
+    """Records cancels; any status query is a test failure (observe uses its reports)."""
 
     def __init__(self) -> None:
+        super().__init__("/nonexistent")
         self.cancelled: list[str] = []
 
     def submit(self, spec: Any) -> None:
         raise AssertionError("not used")
 
-    def status(self, handle: dict) -> StatusReport:
+    def status(self, handle: JobHandle) -> StatusReport:
         raise AssertionError("observe must use the reports it is given")
 
-    def read_logs(self, handle: dict, offset: int = 0) -> tuple[str, int]:
-        return "", offset
-
-    def cancel(self, handle: dict) -> None:
-        self.cancelled.append(handle["job_id"])
-
-
-def state(n: int, active: dict[int, str], retries: int = 0, fail_fast: bool = False) -> dict:
-    return {
-        "group_id": "grp-00000001",
-        "total": n,
-        "max_concurrent": 4,
-        "retries": retries,
-        "fail_fast": fail_fast,
-        "queue": [i for i in range(n) if i not in active],
-        "active": {str(i): {"job_id": j} for i, j in active.items()},
-        "jobs": {str(i): j for i, j in active.items()},
-        "attempts": {str(i): 1 for i in active},
-        "preemptions": {},
-        "done": {},
-        "order": [],
-        "submit_errors": {},
-        "stopped": False,
-    }
+    def cancel(self, handle: JobHandle) -> None:
+        self.cancelled.append(handle.job_id)
 
 
 def result(store: LocalStore, job: str, ok: bool, value: Any = None) -> None:
@@ -66,11 +48,11 @@ def test_retry_requeues_then_gives_up(tmp_path):
     s = state(3, {0: "job-a", 1: "job-b"}, retries=1)
     result(store, "job-a", False)
     assert batchrun.observe(s, {"job-a": FAILED}, backend, store) == []
-    assert s["queue"][0] == 0 and "0" not in s["done"] and backend.cancelled == ["job-a"]
-    s["active"]["0"], s["attempts"]["0"] = {"job_id": "job-a2"}, 2  # as launch() would
+    assert s.queue[0] == 0 and 0 not in s.done and backend.cancelled == ["job-a"]
+    s.active[0], s.attempts[0] = handle("job-a2"), 2  # as launch() would
     result(store, "job-a2", False)
     assert batchrun.observe(s, {"job-a2": FAILED}, backend, store) == [0]
-    assert s["done"]["0"] == "FAILED"
+    assert s.done[0] == "FAILED"
 
 
 def test_preemption_is_retried_apart_from_retries(tmp_path):
@@ -78,12 +60,12 @@ def test_preemption_is_retried_apart_from_retries(tmp_path):
     s = state(1, {0: "job-p"}, retries=0)
     preempted = StatusReport(JobStatus.FAILED, batchrun.REASON_PREEMPTED)
     batchrun.observe(s, {"job-p": preempted}, backend, store)
-    assert s["queue"] == [0] and s["preemptions"] == {"0": 1} and s["attempts"]["0"] == 0
+    assert s.queue == [0] and s.preemptions == {0: 1} and s.attempts[0] == 0
     # A preemption-like reason with a failure payload is the function's fault: no retry.
-    s["active"]["0"], s["attempts"]["0"] = {"job_id": "job-q"}, 1
+    s.active[0], s.attempts[0] = handle("job-q"), 1
     result(store, "job-q", False)
     batchrun.observe(s, {"job-q": preempted}, backend, store)
-    assert s["done"]["0"] == "FAILED"
+    assert s.done[0] == "FAILED"
 
 
 def test_fail_fast_cancels_active_and_skips_queue(tmp_path):
@@ -92,14 +74,14 @@ def test_fail_fast_cancels_active_and_skips_queue(tmp_path):
     result(store, "job-1", False)
     running = StatusReport(JobStatus.RUNNING)
     batchrun.observe(s, {"job-0": running, "job-1": FAILED, "job-2": running}, backend, store)
-    assert s["stopped"] and batchrun.is_finished(s)
-    assert s["done"] == {
-        "1": "FAILED",
-        "0": "CANCELLED",
-        "2": "CANCELLED",
-        "3": "NOT_SUBMITTED",
-        "4": "NOT_SUBMITTED",
-        "5": "NOT_SUBMITTED",
+    assert s.stopped and batchrun.is_finished(s)
+    assert s.done == {
+        1: "FAILED",
+        0: "CANCELLED",
+        2: "CANCELLED",
+        3: "NOT_SUBMITTED",
+        4: "NOT_SUBMITTED",
+        5: "NOT_SUBMITTED",
     }
     assert sorted(backend.cancelled) == ["job-0", "job-1", "job-2"]
     c = batchrun.counts(s)

@@ -92,3 +92,24 @@ def test_dry_run_rejects_multi_host_on_gke(monkeypatch):
     )
     with pytest.raises(ValueError, match="'tpu-v6e-2x4'.*spans 2 hosts.*'pathways' or 'auto'"):
         op.dry_run()
+
+
+def test_map_operator_dry_run_shows_a_child(gke_conn, capsys):
+    from airflow_provider_kinetic import KineticMapOperator
+
+    op = KineticMapOperator(
+        task_id="sweep",
+        python_callable=train,
+        inputs=["a", "bb"],
+        accelerator="gpu-l4",
+        kinetic_conn_id="kinetic_dry",
+    )
+    manifest = op.dry_run()
+    assert yaml.safe_load(capsys.readouterr().out) == manifest
+    kubernetes_validate.validate(manifest, "1.33", strict=True)
+    labels = manifest["metadata"]["labels"]
+    assert labels["kinetic-group-index"] == "0" and labels["kinetic-group-id"].startswith("grp-")
+    env = {
+        e["name"]: e["value"] for e in manifest["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["KINETIC_GROUP_INDEX"] == "0" and env["KINETIC_OUTPUT_DIR"].endswith("/sweep/-1/0")

@@ -40,6 +40,8 @@ def test_importing_the_package_does_not_import_airflow():
 
 def test_job_links():
     gke = {
+        "job_id": "job-1",
+        "bucket_name": "b",
         "backend": "gke",
         "zone": "us-central1-a",
         "cluster_name": "c1",
@@ -55,3 +57,12 @@ def test_job_links():
     assert (
         job_url({"backend": "local", "bucket_name": "/r", "job_id": "job-1"}) == "file:///r/job-1/"
     )
+
+
+def test_public_api_is_listed_and_resolves():
+    import airflow_provider_kinetic as pkg
+
+    assert set(pkg.__all__) == set(pkg._LAZY) | {"__version__", "get_provider_info"}
+    for name in pkg.__all__:
+        assert getattr(pkg, name) is not None, name
+    assert pkg.KineticMapOperator.__module__ == "airflow_provider_kinetic.operators.map"

@@ -11,29 +11,15 @@ import pytest
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.handles import make_handle
 from airflow_provider_kinetic.core.jobspec import SpecInputs, build_job_spec
 from airflow_provider_kinetic.hooks.kinetic import config_to_json
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
+from tests.fixtures import records
 
 
 def _handle(job_id: str, root: str) -> dict:
-    return make_handle(
-        job_id=job_id,
-        backend="local",
-        project=None,
-        cluster_name=None,
-        zone=None,
-        namespace="default",
-        bucket_name=root,
-        k8s_name=f"kinetic-{job_id}",
-        image_uri="i",
-        accelerator="cpu",
-        func_name="f",
-        display_name="d",
-        created_at="2026-11-21T00:00:00Z",
-    )
+    return records.handle(job_id, root).to_dict()
 
 
 def _sleeper(root: str, job_id: str, seconds: float) -> None:
@@ -90,7 +76,7 @@ def test_job_trigger_deadline_and_on_kill(tmp_path):
     event = asyncio.run(_first(trigger))
     assert event["status"] == "timeout" and "RUNNING" in event["message"]
     asyncio.run(trigger.on_kill())
-    report = LocalBackend(root).status(handle)
+    report = LocalBackend(root).status(records.handle("job-00000002", root))
     assert report.status.value == "FAILED" and report.reason == "cancelled"
 
 
@@ -98,7 +84,8 @@ def test_trigger_errors_become_one_error_event(tmp_path):
     import asyncio
 
     bad = KineticJobTrigger(
-        {"job_id": "job-x", "backend": "gke"}, config_to_json(KineticConfig(root=str(tmp_path)))
+        {"job_id": "job-x", "backend": "gke", "bucket_name": "b"},
+        config_to_json(KineticConfig(root=str(tmp_path))),
     )
     event = asyncio.run(_first(bad))
     assert event["status"] == "error" and "project" in event["message"]
@@ -109,14 +96,7 @@ def test_batch_trigger_echoes_state(tmp_path):
 
     root = str(tmp_path)
     _sleeper(root, "job-00000003", 0)
-    state = {
-        "group_id": "grp-1",
-        "total": 2,
-        "queue": [1],
-        "done": {},
-        "active": {"0": _handle("job-00000003", root)},
-        "plan": {"backend": "local"},
-    }
+    state = records.batch_state(2, {0: "job-00000003"}, root=root).to_dict()
     trigger = KineticBatchTrigger(
         state=state, config=config_to_json(KineticConfig(root=root)), poll_interval=0.05
     )

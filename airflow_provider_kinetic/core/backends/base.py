@@ -1,18 +1,31 @@
 """The backend contract: create a job from a JobSpec, read its status and logs, cancel it.
 
-Status and log reads take only the handle dict, so any process (worker, triggerer,
-a retry on another machine) can ask about a job it did not start.
+Status and log reads take only the :class:`JobHandle`, so any process (worker,
+triggerer, a retry on another machine) can ask about a job it did not start.
+
+Class-level hooks (no instance, no credentials) are what the rest of the package
+asks a backend *kind* about: can it run this accelerator (``preflight``), where do
+its jobs' artifacts live (``bucket_for``/``store_for``), what would it create
+(``manifest``), where does a person look at a job (``console_url``).  Kinds are
+looked up in :mod:`~airflow_provider_kinetic.core.backends.registry`, never compared
+as strings.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.accelerators import Accelerator
+from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.jobspec import JobSpec
+
+if TYPE_CHECKING:
+    from airflow_provider_kinetic.core.config import KineticConfig
+    from airflow_provider_kinetic.core.storage import ObjectStore
 
 
 @dataclass(frozen=True)
@@ -35,54 +48,95 @@ class StatusReport:
 class Backend(abc.ABC):
     """Where jobs run: a local process, a GKE Job, or a LeaderWorkerSet."""
 
-    name: str
+    #: The kind, as written in connections and handles (``backend``).
+    name: ClassVar[str]
+    #: Whether the ``auto`` kind may pick this backend (in registration order).
+    auto_candidate: ClassVar[bool] = False
+    #: Whether building an instance needs Kubernetes API credentials (the Airflow
+    #: layer then passes ``api_client_factory`` to :meth:`from_config`).
+    needs_cluster: ClassVar[bool] = False
+
+    # ---- what a kind can tell without an instance --------------------------------
+    @classmethod
+    def preflight(cls, accelerator: Accelerator) -> None:
+        """Raise ``ValueError`` naming why this backend cannot run ``accelerator``."""
+        return None
+
+    @classmethod
+    def validate_config(cls, config: KineticConfig) -> None:
+        """Raise ``ValueError`` naming the connection extra this backend is missing."""
+        return None
+
+    @classmethod
+    @abc.abstractmethod
+    def bucket_for(cls, config: KineticConfig) -> str:
+        """The store root this backend's jobs use (bucket name or local directory)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def store_for(cls, config: KineticConfig) -> ObjectStore:
+        """The object store holding payloads, results, data cache and outputs."""
+
+    @classmethod
+    @abc.abstractmethod
+    def from_config(
+        cls, config: KineticConfig, api_client_factory: Callable[[], Any] | None = None
+    ) -> Backend:
+        """An instance for ``config`` (``api_client_factory`` when ``needs_cluster``)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def manifest(cls, spec: JobSpec) -> dict[str, Any]:
+        """What ``submit`` would create, as a dict (dry run; needs no credentials)."""
+
+    @classmethod
+    def object_name(cls, job_id: str) -> str:
+        """Name of the object this backend creates for a job (kinetic's naming)."""
+        return f"kinetic-{job_id}"
+
+    @classmethod
+    def console_url(cls, handle: JobHandle) -> str:
+        """Where a person looks at the job."""
+        return f"file://{handle.bucket_name}/{handle.job_id}/"
 
     @abc.abstractmethod
     def submit(self, spec: JobSpec) -> None:
         """Create the job; raises if it could not be created."""
 
     @abc.abstractmethod
-    def status(self, handle: dict[str, Any]) -> StatusReport:
+    def status(self, handle: JobHandle) -> StatusReport:
         """Current status of the job named by ``handle``."""
 
     @abc.abstractmethod
-    def read_logs(self, handle: dict[str, Any], offset: int = 0) -> tuple[str, int]:
+    def read_logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
         """Log text after ``offset`` and the new offset (so no line is shown twice)."""
 
     @abc.abstractmethod
-    def cancel(self, handle: dict[str, Any]) -> None:
+    def cancel(self, handle: JobHandle) -> None:
         """Stop the job; a job that is already gone is not an error."""
 
-    def batch_status(self, group_id: str, handles: list[dict[str, Any]]) -> dict[str, StatusReport]:
+    def batch_status(self, group_id: str, handles: list[JobHandle]) -> dict[str, StatusReport]:
         """Status of many children of one batch, keyed by job id.
 
         Backends answer with one query per call (GKE: one list by the group label;
         local: one scan of the state dir), whatever the number of children.
         """
-        return {h["job_id"]: self.status(h) for h in handles}
+        return {h.job_id: self.status(h) for h in handles}
 
     async def abatch_status(
-        self, group_id: str, handles: list[dict[str, Any]]
+        self, group_id: str, handles: list[JobHandle]
     ) -> dict[str, StatusReport]:
         return await asyncio.to_thread(self.batch_status, group_id, handles)
 
-    def object_name(self, job_id: str) -> str:
-        """Name of the object this backend creates for a job (kinetic's naming)."""
-        return f"kinetic-{job_id}"
-
-    def exists(self, handle: dict[str, Any]) -> bool:
+    def exists(self, handle: JobHandle) -> bool:
         return self.status(handle).status is not JobStatus.NOT_FOUND
 
-    def manifest(self, spec: JobSpec) -> dict[str, Any]:
-        """What ``submit`` would create, as a dict (dry run)."""
-        return {"kind": "LocalProcess", "command": spec.command, "args": spec.args, "env": spec.env}
-
     # Async wrappers for triggers: implementations with native async clients override.
-    async def astatus(self, handle: dict[str, Any]) -> StatusReport:
+    async def astatus(self, handle: JobHandle) -> StatusReport:
         return await asyncio.to_thread(self.status, handle)
 
-    async def aread_logs(self, handle: dict[str, Any], offset: int = 0) -> tuple[str, int]:
+    async def aread_logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
         return await asyncio.to_thread(self.read_logs, handle, offset)
 
-    async def acancel(self, handle: dict[str, Any]) -> None:
+    async def acancel(self, handle: JobHandle) -> None:
         await asyncio.to_thread(self.cancel, handle)

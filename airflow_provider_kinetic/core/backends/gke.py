@@ -23,16 +23,24 @@ import threading
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import kubernetes.client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from airflow_provider_kinetic.core.accelerators import Accelerator
 from airflow_provider_kinetic.core.backends import k8s_logs, k8s_status
 from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
 from airflow_provider_kinetic.core.backends.manifests import GROUP_LABEL, job_manifest, job_name
-from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.errors import KineticError
+from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.jobspec import CONTAINER_NAME, JobSpec, label_value
+
+if TYPE_CHECKING:
+    from airflow_provider_kinetic.core.config import KineticConfig
+    from airflow_provider_kinetic.core.storage import GcsStore
+
+CONSOLE = "https://console.cloud.google.com"
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +78,7 @@ class Reply:
 Plan = Generator[Call, Reply, T]
 
 
-class KubernetesApiError(RuntimeError):
+class KubernetesApiError(KineticError, RuntimeError):
     """A call the API server refused; ``status`` is the HTTP code, the message is the server's."""
 
     def __init__(self, what: str, reply: Reply):
@@ -102,7 +110,7 @@ class GkeBackend(Backend):
     """Runs each job as a batch/v1 Job (``kinetic-{job_id}``) on a GKE cluster.
 
     ``api_client_factory`` returns a ``kubernetes.client.ApiClient``; production
-    passes :func:`~airflow_provider_kinetic.core.backends.gke_auth.gke_api_client_factory`,
+    passes :func:`~airflow_provider_kinetic.hooks.gke_auth.gke_api_client_factory`,
     tests one pointed at a loopback API double.  If the factory has an
     ``invalidate()`` method it is called before a rebuild after a 401, and an
     ``async_client()`` method is used for the async path (else the async client is
@@ -110,6 +118,73 @@ class GkeBackend(Backend):
     """
 
     name = "gke"
+    auto_candidate = True
+    needs_cluster = True
+    #: The console's word for this backend's object kind (``console_url``).
+    console_kind = "job"
+
+    # ---- the kind ---------------------------------------------------------------
+    @classmethod
+    def preflight(cls, accelerator: Accelerator) -> None:
+        if accelerator.is_multi_host:
+            raise ValueError(
+                f"accelerator {accelerator.canonical!r} spans {accelerator.num_nodes} hosts; "
+                "a GKE Job runs one pod: use backend 'pathways' or 'auto'"
+            )
+
+    @classmethod
+    def bucket_for(cls, config: KineticConfig) -> str:
+        """Explicit ``bucket``, or kinetic's ``{project}-kn-{cluster}-jobs``."""
+        if config.bucket:
+            return config.bucket
+        if config.project and config.cluster:
+            return f"{config.project}-kn-{config.cluster}-jobs"
+        raise ValueError("set 'bucket', or 'project' and 'cluster', for a GKE kinetic target")
+
+    @classmethod
+    def store_for(cls, config: KineticConfig) -> GcsStore:
+        from airflow_provider_kinetic.core.storage import GcsStore
+
+        return GcsStore(cls.bucket_for(config), project=config.project)
+
+    @classmethod
+    def cluster_fields_missing(cls, config: KineticConfig) -> list[str]:
+        """Connection extras a cluster backend cannot do without."""
+        return [f for f in ("project", "zone", "cluster") if not getattr(config, f)]
+
+    @classmethod
+    def from_config(
+        cls, config: KineticConfig, api_client_factory: Callable[[], Any] | None = None
+    ) -> GkeBackend:
+        missing = cls.cluster_fields_missing(config)
+        if missing:
+            raise ValueError(
+                f"the {cls.name} backend needs the connection extras {', '.join(missing)}"
+            )
+        if api_client_factory is None:
+            raise ValueError(f"the {cls.name} backend needs Kubernetes API credentials")
+        return cls(
+            api_client_factory,
+            namespace=config.namespace,
+            image_pull_grace_s=config.image_pull_grace_s,
+            schedule_timeout_s=config.schedule_timeout_s,
+            create_grace_s=config.create_grace_s,
+        )
+
+    @classmethod
+    def manifest(cls, spec: JobSpec) -> dict[str, Any]:
+        return job_manifest(spec)
+
+    @classmethod
+    def object_name(cls, job_id: str) -> str:
+        return job_name(job_id)
+
+    @classmethod
+    def console_url(cls, handle: JobHandle) -> str:
+        return (
+            f"{CONSOLE}/kubernetes/{cls.console_kind}/{handle.zone}/{handle.cluster_name}/"
+            f"{handle.namespace}/{handle.k8s_name}/details?project={handle.project}"
+        )
 
     def __init__(
         self,
@@ -134,43 +209,37 @@ class GkeBackend(Backend):
     def submit(self, spec: JobSpec) -> None:
         self._run(self._submit_plan(spec))
 
-    def status(self, handle: dict[str, Any]) -> StatusReport:
+    def status(self, handle: JobHandle) -> StatusReport:
         return self._run(self._status_plan(handle))
 
-    def read_logs(self, handle: dict[str, Any], offset: int = 0) -> tuple[str, int]:
+    def read_logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
         return self._run(self._logs_plan(handle, offset))
 
-    def cancel(self, handle: dict[str, Any]) -> None:
+    def cancel(self, handle: JobHandle) -> None:
         self._run(self._cancel_plan(handle))
 
-    def batch_status(self, group_id: str, handles: list[dict[str, Any]]) -> dict[str, StatusReport]:
+    def batch_status(self, group_id: str, handles: list[JobHandle]) -> dict[str, StatusReport]:
         return self._run(self._batch_plan(group_id, handles))
 
     async def abatch_status(
-        self, group_id: str, handles: list[dict[str, Any]]
+        self, group_id: str, handles: list[JobHandle]
     ) -> dict[str, StatusReport]:
         return await self._arun(self._batch_plan(group_id, handles))
 
-    def manifest(self, spec: JobSpec) -> dict[str, Any]:
-        return job_manifest(spec)
-
-    async def astatus(self, handle: dict[str, Any]) -> StatusReport:
+    async def astatus(self, handle: JobHandle) -> StatusReport:
         return await self._arun(self._status_plan(handle))
 
-    async def aread_logs(self, handle: dict[str, Any], offset: int = 0) -> tuple[str, int]:
+    async def aread_logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
         return await self._arun(self._logs_plan(handle, offset))
 
-    async def acancel(self, handle: dict[str, Any]) -> None:
+    async def acancel(self, handle: JobHandle) -> None:
         await self._arun(self._cancel_plan(handle))
 
     # ---- plans (no I/O) ---------------------------------------------------------
-    def where(self, handle: dict[str, Any]) -> tuple[str, str]:
+    def where(self, handle: JobHandle) -> tuple[str, str]:
         """(namespace, object name) of the job named by ``handle``."""
-        name = handle.get("k8s_name") or self.object_name(handle["job_id"])
-        return handle.get("namespace") or self.namespace, name
-
-    def object_name(self, job_id: str) -> str:
-        return job_name(job_id)
+        name = handle.k8s_name or self.object_name(handle.job_id)
+        return handle.namespace or self.namespace, name
 
     def _submit_plan(self, spec: JobSpec) -> Plan[None]:
         if spec.accelerator.is_multi_host:
@@ -183,7 +252,7 @@ class GkeBackend(Backend):
         if not reply.ok:
             raise KubernetesApiError(f"creating Job {spec.namespace}/{spec.name}", reply)
 
-    def _status_plan(self, handle: dict[str, Any]) -> Plan[StatusReport]:
+    def _status_plan(self, handle: JobHandle) -> Plan[StatusReport]:
         ns, name = self.where(handle)
         job = json_or_none(
             (yield Call("BatchV1Api", "read_namespaced_job", (name, ns))), f"reading Job {name}"
@@ -211,9 +280,7 @@ class GkeBackend(Backend):
         pod = k8s_status.select_pod(pods)
         return pod is None or k8s_status.needs_pod_events(pod, now, self.limits)
 
-    def _batch_plan(
-        self, group_id: str, handles: list[dict[str, Any]]
-    ) -> Plan[dict[str, StatusReport]]:
+    def _batch_plan(self, group_id: str, handles: list[JobHandle]) -> Plan[dict[str, StatusReport]]:
         """Two list calls per namespace for a whole batch (jobs and pods by GROUP_LABEL),
         plus one list of the namespace's events when some child's wait needs them.
 
@@ -235,14 +302,14 @@ class GkeBackend(Backend):
             for handle in group:
                 name = self.where(handle)[1]
                 if name not in jobs:
-                    result[handle["job_id"]] = yield from self._status_plan(handle)
+                    result[handle.job_id] = yield from self._status_plan(handle)
                     continue
                 mine = [p for p in pods if _labels(p).get("job-name") == name]
                 report = k8s_status.job_status(jobs[name], mine, now=now, limits=self.limits)
                 if self._wants_events(report, mine, now):
                     waiting.append((handle, name, mine))
                 else:
-                    result[handle["job_id"]] = report
+                    result[handle.job_id] = report
             if waiting:
                 reply = yield Call("CoreV1Api", "list_namespaced_event", (ns,), {})
                 events = items(reply, f"listing events in {ns}") if reply.status != 403 else []
@@ -251,7 +318,7 @@ class GkeBackend(Backend):
                     own = [
                         e for e in events if (e.get("involvedObject") or {}).get("name") in names
                     ]
-                    result[handle["job_id"]] = k8s_status.job_status(
+                    result[handle.job_id] = k8s_status.job_status(
                         jobs[name], mine, own, now=now, limits=self.limits
                     )
         return result
@@ -271,7 +338,7 @@ class GkeBackend(Backend):
         """The pod whose log is the job's log (kinetic: the status pick)."""
         return k8s_status.select_pod((yield from self._pods_plan(ns, name)))
 
-    def _logs_plan(self, handle: dict[str, Any], offset: int) -> Plan[tuple[str, int]]:
+    def _logs_plan(self, handle: JobHandle, offset: int) -> Plan[tuple[str, int]]:
         ns, name = self.where(handle)
         pod = yield from self._log_pod_plan(ns, name)
         if pod is None:
@@ -287,7 +354,7 @@ class GkeBackend(Backend):
             raise KubernetesApiError(f"reading the log of {pod_name}", reply)
         return tail.consume(reply.body)
 
-    def _cancel_plan(self, handle: dict[str, Any]) -> Plan[None]:
+    def _cancel_plan(self, handle: JobHandle) -> Plan[None]:
         ns, name = self.where(handle)
         call = Call("BatchV1Api", "delete_namespaced_job", (name, ns),
                     {"propagation_policy": "Foreground"})  # fmt: skip

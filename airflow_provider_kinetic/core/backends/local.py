@@ -17,11 +17,16 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
-from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.jobspec import JobSpec
+from airflow_provider_kinetic.core.storage import LocalStore
+
+if TYPE_CHECKING:
+    from airflow_provider_kinetic.core.config import KineticConfig
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +84,31 @@ class LocalBackend(Backend):
     def __init__(self, root: str):
         self.root = os.path.abspath(root)
 
+    # ---- the kind ---------------------------------------------------------------
+    @classmethod
+    def validate_config(cls, config: KineticConfig) -> None:
+        if not config.root:
+            raise ValueError("the local backend needs a root directory ('root' extra)")
+
+    @classmethod
+    def bucket_for(cls, config: KineticConfig) -> str:
+        return os.path.abspath(config.root or "")
+
+    @classmethod
+    def store_for(cls, config: KineticConfig) -> LocalStore:
+        return LocalStore(cls.bucket_for(config))
+
+    @classmethod
+    def from_config(
+        cls, config: KineticConfig, api_client_factory: Callable[[], Any] | None = None
+    ) -> LocalBackend:
+        return cls(cls.bucket_for(config))
+
+    @classmethod
+    def manifest(cls, spec: JobSpec) -> dict[str, Any]:
+        env, note = local_env(spec)
+        return {"kind": "LocalProcess", "argv": local_command(spec), "env": env, "note": note}
+
     def job_dir(self, job_id: str) -> str:
         return os.path.join(self.root, STATE_DIR, job_id)
 
@@ -117,8 +147,8 @@ class LocalBackend(Backend):
         threading.Thread(target=proc.wait, name=f"reap-{spec.job_id}", daemon=True).start()
 
     # ---- status ---------------------------------------------------------------
-    def status(self, handle: dict[str, Any]) -> StatusReport:
-        jdir = self.job_dir(handle["job_id"])
+    def status(self, handle: JobHandle) -> StatusReport:
+        jdir = self.job_dir(handle.job_id)
         if not os.path.isdir(jdir):
             return StatusReport(JobStatus.NOT_FOUND, "no such local job")
         code = _read(os.path.join(jdir, "exit_code"))
@@ -140,21 +170,21 @@ class LocalBackend(Backend):
         reason = "cancelled" if cancelled else "process ended without an exit code (killed)"
         return StatusReport(JobStatus.FAILED, reason)
 
-    def batch_status(self, group_id: str, handles: list[dict[str, Any]]) -> dict[str, StatusReport]:
+    def batch_status(self, group_id: str, handles: list[JobHandle]) -> dict[str, StatusReport]:
         """One scan of the state dir, then the on-disk state of each listed job."""
         try:
             present = {e.name for e in os.scandir(os.path.join(self.root, STATE_DIR))}
         except FileNotFoundError:
             present = set()
         return {
-            h["job_id"]: self.status(h)
-            if h["job_id"] in present
+            h.job_id: self.status(h)
+            if h.job_id in present
             else StatusReport(JobStatus.NOT_FOUND, "no such local job")
             for h in handles
         }
 
-    def read_logs(self, handle: dict[str, Any], offset: int = 0) -> tuple[str, int]:
-        path = os.path.join(self.job_dir(handle["job_id"]), "log")
+    def read_logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
+        path = os.path.join(self.job_dir(handle.job_id), "log")
         try:
             with open(path, "rb") as f:
                 f.seek(offset)
@@ -165,8 +195,8 @@ class LocalBackend(Backend):
         cut = data.rfind(b"\n") + 1
         return data[:cut].decode("utf-8", "replace"), offset + cut
 
-    def cancel(self, handle: dict[str, Any]) -> None:
-        jdir = self.job_dir(handle["job_id"])
+    def cancel(self, handle: JobHandle) -> None:
+        jdir = self.job_dir(handle.job_id)
         pid = _read(os.path.join(jdir, "pid"))
         if pid is None or _read(os.path.join(jdir, "exit_code")) is not None:
             return

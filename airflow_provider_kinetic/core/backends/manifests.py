@@ -111,15 +111,3 @@ def to_yaml(manifest: dict[str, Any]) -> str:
     import yaml  # the kubernetes client depends on PyYAML; only needed here
 
     return yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False)
-
-
-def manifest_for(kind: str, spec: JobSpec) -> dict[str, Any]:
-    """What backend ``kind`` would create for ``spec``; needs no cluster credentials."""
-    if kind == "gke":
-        return job_manifest(spec)
-    if kind == "pathways":
-        return lws_manifest(spec)
-    from airflow_provider_kinetic.core.backends.local import local_command, local_env
-
-    env, note = local_env(spec)
-    return {"kind": "LocalProcess", "argv": local_command(spec), "env": env, "note": note}

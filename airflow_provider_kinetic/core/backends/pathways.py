@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_kinetic.core.accelerators import Accelerator
 from airflow_provider_kinetic.core.backends import k8s_status
 from airflow_provider_kinetic.core.backends.base import StatusReport
 from airflow_provider_kinetic.core.backends.gke import (
@@ -28,7 +29,7 @@ from airflow_provider_kinetic.core.backends.manifests import (
     lws_manifest,
     lws_name,
 )
-from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.jobspec import JobSpec
 
 
@@ -41,15 +42,23 @@ class PathwaysBackend(GkeBackend):
     """
 
     name = "pathways"
+    console_kind = "leaderworkerset"
+
+    @classmethod
+    def preflight(cls, accelerator: Accelerator) -> None:
+        """Any accelerator: a single host is a group of one."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._lws_version: str | None = None
 
-    def manifest(self, spec: JobSpec) -> dict[str, Any]:
-        return lws_manifest(spec, f"{LWS_GROUP}/{self._lws_version or LWS_DEFAULT_VERSION}")
+    @classmethod
+    def manifest(cls, spec: JobSpec) -> dict[str, Any]:
+        """The LeaderWorkerSet at the default API version (``submit`` uses the discovered one)."""
+        return lws_manifest(spec)
 
-    def object_name(self, job_id: str) -> str:
+    @classmethod
+    def object_name(cls, job_id: str) -> str:
         return lws_name(job_id)
 
     def _version_plan(self) -> Plan[str]:
@@ -77,7 +86,7 @@ class PathwaysBackend(GkeBackend):
         if not reply.ok:
             raise KubernetesApiError(f"creating LeaderWorkerSet {spec.namespace}/{name}", reply)
 
-    def _status_plan(self, handle: dict[str, Any]) -> Plan[StatusReport]:
+    def _status_plan(self, handle: JobHandle) -> Plan[StatusReport]:
         ns, name = self.where(handle)
         version = yield from self._version_plan()
         reply = yield self._custom(
@@ -108,13 +117,11 @@ class PathwaysBackend(GkeBackend):
             lws, pods, events, leader_name=leader, now=now, limits=self.limits
         )
 
-    def _batch_plan(
-        self, group_id: str, handles: list[dict[str, Any]]
-    ) -> Plan[dict[str, StatusReport]]:
+    def _batch_plan(self, group_id: str, handles: list[JobHandle]) -> Plan[dict[str, StatusReport]]:
         """One status per LeaderWorkerSet (multi-host batches are small)."""
         result: dict[str, StatusReport] = {}
         for handle in handles:
-            result[handle["job_id"]] = yield from self._status_plan(handle)
+            result[handle.job_id] = yield from self._status_plan(handle)
         return result
 
     def _log_pod_plan(self, ns: str, name: str) -> Plan[dict[str, Any] | None]:
@@ -122,7 +129,7 @@ class PathwaysBackend(GkeBackend):
         reply = yield Call("CoreV1Api", "read_namespaced_pod", (leader_pod_name(name), ns))
         return json_or_none(reply, f"reading the leader pod of {name}")
 
-    def _cancel_plan(self, handle: dict[str, Any]) -> Plan[None]:
+    def _cancel_plan(self, handle: JobHandle) -> Plan[None]:
         ns, name = self.where(handle)
         version = yield from self._version_plan()
         reply = yield self._custom(

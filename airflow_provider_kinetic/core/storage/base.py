@@ -10,15 +10,17 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterable
 
+from airflow_provider_kinetic.core.errors import KineticError
+
 #: Called with (files_done, files_total, bytes_done) as a transfer progresses.
 ProgressFn = Callable[[int, int, int], None]
 
 
-class ObjectNotFound(FileNotFoundError):
+class ObjectNotFound(KineticError, FileNotFoundError):
     """Raised when a key does not exist in the store."""
 
 
-class PreconditionFailed(FileExistsError):
+class PreconditionFailed(KineticError, FileExistsError):
     """Raised by ``write_bytes(..., if_absent=True)`` when the key already exists."""
 
 

@@ -7,8 +7,8 @@ no kubeconfig file.  The bearer token is a Google OAuth access token (about an
 hour long), refreshed before every request that would otherwise carry a token
 about to expire (google-auth treats a token as expired ~4 minutes early).
 
-providers-google and Airflow are imported inside :func:`gke_api_client_factory`
-only, so the core imports without Airflow.
+This is Airflow-layer code (credentials come from an Airflow GCP connection);
+providers-google is imported inside :func:`gke_api_client_factory` only.
 """
 
 from __future__ import annotations

@@ -1,0 +1,98 @@
+"""The backend registry: ``{kind: class}``, the only place backend kinds are listed.
+
+Config validation, the hook, dry runs, links and the connection form ask this
+module (and the classes it returns) instead of comparing kind strings.  Classes are
+registered by import path so that listing kinds (the connection form, provider
+info) imports neither ``kubernetes`` nor the backends themselves.
+
+Adding a backend: write a :class:`~airflow_provider_kinetic.core.backends.base.Backend`
+subclass and call :func:`register_backend` (built-ins are registered below).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from airflow_provider_kinetic.core.accelerators import Accelerator
+
+if TYPE_CHECKING:
+    from airflow_provider_kinetic.core.backends.base import Backend
+
+#: The pseudo-kind that picks the first auto candidate whose preflight passes.
+AUTO = "auto"
+
+_REGISTRY: dict[str, str | type[Backend]] = {}
+
+
+def register_backend(kind: str, target: str | type[Backend]) -> None:
+    """Register ``target`` (a class or ``"module:Class"``) as backend ``kind``."""
+    if kind == AUTO or not kind.isidentifier():
+        raise ValueError(f"invalid backend kind {kind!r}")
+    _REGISTRY[kind] = target
+
+
+def backend_kinds(*, with_auto: bool = True) -> tuple[str, ...]:
+    """Every registered kind (and ``auto``), in registration order."""
+    return (*_REGISTRY, AUTO) if with_auto else tuple(_REGISTRY)
+
+
+def backend_class(kind: str) -> type[Backend]:
+    """The class registered for ``kind``; the error lists the kinds there are."""
+    try:
+        target = _REGISTRY[kind]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown kinetic backend {kind!r}; allowed: {', '.join(backend_kinds())}"
+        ) from None
+    if isinstance(target, str):
+        module, _, name = target.partition(":")
+        try:
+            target = getattr(importlib.import_module(module), name)
+        except ImportError as exc:
+            raise ImportError(
+                f"the {kind!r} backend needs packages that are not installed ({exc}); "
+                "install airflow-provider-kinetic[gke]"
+            ) from exc
+        _REGISTRY[kind] = target
+    return target
+
+
+def auto_candidates() -> list[type[Backend]]:
+    """Classes ``auto`` may choose, in registration order."""
+    return [cls for cls in map(backend_class, list(_REGISTRY)) if cls.auto_candidate]
+
+
+def resolve_kind(configured: str, accelerator: Accelerator | None) -> str:
+    """The concrete kind that runs a job on ``accelerator``.
+
+    ``auto`` picks the first candidate whose preflight accepts the accelerator;
+    an explicit kind must accept it.  Raises before anything is uploaded.
+    """
+    if configured == AUTO:
+        reasons = []
+        for cls in auto_candidates():
+            try:
+                if accelerator is not None:
+                    cls.preflight(accelerator)
+            except ValueError as exc:
+                reasons.append(f"{cls.name}: {exc}")
+                continue
+            return cls.name
+        raise ValueError("no backend can run this job: " + "; ".join(reasons))
+    cls = backend_class(configured)
+    if accelerator is not None:
+        cls.preflight(accelerator)
+    return cls.name
+
+
+def store_kind(configured: str) -> str:
+    """The kind whose store a target uses (``auto``: its first candidate's)."""
+    if configured != AUTO:
+        return backend_class(configured).name
+    return auto_candidates()[0].name
+
+
+register_backend("local", "airflow_provider_kinetic.core.backends.local:LocalBackend")
+register_backend("gke", "airflow_provider_kinetic.core.backends.gke:GkeBackend")
+register_backend("pathways", "airflow_provider_kinetic.core.backends.pathways:PathwaysBackend")

@@ -1,0 +1,162 @@
+"""Every operator option reaches both a KineticRunOperator job and a KineticMapOperator
+child: the request -> template -> spec path is written once for both.
+
+Each case sets one option on both operators, plans them through their own code
+(``build_request`` -> ``plan_job`` for a single job, ``plan`` -> ``child_spec`` for a
+batch child) against a GKE connection (no credentials, nothing uploaded), and
+checks the option in the child's spec or payload.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import pytest
+
+from airflow_provider_kinetic import Data, KineticMapOperator, KineticRunOperator
+from airflow_provider_kinetic.core import batchrun
+from airflow_provider_kinetic.core.batch import PAYLOAD_CACHE
+from airflow_provider_kinetic.core.jobspec import JobSpec
+from airflow_provider_kinetic.core.submit import plan_job
+from airflow_provider_kinetic.hooks.kinetic import KineticHook
+
+IDENTITY = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 1}
+CHILD = 2
+
+
+def work(x: int = 0, **kwargs: Any) -> int:
+    return x
+
+
+@pytest.fixture
+def conn(monkeypatch) -> str:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")  # any upload fails
+    extras = {"backend": "auto", "bucket": "bkt", "project": "p", "zone": "z", "cluster": "c",
+              "namespace": "ns-opt", "image": "img:1", "service_account": "sa-opt"}  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_KN_OPT", json.dumps({"conn_type": "kinetic", "extra": extras}))
+    monkeypatch.setenv("KN_OPT_SECRET_FREE", "forwarded")
+    return "kn_opt"
+
+
+def planned(op: Any) -> tuple[JobSpec, dict[str, Any], str]:
+    """(spec, unpickled payload, accelerator string in the handle) through the operator."""
+    config = KineticHook(op.kinetic_conn_id).get_config()
+    store = config.store()
+    if isinstance(op, KineticMapOperator):
+        state, objects, _ = op.plan(None, store, config)
+        spec = batchrun.child_spec(state, CHILD, "job-0000000c", config, store)
+        handle = state.template.handle(config, store, spec, CHILD)
+        blob = next(v for k, v in objects.items() if k.startswith(PAYLOAD_CACHE) and ".pkl" in k)
+    else:
+        plan = plan_job(op.build_request(IDENTITY, store.uri), config, store, "job-0000000a")
+        spec, handle, blob = plan.spec, plan.handle, plan.packed.payload
+    assert handle.job_id == spec.job_id and handle.image_uri == spec.container["image"]
+    return spec, cloudpickle.loads(blob), handle.accelerator
+
+
+def both(tmp_path: Path, conn: str, **options: Any) -> list[tuple[JobSpec, dict, str]]:
+    run = KineticRunOperator(task_id="run", python_callable=work, kinetic_conn_id=conn, **options)
+    mapped = KineticMapOperator(
+        task_id="map", python_callable=work, inputs=[1, 2, 3], kinetic_conn_id=conn, **options
+    )
+    return [planned(run), planned(mapped)]
+
+
+def _dir(tmp_path: Path) -> str:
+    (tmp_path / "vol").mkdir(exist_ok=True)
+    (tmp_path / "vol" / "f.txt").write_text("x")
+    return str(tmp_path / "vol")
+
+
+def _resources(spec: JobSpec) -> dict:
+    return spec.container.get("resources", {})
+
+
+#: option name -> (operator kwargs from tmp_path, check(spec, payload, accelerator, is_child)).
+CASES: dict[str, tuple[Callable[[Path], dict], Callable[..., bool]]] = {
+    "accelerator": (
+        lambda p: {"accelerator": "gpu-l4"},
+        lambda s, pl, acc, child: (
+            s.pod["nodeSelector"]["cloud.google.com/gke-accelerator"] == "nvidia-l4"
+            and _resources(s)["limits"] == {"nvidia.com/gpu": "1"}
+        ),
+    ),
+    "spot": (
+        lambda p: {"accelerator": "tpu-v5e-4", "spot": True},
+        lambda s, pl, acc, child: (
+            s.pod["nodeSelector"]["cloud.google.com/gke-spot"] == "true" and acc == "tpu-v5e-4:spot"
+        ),
+    ),
+    "volumes": (
+        lambda p: {"volumes": {"/mnt/vol": Data(_dir(p))}},
+        lambda s, pl, acc, child: [v["mount_path"] for v in pl["volumes"]] == ["/mnt/vol"],
+    ),
+    "output_dir": (
+        lambda p: {"output_dir": "gs://out/run-1"},
+        lambda s, pl, acc, child: (
+            s.env["KINETIC_OUTPUT_DIR"] == ("gs://out/run-1/2" if child else "gs://out/run-1")
+        ),
+    ),
+    "capture_env_vars": (
+        lambda p: {"capture_env_vars": ["KN_OPT_*"]},
+        lambda s, pl, acc, child: (
+            s.env["KN_OPT_SECRET_FREE"] == "forwarded"
+            and pl["env_vars"]["KN_OPT_SECRET_FREE"] == "forwarded"
+        ),
+    ),
+    "cpu": (
+        lambda p: {"cpu": "3"},
+        lambda s, pl, acc, child: _resources(s)["requests"]["cpu"] == "3",
+    ),
+    "memory": (
+        lambda p: {"memory": "5Gi"},
+        lambda s, pl, acc, child: _resources(s)["requests"]["memory"] == "5Gi",
+    ),
+    "op_kwargs": (
+        lambda p: {"op_kwargs": {"shared": 7}},
+        lambda s, pl, acc, child: pl["kwargs"] == {"shared": 7},
+    ),
+    "kinetic_conn_id": (
+        lambda p: {},
+        lambda s, pl, acc, child: (
+            (s.namespace, s.container["image"], s.pod["serviceAccountName"])
+            == ("ns-opt", "img:1", "sa-opt")
+        ),
+    ),
+}
+
+
+def test_cases_cover_every_shared_option():
+    """A new option on KineticOperatorBase must get a case here."""
+    import inspect
+
+    from airflow_provider_kinetic.operators.common import KineticOperatorBase
+
+    params = set(inspect.signature(KineticOperatorBase.__init__).parameters) - {"self", "kwargs"}
+    waiting_only = {"deferrable", "poll_interval"}  # how the task waits, not what runs
+    assert params - waiting_only - set(CASES) == set()
+
+
+@pytest.mark.parametrize("option", list(CASES))
+def test_option_reaches_single_job_and_batch_child(option, tmp_path, conn):
+    make, check = CASES[option]
+    (run_spec, run_payload, run_acc), (child_spec, child_payload, child_acc) = both(
+        tmp_path, conn, **make(tmp_path)
+    )
+    assert check(run_spec, run_payload, run_acc, False), run_spec
+    assert check(child_spec, child_payload, child_acc, True), child_spec
+    assert child_spec.env["KINETIC_GROUP_INDEX"] == str(CHILD)
+    assert child_spec.labels["kinetic-group-index"] == str(CHILD)
+
+
+@pytest.mark.parametrize("option", ["spot", "cpu", "output_dir"])
+def test_without_the_option_the_check_fails(option, tmp_path, conn):
+    """The checks can fail: with defaults, none of these holds."""
+    _, check = CASES[option]
+    for spec, payload, acc in both(tmp_path, conn):
+        with pytest.raises((KeyError, AssertionError)):
+            assert check(spec, payload, acc, False)
