@@ -2,95 +2,82 @@
 
 Local data is content-addressed with kinetic 0.0.4's exact hash so that a kinetic
 user's data cache (``default/data-cache/{hash}``) is reused by our jobs and vice
-versa.  The hash is computed once per instance (snapshot semantics, as kinetic).
+versa.  The hash is computed once per instance (snapshot semantics, as kinetic), by
+``core/treehash.py``, which skips re-reading files a per-machine stat cache
+(``core/statcache.py``) vouches for.
 """
 
 from __future__ import annotations
 
 import collections
-import hashlib
 import os
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
+
+from airflow_provider_kinetic.core.statcache import StatCache
+from airflow_provider_kinetic.core.treehash import TreeHash
+from airflow_provider_kinetic.core.treehash import content_hash as _tree_hash
+from airflow_provider_kinetic.core.treewalk import DataPathError, DataReadError, scan_tree
 
 if TYPE_CHECKING:
     from airflow_provider_kinetic.core.schemes import DataScheme
 
+__all__ = [
+    "KEEP",
+    "Data",
+    "DataPathError",
+    "DataReadError",
+    "content_hash_of",
+    "is_data_ref",
+    "iter_tree",
+    "make_data_ref",
+    "map_leaves",
+]
+
 #: ``map_leaves`` sentinel: "not a leaf I replace".
 KEEP = object()
-
-_CHUNK = 256 * 1024
-#: Below this many files hashing stays sequential (thread start-up costs more).
-_PARALLEL_THRESHOLD = 16
-_BATCH = 512
-_PARALLEL_MIN_BYTES = 32 * 1024 * 1024
+#: ``stat_cache`` default: the machine's cache (``statcache.default_dir()``).
+DEFAULT_CACHE: Any = object()
 
 
-def _file_digest(path: str, relpath: str) -> bytes:
-    """Raw SHA-256 of ``relpath`` + NUL + file bytes (kinetic's per-file digest)."""
-    h = hashlib.sha256()
-    h.update(relpath.encode("utf-8"))
-    h.update(b"\0")
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.digest()
+def _resolve_cache(stat_cache: StatCache | str | None) -> StatCache | None:
+    if stat_cache is DEFAULT_CACHE:
+        return StatCache.default()
+    if isinstance(stat_cache, str | os.PathLike):
+        return StatCache(os.fspath(stat_cache))
+    return stat_cache
 
 
 def iter_tree(root: str) -> Iterator[tuple[str, str]]:
-    """Yield ``(abs_path, relpath)`` in kinetic's order.
+    """Yield ``(abs_path, relpath)`` of the files of ``root`` in kinetic's order.
 
-    ``os.walk`` top-down without following directory symlinks, directories sorted in
-    place and files sorted per directory: a directory's files come before its
-    subdirectories.  Symlinked files are included (their target's content).
+    ``os.walk`` order without following directory symlinks: directories sorted, a
+    directory's files (sorted) before its subdirectories.  Symlinked files are
+    included (their target's content); a FIFO, socket or device raises
+    ``DataPathError``.
     """
-    for dirpath, dirs, files in os.walk(root, followlinks=False):
-        dirs.sort()
-        for name in sorted(files):
-            path = os.path.join(dirpath, name)
-            if os.path.islink(path) and not os.path.isfile(path):
-                continue  # broken link, or a link to a directory: nothing to hash
-            yield path, os.path.relpath(path, root)
+    base = root if root.endswith(os.sep) else root + os.sep
+    for scan in scan_tree(root, root):
+        for name in scan.names:
+            yield base + scan.rel + name, scan.rel + name
 
 
-def _digests_parallel(files: list[tuple[str, str]]) -> Iterator[bytes]:
-    """Digests in submission order, bounded to 2x workers batches in flight."""
-    workers = min(32, (os.cpu_count() or 1) + 4)
-    # Small batches for few (large) files so every worker gets some; at most _BATCH.
-    size = max(1, min(_BATCH, len(files) // (workers * 4)))
-    batches = [files[i : i + size] for i in range(0, len(files), size)]
+def content_hash_tree(
+    path: str, *, label: str | None = None, stat_cache: Any = DEFAULT_CACHE
+) -> TreeHash:
+    """kinetic 0.0.4's content hash of a local file or directory, with its file list.
 
-    def run(batch: list[tuple[str, str]]) -> list[bytes]:
-        return [_file_digest(p, r) for p, r in batch]
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending = []
-        for batch in batches:
-            pending.append(pool.submit(run, batch))
-            if len(pending) >= 2 * workers:
-                yield from pending.pop(0).result()
-        for fut in pending:
-            yield from fut.result()
+    ``stat_cache``: a :class:`StatCache`, a directory for one, ``None`` (hash every
+    byte), or the machine's default cache.
+    """
+    path = os.path.abspath(os.path.expanduser(path))
+    return _tree_hash(path, label or path, _resolve_cache(stat_cache))
 
 
-def content_hash_of(path: str) -> str:
+def content_hash_of(path: str, *, stat_cache: Any = DEFAULT_CACHE) -> str:
     """kinetic 0.0.4's content hash of a local file or directory (hex)."""
-    if os.path.isfile(path):
-        digest = _file_digest(path, os.path.basename(path))
-        return hashlib.sha256(b"file:" + digest).hexdigest()
-    files = list(iter_tree(path))
-    combined = hashlib.sha256(b"dir:")
-    # Threads pay off only when there are bytes to hash: many small files hash
-    # faster in one thread (measured in benchmarks/run.py).
-    parallel = len(files) > _PARALLEL_THRESHOLD and (
-        sum(os.path.getsize(p) for p, _ in files) > _PARALLEL_MIN_BYTES
-    )
-    digests = _digests_parallel(files) if parallel else (_file_digest(p, r) for p, r in files)
-    for d in digests:
-        combined.update(d)
-    return combined.hexdigest()
+    return content_hash_tree(path, stat_cache=stat_cache).hexdigest
 
 
 class Data:
@@ -118,6 +105,7 @@ class Data:
         self.fuse = bool(fuse)
         self.hf_trust_remote_code = bool(hf_trust_remote_code)
         self._hash: str | None = None
+        self._tree: TreeHash | None = None
         self._lock = threading.Lock()
 
     # ---- classification (delegated to the Data scheme registry) -----------------
@@ -149,20 +137,43 @@ class Data:
         self.scheme.validate(self)
 
     def content_hash(self) -> str:
-        """kinetic-compatible content hash of local data (cached per instance)."""
+        """kinetic-compatible content hash of local data (cached per instance).
+
+        A FIFO, socket or device in (or as) the path raises ``DataPathError``, an
+        unreadable file ``DataReadError``, both naming this Data's path.
+        """
         if not self.uploads:
             raise ValueError(f"content_hash() applies to local data only, not {self.path!r}")
         if self._hash is None:
             with self._lock:
                 if self._hash is None:
                     self.validate()
-                    self._hash = content_hash_of(self.local_path)
+                    tree = content_hash_tree(self.local_path, label=self.path)
+                    self._tree, self._hash = tree, tree.hexdigest
         return self._hash
+
+    def hashed_files(self) -> tuple[str, list[tuple[str, int]]]:
+        """``(root, [(relpath, size), ...])``: the files ``content_hash`` covered, for
+        the upload (so it sends exactly what was hashed).  An unpickled instance that
+        kept only its hash lists the path again."""
+        self.content_hash()
+        tree: TreeHash | None = getattr(self, "_tree", None)
+        if tree is None:
+            with self._lock:
+                path = self.local_path
+                if os.path.isdir(path):
+                    scans = scan_tree(path, self.path)
+                    tree = TreeHash(self._hash or "", path, scans)
+                else:
+                    size = os.path.getsize(path)
+                    return os.path.dirname(path), [(os.path.basename(path), size)]
+        return tree.root, tree.files()
 
     # ---- pickling / repr ------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.pop("_lock", None)
+        state.pop("_tree", None)  # the file list is local to this machine and large
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -4,6 +4,9 @@ Layout: ``default/data-cache/{hash}/...`` holds the content and the empty marker
 ``default/data-markers/{hash}`` is written *last*, so a marker means "complete": a
 present marker is a hit and nothing is uploaded; an interrupted upload leaves no
 marker and is redone by the next submit.
+
+What is uploaded is exactly the file list the content hash covered
+(``Data.hashed_files``), not a second walk that could see a different tree.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from airflow_provider_kinetic.core.data import Data, iter_tree
+from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -48,14 +51,8 @@ def upload_data(store: ObjectStore, data: Data) -> bool:
         log.info("data cache hit for %s (%s): nothing to upload", data.path, digest[:12])
         return False
     prefix = cache_key(digest)
-    path = data.local_path
-    if os.path.isfile(path):
-        files = [(path, os.path.basename(path))]
-        root = os.path.dirname(path)
-    else:
-        files = list(iter_tree(path))
-        root = path
-    total = sum(os.path.getsize(p) for p, _ in files)
+    root, files = data.hashed_files()
+    total = sum(size for _, size in files)
     if total > LARGE_DATA_BYTES:
         log.warning(
             "%s is %s; for data this large prefer a gs:// URI (optionally fuse=True)",
@@ -75,7 +72,7 @@ def upload_data(store: ObjectStore, data: Data) -> bool:
         if done == n or done % step == 0:
             log.info("  %s: %d/%d files, %s", data.path, done, n, _human(nbytes))
 
-    store.upload_files(root, [rel for _, rel in files], prefix, progress=progress)
+    store.upload_files(root, [rel for rel, _ in files], prefix, progress=progress)
     if store.scheme == "file":
         _make_read_only(store.uri(prefix)[len("file://") :])
     store.write_bytes(marker_key(digest), b"")

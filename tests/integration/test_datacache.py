@@ -171,3 +171,27 @@ def test_local_cache_entries_are_read_only(tmp_path):
     assert upload_data(store, data) is True
     entry = tmp_path / "store" / cache_key(data.content_hash()) / "sub" / "a.txt"
     assert stat.S_IMODE(entry.stat().st_mode) == 0o444
+
+
+def test_special_file_fails_before_anything_is_uploaded(store: ObjectStore, tmp_path: Path):
+    from airflow_provider_kinetic.core.data import DataPathError
+
+    make_tree(tmp_path / "tree", n=5)
+    os.mkfifo(tmp_path / "tree" / "part0" / "fifo")
+    rec = Recorder(store)
+    with pytest.raises(DataPathError, match="fifo"):
+        datacache.upload_data(rec, Data(str(tmp_path / "tree")))
+    assert rec.events == []  # not even the marker lookup
+    assert store.list("") == []
+
+
+def test_upload_sends_exactly_what_was_hashed(store: ObjectStore, tmp_path: Path) -> None:
+    """A file added after hashing is not uploaded under a hash that does not cover it."""
+    rels = make_tree(tmp_path / "tree", n=5)
+    d = Data(str(tmp_path / "tree"))
+    h = d.content_hash()
+    (tmp_path / "tree" / "late.txt").write_bytes(b"late")
+    assert datacache.upload_data(store, d) is True
+    assert store.list(datacache.cache_key(h) + "/") == [
+        f"{datacache.cache_key(h)}/{r}" for r in rels
+    ]

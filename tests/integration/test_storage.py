@@ -315,3 +315,136 @@ def test_import_is_light() -> None:
         [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
+
+
+# -- temp files of killed writers (issue 9) -----------------------------------------------
+
+_UPLOAD_CHILD = """
+import shutil, sys
+from airflow_provider_kinetic.core import datacache
+from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.storage import LocalStore
+
+stall_at = int(sys.argv[3])
+real, calls = shutil.copyfileobj, [0]
+
+def copy(src, dst, length=0):
+    calls[0] += 1
+    if calls[0] == stall_at:  # half a file written, then wait to be killed
+        dst.write(src.read(3))
+        dst.flush()
+        print("STALLED", flush=True)
+        sys.stdin.read()
+    return real(src, dst, length)
+
+shutil.copyfileobj = copy
+print("UPLOADED" if datacache.upload_data(LocalStore(sys.argv[1]), Data(sys.argv[2])) else "HIT")
+"""
+
+
+def _temp_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.name.endswith(".kinetic-tmp") and p.is_file()]
+
+
+def test_killed_local_upload_leaves_nothing_in_the_cache_entry(tmp_path: Path) -> None:
+    import signal
+
+    from airflow_provider_kinetic.core import datacache
+    from airflow_provider_kinetic.core.data import Data
+
+    src, root = tmp_path / "src", tmp_path / "store"
+    files = make_tree(src, n=40)
+    env = {**os.environ, "KINETIC_STATCACHE_DIR": str(tmp_path / "statcache")}
+    cmd = [sys.executable, "-c", _UPLOAD_CHILD, str(root), str(src)]
+    child = subprocess.Popen(
+        [*cmd, "10"], cwd=REPO_ROOT, env=env, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "STALLED", child.stderr
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    entry = root / datacache.cache_key(Data(str(src)).content_hash())
+    staged = _temp_files(root)
+    assert staged and all(p.parent == root / ".kinetic-tmp" for p in staged)
+    assert not _temp_files(entry) and entry.is_dir()  # the killed upload was under way
+    assert not (root / datacache.marker_key(Data(str(src)).content_hash())).exists()
+
+    done = subprocess.run(
+        [*cmd, "0"], cwd=REPO_ROOT, env=env, text=True, capture_output=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "UPLOADED", done.stderr
+    assert _temp_files(root) == []  # the killed writer's file was swept
+    assert read_tree(entry) == files
+    assert LocalStore(str(root)).exists(datacache.marker_key(Data(str(src)).content_hash()))
+
+
+def test_staging_is_hidden_and_only_dead_writers_are_swept(tmp_path: Path) -> None:
+    store = LocalStore(str(tmp_path / "store"))
+    store.write_bytes("a/b", b"1")
+    staging = tmp_path / "store" / ".kinetic-tmp"
+    assert not staging.exists()  # removed once empty: a store root stays tidy
+    staging.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    (staging / f"{dead}-0123.kinetic-tmp").write_bytes(b"half")
+    (staging / f"{os.getpid()}-4567.kinetic-tmp").write_bytes(b"in flight")
+    assert store.list("") == ["a/b"]
+    (tmp_path / "f").write_bytes(b"f")
+    store.upload_files(str(tmp_path), ["f"], "p")
+    assert sorted(p.name for p in staging.iterdir()) == [f"{os.getpid()}-4567.kinetic-tmp"]
+
+
+# -- GCS concurrency --------------------------------------------------------------------
+
+
+@requires_fake_gcs
+def test_gcs_workers_follow_the_files_and_the_pool_matches(
+    fake_gcs, gcs_bucket: str, tmp_path: Path
+) -> None:
+    from airflow_provider_kinetic.core.storage import _parallel
+    from airflow_provider_kinetic.core.storage.gcs import GcsStore
+
+    files = make_tree(tmp_path / "src", n=150)
+    store = GcsStore(gcs_bucket, client=fake_gcs.client())
+    calls: list[tuple[int, int, int]] = []
+    store.upload_files(str(tmp_path / "src"), list(files), "w", progress=lambda *a: calls.append(a))
+    assert len(store.list("w/")) == len(files)
+    assert [c[0] for c in calls] == list(range(1, len(files) + 1))  # after every file
+    workers = _parallel.plan_workers(len(files), sum(map(len, files.values())))
+    assert workers == _parallel.SMALL_OBJECT_WORKERS  # small files: latency-bound
+    assert store.client._http.adapters["http://"]._pool_maxsize >= workers
+    assert _parallel.plan_workers(40, 40 * (256 << 20)) == _parallel.MIN_WORKERS  # big: fewer
+    assert _parallel.plan_workers(3, 30) == 3 and _parallel.plan_workers(5, 5, fixed=2) == 2
+
+
+@requires_fake_gcs
+def test_gcs_big_files_take_the_chunked_upload(
+    fake_gcs, gcs_bucket: str, tmp_path: Path, monkeypatch
+) -> None:
+    """On real GCS big files go through transfer_manager's parallel chunked upload
+    (the emulator lacks the XML multipart API, so the call is recorded and replaced
+    by a plain upload here); small ones do not."""
+    from airflow_provider_kinetic.core.storage import gcs
+
+    chunked: list[tuple[str, int, str]] = []
+
+    def fake_chunks(filename, blob, chunk_size, worker_type, max_workers, retry):  # type: ignore[no-untyped-def]
+        chunked.append((blob.name, chunk_size, worker_type))
+        blob.upload_from_filename(filename)
+
+    monkeypatch.setattr(gcs, "_is_real_gcs", lambda client: True)
+    monkeypatch.setattr(gcs.transfer_manager, "upload_chunks_concurrently", fake_chunks)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "big.bin").write_bytes(os.urandom(5000))
+    (tmp_path / "src" / "small.bin").write_bytes(b"s")
+    store = gcs.GcsStore(gcs_bucket, client=fake_gcs.client(), chunked_min_bytes=4096)
+    assert store.upload_files(str(tmp_path / "src"), ["big.bin", "small.bin"], "c") == 5001
+    assert chunked == [("c/big.bin", gcs.CHUNK_BYTES, gcs.transfer_manager.THREAD)]
+    store.download_prefix("c", str(tmp_path / "dst"))
+    assert read_tree(tmp_path / "dst") == read_tree(tmp_path / "src")
+    monkeypatch.undo()
+    assert not gcs._is_real_gcs(fake_gcs.client())

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core import data as data_mod
-from airflow_provider_kinetic.core.data import Data, content_hash_of
+from airflow_provider_kinetic.core import treehash, treewalk
+from airflow_provider_kinetic.core.data import Data, DataPathError, DataReadError, content_hash_of
 
 KINETIC_PIN = "keras-kinetic==0.0.4"
 
@@ -156,25 +156,41 @@ def test_unicode_names(kinetic_data, tmp_path: Path) -> None:
     assert_same(kinetic_data, root / "日本.bin")
 
 
-def test_many_files_parallel_path(kinetic_data, tmp_path: Path, monkeypatch) -> None:
-    files = {f"d{i % 7}/s{i % 3}/f{i:04d}.txt": f"content {i}".encode() for i in range(600)}
+def test_big_files_hash_on_a_pool_small_ones_inline(
+    kinetic_data, tmp_path: Path, monkeypatch
+) -> None:
+    files = {
+        f"d{i % 7}/s{i % 3}/f{i:04d}.txt": f"content {i}".encode() * (i % 50) for i in range(600)
+    }
+    files["huge.bin"] = os.urandom(3 << 20)  # streamed through the read buffer
     root = write(tmp_path / "t", files)
-    used = []
-    real = data_mod._digests_parallel
+    pools = []
 
-    def spy(batch):
-        used.append(len(batch))
-        return real(batch)
+    class Spy(treehash.ThreadPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            pools.append(self)
+            super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(data_mod, "_digests_parallel", spy)
+    monkeypatch.setattr(treehash, "ThreadPoolExecutor", Spy)
     h = assert_same(kinetic_data, root)
-    assert used == [], "small files hash in one thread (threads cost more than they save)"
-    monkeypatch.setattr(data_mod, "_PARALLEL_MIN_BYTES", 1000)
-    assert assert_same(kinetic_data, root) == h
-    assert used == [600], "more than 16 files and enough bytes take the parallel path"
-    # Force small batches (many in flight) too: the result must not depend on them.
-    monkeypatch.setattr(data_mod, "_BATCH", 7)
-    assert content_hash_of(str(root)) == h
+    assert len(pools) == 1, "a file of 256 KiB or more goes to the pool"
+    pools.clear()
+    (root / "huge.bin").unlink()
+    assert_same(kinetic_data, root)
+    assert pools == [], "small files hash inline (threads cost more than they save)"
+    monkeypatch.setattr(treehash, "THREAD_FILE", 1)  # everything on the pool
+    (root / "huge.bin").write_bytes(files["huge.bin"])
+    assert content_hash_of(str(root), stat_cache=None) == h
+    assert len(pools) == 1
+
+
+def test_cache_off_and_on_agree(kinetic_data, tmp_path: Path) -> None:
+    root = write(tmp_path / "t", {f"f{i}": bytes([i]) * i for i in range(40)})
+    cache = str(tmp_path / "cache")
+    expected = kinetic_data.Data(str(root)).content_hash()
+    assert content_hash_of(str(root), stat_cache=None) == expected
+    assert content_hash_of(str(root), stat_cache=cache) == expected
+    assert content_hash_of(str(root), stat_cache=cache) == expected
 
 
 def test_threshold_boundary(kinetic_data, tmp_path: Path) -> None:
@@ -230,3 +246,99 @@ def test_pickling_keeps_the_hash(tmp_path: Path) -> None:
 def test_gcs_data_has_no_content_hash() -> None:
     with pytest.raises(ValueError, match="gs://bucket/x"):
         Data("gs://bucket/x/").content_hash()
+
+
+# -- things that are not files or directories (issue 9) ------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_fifo_inside_the_tree_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    root = write(tmp_path / "t", {"a.txt": b"a", "sub/b.txt": b"b"})
+    os.mkfifo(root / "sub" / "pipe")
+    with pytest.raises(DataPathError) as exc:
+        Data(str(root)).content_hash()
+    message = str(exc.value)
+    assert repr(str(root)) in message and "pipe" in message and "FIFO" in message
+
+
+@pytest.mark.timeout(30)
+def test_fifo_as_the_data_path(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(DataPathError, match=r"Data path .*pipe' is a FIFO"):
+        Data(str(tmp_path / "pipe")).content_hash()
+    os.symlink(tmp_path / "pipe", tmp_path / "link")
+    with pytest.raises(DataPathError, match="is a FIFO"):
+        Data(str(tmp_path / "link")).content_hash()
+
+
+@pytest.mark.timeout(30)
+def test_fifo_found_by_a_cached_walk(tmp_path: Path) -> None:
+    root = write(tmp_path / "t", {"a.txt": b"a"})
+    cache = str(tmp_path / "cache")
+    content_hash_of(str(root), stat_cache=cache)
+    os.mkfifo(root / "late-pipe")
+    with pytest.raises(DataPathError, match="late-pipe"):
+        content_hash_of(str(root), stat_cache=cache)
+
+
+def test_socket_and_device_are_errors(tmp_path: Path) -> None:
+    import socket
+
+    root = write(tmp_path / "t", {"a.txt": b"a"})
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(root / "sock"))
+        with pytest.raises(DataPathError, match="sock.*a socket"):
+            Data(str(root)).content_hash()
+    finally:
+        sock.close()
+    os.unlink(root / "sock")
+    os.symlink("/dev/null", root / "null")  # a link to a device counts as the device
+    with pytest.raises(DataPathError, match="null.*character device"):
+        Data(str(root)).content_hash()
+
+
+@pytest.mark.timeout(30)
+def test_fifo_swapped_in_after_the_walk_does_not_hang(tmp_path: Path, monkeypatch) -> None:
+    root = write(tmp_path / "t", {"a.txt": b"aaaa"})
+    real = treewalk.stat_dir
+
+    def swap(fd, path, rel, *args):  # type: ignore[no-untyped-def]
+        out = real(fd, path, rel, *args)
+        os.unlink(root / "a.txt")
+        os.mkfifo(root / "a.txt")
+        return out
+
+    cache = str(tmp_path / "cache")
+    content_hash_of(str(root), stat_cache=cache)  # a record, so the next walk stats first
+    (root / "a.txt").write_bytes(b"bbbb")
+    monkeypatch.setattr(treehash, "stat_dir", swap)
+    with pytest.raises(DataPathError, match="a.txt.*FIFO"):
+        content_hash_of(str(root), stat_cache=cache)
+
+
+def test_unreadable_file_names_its_data_path(tmp_path: Path, monkeypatch) -> None:
+    root = write(tmp_path / "t", {"ok.txt": b"ok", "secret/key.txt": b"k"})
+    real_open = os.open
+
+    def deny(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(path).endswith("key.txt"):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", deny)
+    with pytest.raises(DataReadError) as exc:
+        Data(str(root)).content_hash()
+    assert isinstance(exc.value, OSError) and exc.value.errno == 13
+    assert repr(str(root)) in str(exc.value) and "key.txt" in str(exc.value)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_unreadable_file_for_real(tmp_path: Path) -> None:
+    root = write(tmp_path / "t", {"ok.txt": b"ok", "key.txt": b"k"})
+    (root / "key.txt").chmod(0)
+    try:
+        with pytest.raises(DataReadError, match="key.txt"):
+            Data(str(root)).content_hash()
+    finally:
+        (root / "key.txt").chmod(0o644)

@@ -9,10 +9,7 @@ outside ``local_dir``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
-from typing import TypeVar
-
-T = TypeVar("T")
+from collections.abc import Iterable
 
 
 def dir_prefix(prefix: str) -> str:
@@ -42,18 +39,6 @@ def safe_relpath(rel: str) -> str:
     if posix.startswith("/") or not parts or ".." in parts:
         raise ValueError(f"unsafe relative path for an object store: {rel!r}")
     return "/".join(parts)
-
-
-def chunks(items: list[T], size: int) -> Iterator[list[T]]:
-    """Consecutive slices of ``items`` of at most ``size`` elements."""
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def chunk_size(workers: int, total: int) -> int:
-    """Files per transfer chunk: enough to keep every worker busy, small enough that
-    progress is reported often (about every 4 rounds of the pool)."""
-    return max(1, min(max(total, 1), max(32, workers * 4)))
 
 
 def materialise(relpaths: Iterable[str]) -> list[str]:

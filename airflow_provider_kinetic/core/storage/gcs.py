@@ -1,10 +1,16 @@
 """``GcsStore``: the ``gs://`` object store on google-cloud-storage.
 
 Only ``google-cloud-storage`` and the stdlib are used, because the pod runner imports
-this module in a container that has nothing else (no Airflow).  Many-file transfers go
-through ``transfer_manager`` with thread workers: the shared client's HTTP session is
-reused, small files (the common case for code and data trees) are faster than with
-processes, and the work is chunked so progress can be reported as it happens.
+this module in a container that has nothing else (no Airflow).
+
+Many-file transfers run on a thread pool sized from the file count and sizes
+(``_parallel.plan_workers``): against a real bucket small objects are latency-bound,
+so up to 64 requests are kept in flight, and the client's HTTP connection pool is
+widened to match (with fewer connections than threads, urllib3 discards and
+re-opens connections and threads queue).  Files of ``CHUNKED_MIN_BYTES`` or more go
+through ``transfer_manager.upload_chunks_concurrently`` (parallel parts over the XML
+multipart API) when the store talks to Google Cloud Storage itself; emulators such
+as fake-gcs-server do not implement that API, so there they are plain uploads.
 """
 
 from __future__ import annotations
@@ -14,7 +20,6 @@ import os
 import secrets
 import threading
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 
 from google.api_core import exceptions as gexc
 from google.auth.credentials import AnonymousCredentials
@@ -23,13 +28,12 @@ from google.cloud.storage import transfer_manager
 from google.cloud.storage.retry import DEFAULT_RETRY
 
 from airflow_provider_kinetic.core.storage._keys import (
-    chunk_size,
-    chunks,
     dir_prefix,
     join_key,
     materialise,
     safe_relpath,
 )
+from airflow_provider_kinetic.core.storage._parallel import plan_workers, run_parallel
 from airflow_provider_kinetic.core.storage.base import (
     ObjectNotFound,
     ObjectStore,
@@ -40,6 +44,11 @@ from airflow_provider_kinetic.core.storage.base import (
 #: Project used with the emulator, which ignores it but the client wants one.
 EMULATOR_PROJECT = "test"
 _DEFAULT_CONTENT_TYPE = "application/octet-stream"
+#: Files at least this big upload in parallel parts (real GCS only, see module doc).
+CHUNKED_MIN_BYTES = 64 << 20
+CHUNK_BYTES = 32 << 20
+CHUNK_WORKERS = 8
+_STOCK_POOL = 10  # requests' default connections per host
 
 
 def make_client(project: str | None = None) -> storage.Client:
@@ -59,24 +68,33 @@ def make_client(project: str | None = None) -> storage.Client:
     return storage.Client(project=project) if project else storage.Client()
 
 
-def _widen_pool(client: storage.Client, workers: int) -> None:
-    """Let ``workers`` threads share the client's HTTP session without churn.
+def _widen_pool(client: storage.Client, size: int) -> None:
+    """Give the client's HTTP session at least ``size`` connections per host.
 
-    requests keeps 10 connections per host by default; more threads than that make
-    urllib3 discard connections ("Connection pool is full") and reconnect per call.
+    requests keeps 10 by default; more threads than connections make urllib3 discard
+    connections ("Connection pool is full") and reconnect per call.  Only grows, so
+    stores sharing a client never shrink each other's pool, and a warm pool is kept
+    when it is already big enough.
     """
-    if workers <= 10:
+    if size <= _STOCK_POOL:
         return
     try:
         from requests.adapters import HTTPAdapter  # a google-cloud-storage dependency
 
         session = client._http
         for scheme in ("https://", "http://"):
+            adapter = session.adapters.get(scheme)
             # Replace only the stock adapter: an mTLS adapter must stay in place.
-            if type(session.adapters.get(scheme)) is HTTPAdapter:
-                session.mount(scheme, HTTPAdapter(pool_maxsize=workers))
+            if type(adapter) is HTTPAdapter and getattr(adapter, "_pool_maxsize", 0) < size:
+                session.mount(scheme, HTTPAdapter(pool_maxsize=size))
     except (AttributeError, ImportError):  # a custom transport: leave it alone
         pass
+
+
+def _is_real_gcs(client: storage.Client) -> bool:
+    """Whether ``client`` talks to Google Cloud Storage (not an emulator)."""
+    base = getattr(getattr(client, "_connection", None), "API_BASE_URL", "") or ""
+    return base.startswith("https://") and base.rstrip("/").endswith(".googleapis.com")
 
 
 class GcsStore(ObjectStore):
@@ -89,21 +107,31 @@ class GcsStore(ObjectStore):
         bucket: str,
         client: storage.Client | None = None,
         project: str | None = None,
-        workers: int = 8,
+        workers: int | None = None,
+        chunked_min_bytes: int | None = CHUNKED_MIN_BYTES,
     ) -> None:
+        """``workers``: threads per many-file transfer (``None``: chosen from the file
+        count and sizes).  ``chunked_min_bytes``: files this big upload in parallel
+        parts on real GCS (``None``: never)."""
         self.bucket = bucket
         self.project = project
-        self.workers = max(1, workers)
+        self.workers = max(1, workers) if workers else None
+        self.chunked_min_bytes = chunked_min_bytes
         self._client = client
         self._lock = threading.Lock()
-        self._ready = False
+        self._pool = 0
 
     def __repr__(self) -> str:
         return f"GcsStore({self.bucket!r})"
 
     def __getstate__(self) -> dict[str, object]:
         """Pickle the address only: clients, sessions and locks do not travel."""
-        return {"bucket": self.bucket, "project": self.project, "workers": self.workers}
+        return {
+            "bucket": self.bucket,
+            "project": self.project,
+            "workers": self.workers,
+            "chunked_min_bytes": self.chunked_min_bytes,
+        }
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__init__(**state)  # type: ignore[misc]
@@ -111,15 +139,21 @@ class GcsStore(ObjectStore):
     @property
     def client(self) -> storage.Client:
         """The client, built on first use so constructing a store never authenticates."""
-        if not self._ready:
+        if self._client is None:
             with self._lock:
                 if self._client is None:
                     self._client = make_client(self.project)
-                if not self._ready:
-                    _widen_pool(self._client, self.workers)
-                    self._ready = True
-        assert self._client is not None
         return self._client
+
+    def _workers_for(self, count: int, total_bytes: int) -> int:
+        """Threads for a transfer, with the HTTP pool widened to serve them all."""
+        workers = plan_workers(count, total_bytes, self.workers)
+        if workers > self._pool:
+            with self._lock:
+                if workers > self._pool:
+                    _widen_pool(self.client, workers)
+                    self._pool = workers
+        return workers
 
     def _bucket(self) -> storage.Bucket:
         return self.client.bucket(self.bucket)
@@ -195,32 +229,54 @@ class GcsStore(ObjectStore):
         prefix: str,
         progress: ProgressFn | None = None,
     ) -> int:
-        """Parallel upload in chunks; progress after each chunk; raises on failure.
+        """Parallel upload; progress after every file; raises the first failure.
 
-        ``transfer_manager`` only raises once the whole chunk has finished, so the
-        first failure stops the upload at the end of its chunk.
+        Small files share a pool sized for latency (see module doc); on real GCS each
+        file of ``chunked_min_bytes`` or more is then sent in parallel parts.
         """
         bucket = self._bucket()
         jobs = []
         for rel in materialise(relpaths):
             path = os.path.join(root, *rel.split("/"))
             jobs.append((path, bucket.blob(join_key(prefix, rel)), os.path.getsize(path)))
-        total, done, done_bytes = len(jobs), 0, 0
-        for chunk in chunks(jobs, chunk_size(self.workers, total)):
-            transfer_manager.upload_many(
-                [(path, blob) for path, blob, _ in chunk],
-                upload_kwargs={"retry": DEFAULT_RETRY},
-                worker_type=transfer_manager.THREAD,
-                max_workers=self.workers,
-                raise_exception=True,
-            )
-            done += len(chunk)
-            done_bytes += sum(size for _, _, size in chunk)
+        threshold = self.chunked_min_bytes
+        if threshold is None or not _is_real_gcs(self.client):
+            threshold = None
+        big = [j for j in jobs if threshold is not None and j[2] >= threshold]
+        small = [j for j in jobs if threshold is None or j[2] < threshold]
+        workers = self._workers_for(len(small), sum(j[2] for j in small))
+        total = len(jobs)
+
+        def report(done: int, _small: int, nbytes: int) -> None:
+            if progress:  # out of the whole upload, big files included
+                progress(done, total, nbytes)
+
+        sent = run_parallel(small, self._upload_one, workers, report if small else None)
+        for done, (path, blob, size) in enumerate(big, start=len(small) + 1):
+            self._upload_chunked(path, blob)
+            sent += size
             if progress:
-                progress(done, total, done_bytes)
+                progress(done, total, sent)
         if progress and not jobs:
             progress(0, 0, 0)
-        return done_bytes
+        return sent
+
+    @staticmethod
+    def _upload_one(path: str, blob: storage.Blob) -> None:
+        blob.upload_from_filename(path, retry=DEFAULT_RETRY)
+
+    def _upload_chunked(self, path: str, blob: storage.Blob) -> None:
+        """One big file in parallel parts (XML multipart upload), threads not processes:
+        the client and its credentials stay in this process."""
+        self._workers_for(CHUNK_WORKERS, CHUNK_WORKERS * CHUNK_BYTES)
+        transfer_manager.upload_chunks_concurrently(
+            path,
+            blob,
+            chunk_size=CHUNK_BYTES,
+            worker_type=transfer_manager.THREAD,
+            max_workers=CHUNK_WORKERS,
+            retry=DEFAULT_RETRY,
+        )
 
     def download_prefix(
         self, prefix: str, local_dir: str, progress: ProgressFn | None = None
@@ -242,23 +298,14 @@ class GcsStore(ObjectStore):
         targets = [os.path.join(local_dir, *safe_relpath(r).split("/")) for r in rels]
         for parent in {os.path.dirname(t) for t in targets}:
             os.makedirs(parent, exist_ok=True)
-        pairs = list(zip(blobs, targets, strict=True))
-        total, done, done_bytes = len(pairs), 0, 0
-        for chunk in chunks(pairs, chunk_size(self.workers, total)):
-            transfer_manager.download_many(
-                chunk,
-                download_kwargs={"retry": DEFAULT_RETRY},
-                worker_type=transfer_manager.THREAD,
-                max_workers=self.workers,
-                raise_exception=True,
-            )
-            done += len(chunk)
-            done_bytes += sum(b.size or 0 for b, _ in chunk)
-            if progress:
-                progress(done, total, done_bytes)
-        if progress and not pairs:
-            progress(0, 0, 0)
+        jobs = [(b, t, b.size or 0) for b, t in zip(blobs, targets, strict=True)]
+        workers = self._workers_for(len(jobs), sum(j[2] for j in jobs))
+        run_parallel(jobs, self._download_one, workers, progress)
         return rels
+
+    @staticmethod
+    def _download_one(blob: storage.Blob, target: str) -> None:
+        blob.download_to_filename(target, retry=DEFAULT_RETRY)
 
     def list(self, prefix: str) -> list[str]:
         """Object names starting with ``prefix``, sorted; folder placeholders skipped."""
@@ -294,5 +341,10 @@ class GcsStore(ObjectStore):
 
         if not names:
             return 0
-        with ThreadPoolExecutor(max_workers=min(self.workers, len(names))) as pool:
-            return sum(pool.map(delete, names))
+        gone: list[int] = []  # list.append is atomic; a shared counter's += is not
+
+        def count(name: str, _unused: None) -> None:
+            gone.append(delete(name))
+
+        run_parallel([(n, None, 0) for n in names], count, self._workers_for(len(names), 0))
+        return sum(gone)

@@ -1,20 +1,28 @@
 """``LocalStore``: the ``file://`` object store, a directory standing in for a bucket.
 
 It exists so that the local backend rehearses exactly what a GKE job does with GCS:
-same keys, same atomicity (readers never see a partial object, because every write
-goes to a temporary file in the target directory and is then renamed into place),
-and the same ``if_absent`` semantics (a hard link, which fails atomically when the
-name exists, so two racing writers cannot both win).  Stdlib only.
+same keys, same atomicity (readers never see a partial object: every write goes to a
+temporary file that is then renamed into place), and the same ``if_absent``
+semantics (a hard link, which fails atomically when the name exists, so two racing
+writers cannot both win).  Stdlib only.
+
+Temporary files live in one staging directory under the root (``.kinetic-tmp/``),
+never inside the directory being written: a writer killed mid-upload must not leave
+debris inside a data-cache entry, which the local backend serves to jobs as it is.
+Each temporary name carries its writer's pid, so the next upload removes the files
+of writers that are gone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import shutil
+import threading
+import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import BinaryIO
 
 from airflow_provider_kinetic.core.storage._keys import (
@@ -23,6 +31,7 @@ from airflow_provider_kinetic.core.storage._keys import (
     materialise,
     safe_relpath,
 )
+from airflow_provider_kinetic.core.storage._parallel import run_parallel
 from airflow_provider_kinetic.core.storage.base import (
     ObjectNotFound,
     ObjectStore,
@@ -32,6 +41,28 @@ from airflow_provider_kinetic.core.storage.base import (
 
 #: Suffix of in-flight temporary files; ``list`` and ``download_prefix`` skip them.
 TMP_SUFFIX = ".kinetic-tmp"
+#: The staging directory under the root (its name ends with the suffix: unlisted).
+STAGING_DIR = TMP_SUFFIX
+#: Staged files older than this are removed even when their pid is alive (reused pid).
+STALE_S = 24 * 3600.0
+
+
+#: Writes in flight per staging directory in this process: the last one out removes
+#: the (then empty) directory, so a store root is left as tidy as it was found.
+_IN_FLIGHT: dict[str, int] = {}
+_IN_FLIGHT_LOCK = threading.Lock()
+
+
+def _writer_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True  # another thread of this process may be writing it now
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
 
 
 class LocalStore(ObjectStore):
@@ -71,6 +102,10 @@ class LocalStore(ObjectStore):
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
             raise ObjectNotFound(self.uri(key)) from e
 
+    def make_private(self, key: str) -> None:
+        """Owner-only access (0600) for an object holding job data (payload, handle)."""
+        os.chmod(self._path(key), 0o600)
+
     def write_bytes(
         self,
         key: str,
@@ -104,10 +139,36 @@ class LocalStore(ObjectStore):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
+    def _staging(self) -> str | None:
+        """The staging directory, or ``None`` for ``LocalStore("/")`` (a view of the
+        whole file system for ``file://`` URIs: no directory of its own to write in)."""
+        return None if self.bucket == os.sep else os.path.join(self.bucket, STAGING_DIR)
+
+    def sweep_staging(self) -> int:
+        """Remove staged files whose writer is gone; returns how many were removed."""
+        staging = self._staging()
+        if staging is None:
+            return 0
+        try:
+            entries = list(os.scandir(staging))
+        except OSError:
+            return 0
+        removed, now = 0, time.time()
+        for entry in entries:
+            pid, _, _ = entry.name.partition("-")
+            try:
+                stale = not pid.isdigit() or not _writer_alive(int(pid))
+                if stale or now - entry.stat(follow_symlinks=False).st_mtime > STALE_S:
+                    os.unlink(entry.path)
+                    removed += 1
+            except OSError:
+                continue  # gone already, or not ours to remove
+        return removed
+
     def _commit(
         self, key: str, fill: Callable[[BinaryIO], object], *, if_absent: bool = False
     ) -> None:
-        """Write via ``fill`` into a temp file beside the target, then publish it.
+        """Write via ``fill`` into a staged temp file, then publish it under ``key``.
 
         Publishing is ``os.replace`` (atomic overwrite) or, for ``if_absent``,
         ``os.link`` (atomic create-if-missing).  Where hard links are unsupported we
@@ -115,13 +176,52 @@ class LocalStore(ObjectStore):
         still race-free between writers but may briefly show readers an empty file.
         The temp file is created with mode 0o666 so the umask applies as for any other
         file (``mkstemp`` would leave published objects 0o600).  No fsync: the
-        contract is reader atomicity, not durability across power loss.
+        contract is reader atomicity, not durability across power loss.  When the
+        staging directory is on another file system than the target (a mount inside
+        the root), the temp file goes beside the target instead.
         """
         final = self._path(key)
         parent = os.path.dirname(final)
         os.makedirs(parent, exist_ok=True)
-        tmp = os.path.join(parent, f".{os.path.basename(final)}.{secrets.token_hex(8)}{TMP_SUFFIX}")
-        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+        staging = self._staging()
+        if staging is not None:
+            with _IN_FLIGHT_LOCK:
+                _IN_FLIGHT[staging] = _IN_FLIGHT.get(staging, 0) + 1
+            try:
+                self._publish(final, staging, fill, if_absent=if_absent, key=key)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+            finally:
+                with _IN_FLIGHT_LOCK:
+                    _IN_FLIGHT[staging] -= 1
+                    if not _IN_FLIGHT[staging]:
+                        del _IN_FLIGHT[staging]
+                        with contextlib.suppress(OSError):  # in use by another process
+                            os.rmdir(staging)
+        self._publish(final, parent, fill, if_absent=if_absent, key=key)
+
+    def _publish(
+        self,
+        final: str,
+        tmp_dir: str,
+        fill: Callable[[BinaryIO], object],
+        *,
+        if_absent: bool,
+        key: str,
+    ) -> None:
+        tmp = os.path.join(tmp_dir, f"{os.getpid()}-{secrets.token_hex(8)}{TMP_SUFFIX}")
+        for attempt in range(3):
+            try:
+                fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+                break
+            except FileNotFoundError:  # no staging dir yet, or another process removed it
+                if attempt == 2:
+                    raise
+                # Not exist_ok: that re-checks isdir, which races with a writer's rmdir.
+                with contextlib.suppress(FileExistsError):
+                    os.makedirs(tmp_dir)
         try:
             with os.fdopen(fd, "wb") as out:
                 fill(out)
@@ -132,53 +232,19 @@ class LocalStore(ObjectStore):
                 os.link(tmp, final)
             except FileExistsError as e:
                 raise PreconditionFailed(self.uri(key)) from e
-            except OSError:  # no hard links on this filesystem
-                try:
+            except OSError as e:
+                if e.errno == errno.EXDEV:
+                    raise
+                try:  # no hard links on this filesystem
                     os.close(os.open(final, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-                except FileExistsError as e:
-                    raise PreconditionFailed(self.uri(key)) from e
+                except FileExistsError as e2:
+                    raise PreconditionFailed(self.uri(key)) from e2
                 os.replace(tmp, final)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
     # -- many objects --------------------------------------------------------------
-
-    def _parallel(
-        self,
-        jobs: list[tuple[str, str, int]],
-        copy: Callable[[str, str], object],
-        progress: ProgressFn | None,
-    ) -> int:
-        """Run ``copy(src, dst)`` for each ``(src, dst, size)`` on the pool.
-
-        Progress is reported from this thread as files finish; the first failure
-        cancels what has not started yet and is re-raised.
-        """
-        total, done, done_bytes = len(jobs), 0, 0
-        if not jobs:
-            if progress:
-                progress(0, 0, 0)
-            return 0
-        with ThreadPoolExecutor(max_workers=min(self.workers, total)) as pool:
-            futures: dict[Future[object], int] = {
-                pool.submit(copy, src, dst): size for src, dst, size in jobs
-            }
-            pending = set(futures)
-            try:
-                while pending:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for fut in finished:
-                        fut.result()  # raises the first failure
-                        done += 1
-                        done_bytes += futures[fut]
-                    if progress:
-                        progress(done, total, done_bytes)
-            except BaseException:
-                for fut in pending:
-                    fut.cancel()
-                raise
-        return done_bytes
 
     def upload_files(
         self,
@@ -187,11 +253,14 @@ class LocalStore(ObjectStore):
         prefix: str,
         progress: ProgressFn | None = None,
     ) -> int:
+        """Copy each file (through ``upload_file``) on a thread pool; first sweeps the
+        temp files of writers that were killed."""
         jobs = []
         for rel in materialise(relpaths):
             src = os.path.join(root, *rel.split("/"))
             jobs.append((src, join_key(prefix, rel), os.path.getsize(src)))
-        return self._parallel(jobs, self.upload_file, progress)
+        self.sweep_staging()
+        return run_parallel(jobs, self.upload_file, self.workers, progress)
 
     def download_prefix(
         self, prefix: str, local_dir: str, progress: ProgressFn | None = None
@@ -207,7 +276,7 @@ class LocalStore(ObjectStore):
             jobs.append((src, dst, os.path.getsize(src)))
         for parent in {os.path.dirname(dst) for _, dst, _ in jobs}:
             os.makedirs(parent, exist_ok=True)
-        self._parallel(jobs, shutil.copyfile, progress)
+        run_parallel(jobs, shutil.copyfile, self.workers, progress)
         return rels
 
     def list(self, prefix: str) -> list[str]:
@@ -218,11 +287,12 @@ class LocalStore(ObjectStore):
         for dirpath, dirs, files in os.walk(start):
             rel_dir = os.path.relpath(dirpath, self.bucket).replace(os.sep, "/")
             rel_dir = "" if rel_dir == "." else rel_dir + "/"
-            # Prune subdirectories that cannot contain a matching key.
+            # Prune subdirectories that cannot contain a matching key, and staging.
             dirs[:] = [
                 d
                 for d in dirs
-                if (rel_dir + d + "/").startswith(prefix) or prefix.startswith(rel_dir + d + "/")
+                if not d.endswith(TMP_SUFFIX)
+                and ((rel_dir + d + "/").startswith(prefix) or prefix.startswith(rel_dir + d + "/"))
             ]
             keys.extend(
                 rel_dir + name

@@ -1,0 +1,47 @@
+"""Times one content hash in a fresh process: ``child.py {ours|kinetic} PATH``.
+
+Prints one JSON line: the seconds the hash took (imports excluded: a DAG run's worker
+has them loaded), the hash, and for ours how many files were read (0 = a stat cache
+hit).  Ours uses the stat cache in ``$KINETIC_STATCACHE_DIR``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def main() -> int:
+    side, path = sys.argv[1], sys.argv[2]
+    read = [0]
+    if side == "ours":
+        from airflow_provider_kinetic.core import schemes, treehash  # noqa: F401 - loaded
+        from airflow_provider_kinetic.core.data import Data
+
+        real = treehash.file_digest
+
+        def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+            read[0] += 1
+            return real(*args, **kwargs)
+
+        treehash.file_digest = counting
+        start = time.perf_counter()
+        digest = Data(path).content_hash()
+    else:
+        import kinetic_ref
+
+        kdata = kinetic_ref.load("data.data")
+        start = time.perf_counter()
+        digest = kdata.Data(path).content_hash()
+    seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": seconds, "hash": digest, "files_read": read[0]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

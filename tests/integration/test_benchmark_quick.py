@@ -1,0 +1,52 @@
+"""``benchmarks/run.py --quick`` runs end to end and prints the table with every row.
+
+The goals are judged by the full run (README "Speed"); here the sizes are too small
+for ratios to mean much, so only the table's shape and the correctness checks the
+benchmark makes on the way (equal hashes, equal bucket layouts, right batch results,
+the write budget) are asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.fake_gcs import requires_fake_gcs
+
+REPO = Path(__file__).resolve().parents[2]
+ROWS = [
+    "first hash, 2,000 files",
+    "hash one 64 MiB file",
+    "hash one 64 MiB file vs kinetic",
+    "re-hash unchanged 2,000 files, new process",
+    "re-hash unchanged 2,000 files, same process",
+    "upload 200 small files, 50 ms RTT",
+    "upload 200 small files, no added latency",
+    "batch of 20 trivial inputs, local, max_concurrent 16",
+]
+
+
+@requires_fake_gcs
+@pytest.mark.timeout(180)
+def test_quick_benchmark_prints_every_row(tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env.pop("STORAGE_EMULATOR_HOST", None)
+    done = subprocess.run(
+        [sys.executable, "benchmarks/run.py", "--quick", "--repeat", "1"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=170,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert "| case | baseline | ours | ratio | goal | result |" in lines
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ")}
+    for case in ROWS:
+        assert case in rows, f"missing row {case!r} in:\n{done.stdout}"
+        assert rows[case].rstrip(" |").split(" | ")[-1] in ("pass", "FAIL", "info"), rows[case]
+    batch = rows[ROWS[-1]]
+    assert batch.endswith("| pass |"), batch  # the write budget is not a timing: it holds
+    assert "machine:" in done.stdout and "0 of 2,000 files read" in done.stdout
+    assert list(tmp_path.iterdir()) == []  # the benchmark cleaned up after itself
