@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -19,7 +20,7 @@ def test_ui_strings_are_typed():
     config = config_from_extras(
         {
             "extra__kinetic__backend": "auto",
-            "bucket": "b",
+            "bucket": "kn-jobs",
             "project": "p",
             "zone": "z",
             "cluster": "c",
@@ -32,7 +33,7 @@ def test_ui_strings_are_typed():
     assert config.backend == "auto" and config.image_pull_grace_s == 30.0
     assert config.use_internal_ip is True and config.endpoint["host"] == "https://10.0.0.1"
     assert config.runner_command == ["python3", "-u", "/app/remote_runner.py"]
-    assert config.bucket_name == "b"
+    assert config.bucket_name == "kn-jobs"
     assert config_from_json(config_to_json(config)) == config
     assert config.backend_kind(parse_accelerator("tpu-v6e-2x4")) == "pathways"
     assert config.backend_kind(parse_accelerator("gpu-l4")) == "gke"
@@ -52,6 +53,7 @@ def test_bad_extras_are_named():
 
 def test_missing_default_connection_falls_back_to_local(monkeypatch, tmp_path):
     monkeypatch.delenv("AIRFLOW_CONN_KINETIC_DEFAULT", raising=False)
+    monkeypatch.delenv("AIRFLOW__KINETIC__ALLOW_LOCAL_FALLBACK", raising=False)
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     config = KineticHook().get_config()
     assert config.backend == "local" and config.bucket_name == str(tmp_path / "kinetic")
@@ -60,7 +62,7 @@ def test_missing_default_connection_falls_back_to_local(monkeypatch, tmp_path):
 def test_missing_named_connection_is_an_error(monkeypatch):
     from airflow.providers.common.compat.sdk import AirflowNotFoundException
 
-    with pytest.raises(AirflowNotFoundException):
+    with pytest.raises(AirflowNotFoundException, match="'kinetic_nowhere' does not exist"):
         KineticHook("kinetic_nowhere").get_config()
 
 
@@ -70,4 +72,19 @@ def test_named_connection(monkeypatch, tmp_path):
     hook = KineticHook("kinetic_x")
     assert hook.get_store().uri("a") == f"file://{tmp_path}/r/a"
     ok, message = hook.test_connection()
-    assert ok and str(tmp_path / "r") in message
+    assert ok and f"store file://{tmp_path}/r works" in message
+    assert os.listdir(tmp_path / "r") == []  # the probe object is gone
+
+
+def test_job_ttl_is_configurable_and_reaches_the_manifest():
+    from airflow_provider_kinetic.core.backends.manifests import job_manifest
+    from airflow_provider_kinetic.core.storage import GcsStore
+    from tests.fixtures import records
+
+    extras = {"backend": "gke", "bucket": "kn-jobs", "project": "p", "zone": "z", "cluster": "c"}
+    config = config_from_extras({**extras, "ttl_seconds_after_finished": "120"})
+    assert config.ttl_seconds_after_finished == 120
+    spec = records.template("gke").spec(config, GcsStore("kn-jobs"), "job-0000cafe")
+    assert job_manifest(spec)["spec"]["ttlSecondsAfterFinished"] == 120
+    with pytest.raises(ValueError, match="ttl_seconds_after_finished' must be a whole number"):
+        config_from_extras({**extras, "ttl_seconds_after_finished": "-5"})
