@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # what editors and type checkers see; runtime imports stay la
     from airflow_provider_kinetic.core.data import Data
     from airflow_provider_kinetic.core.errors import KineticError
     from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
+    from airflow_provider_kinetic.core.resultref import load_result
     from airflow_provider_kinetic.decorators.kinetic import kinetic_task
     from airflow_provider_kinetic.exceptions import (
         KineticBatchFailed,
@@ -46,6 +47,7 @@ _LAZY = {
     "KineticBatchTrigger": "airflow_provider_kinetic.triggers.batch",
     "KineticJobTrigger": "airflow_provider_kinetic.triggers.job",
     "kinetic_task": "airflow_provider_kinetic.decorators.kinetic",
+    "load_result": "airflow_provider_kinetic.core.resultref",
 }
 
 # A literal list so tools read it statically; a test keeps it equal to _LAZY.
@@ -67,6 +69,7 @@ __all__ = [
     "__version__",
     "get_provider_info",
     "kinetic_task",
+    "load_result",
 ]
 
 
@@ -76,6 +79,45 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'airflow_provider_kinetic' has no attribute {name!r}")
+
+
+def _option(description: str, kind: str, default: str, sensitive: bool = False) -> dict:
+    return {
+        "description": description,
+        "version_added": "0.1.0",
+        "type": kind,
+        "example": None,
+        "default": default,
+        "sensitive": sensitive,
+    }
+
+
+#: ``[kinetic]`` options (``airflow config list`` shows them with their defaults).
+_CONFIG = {
+    "allow_local_fallback": _option(
+        "Without a kinetic_default connection, run jobs on this machine with the embedded "
+        "local backend (with a WARNING). Set False in production to make that an error.",
+        "boolean",
+        "True",
+    ),
+    "max_xcom_result_bytes": _option(
+        "Results larger than this (or not serialisable by Airflow) stay in the store and "
+        "XCom carries a reference (load_result).",
+        "integer",
+        "1048576",
+    ),
+    "result_signing_key": _option(
+        "Deployment secret that per-job result keys derive from; default: [core] fernet_key, "
+        "else a key file under $AIRFLOW_HOME/kinetic.",
+        "string",
+        "",
+        sensitive=True,
+    ),
+    "k8s_api_attempts": _option("Tries per Kubernetes API call (429/5xx/resets).", "integer", "5"),
+    "k8s_api_retry_wait_min": _option("First backoff, seconds.", "float", "0.5"),
+    "k8s_api_retry_wait_max": _option("Longest backoff, seconds.", "float", "15"),
+    "k8s_api_retry_after_max": _option("Cap on a Retry-After header, seconds.", "float", "30"),
+}
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -113,6 +155,7 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "extra-links": ["airflow_provider_kinetic.links.KineticJobLink"],
+        "config": {"kinetic": {"description": "airflow-provider-kinetic", "options": _CONFIG}},
         "task-decorators": [
             {
                 "name": "kinetic",

@@ -101,6 +101,7 @@ def plan_batch(
     fail_fast: bool,
     group_name: str | None = None,
     tags: list[str] | None = None,
+    signing_secret: bytes | None = None,
 ) -> tuple[BatchState, dict[str, bytes], list[Data]]:
     """Validate and pack a batch; uploads nothing.
 
@@ -113,9 +114,9 @@ def plan_batch(
     kind = config.backend_kind(parse_accelerator(request.accelerator_spec))
     found = [(d, w) for i, (a, k) in enumerate(split) for d, w in find_data((a, k), f"inputs[{i}]")]
     validate_data(found)
-    env = {
-        k: v for k, v in capture_env(request.capture_env_vars).items() if k != "KINETIC_OUTPUT_DIR"
-    }
+    captured = capture_env(request.capture_env_vars)
+    # Signed batches carry captured values encrypted (job secrets), never in the payload.
+    env = {} if signing_secret is not None else dict(captured)
     refs = {id(d): _input_ref(d, store) for d, _ in found}
     child_inputs = [(replace_data(a, refs), replace_data(k, refs)) for a, k in split]
     try:
@@ -136,8 +137,9 @@ def plan_batch(
         payload_uri=store.uri(f"{PAYLOAD_CACHE}/{payload_sha}.pkl"),
         context_uri=store.uri(f"{PAYLOAD_CACHE}/{context_sha}.zip"),
         output_dir=request.output_dir or store.uri(f"outputs/{group_id}"),
-        env=env,
+        captured=captured,
         group_id=group_id,
+        signing_secret=signing_secret,
     )
     state = BatchState(
         group_id=group_id,

@@ -7,15 +7,16 @@ active child (``Backend.batch_status``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_kinetic.core import datacache
 from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
-from airflow_provider_kinetic.core.backends.k8s_status import REASON_EVICTED, REASON_PREEMPTED
 from airflow_provider_kinetic.core.batch import PAYLOAD_CACHE
 from airflow_provider_kinetic.core.batchstate import (
     CANCELLED,
@@ -26,17 +27,15 @@ from airflow_provider_kinetic.core.batchstate import (
 )
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
-from airflow_provider_kinetic.core.handles import JobHandle, JobStatus, artifact_key, new_job_id
+from airflow_provider_kinetic.core.handles import JobStatus
 from airflow_provider_kinetic.core.jobspec import JobSpec
-from airflow_provider_kinetic.core.results import collect
+from airflow_provider_kinetic.core.results import collect, collect_with_blob, is_preemption
 from airflow_provider_kinetic.core.storage import ObjectStore
-from airflow_provider_kinetic.core.submit import create_job
+from airflow_provider_kinetic.core.submit import create_job, make_private
 
 log = logging.getLogger(__name__)
 
 MANIFEST_INTERVAL_S = 30.0
-#: Failures that are the platform's fault (spot reclaim): retried apart from ``retries``.
-PREEMPTION_REASONS = frozenset({REASON_PREEMPTED, REASON_EVICTED})
 MAX_PREEMPTION_RETRIES = 3
 
 
@@ -50,6 +49,7 @@ def start_batch(
             log.info("shared object %s already in the store", store.uri(key))
             continue
         store.write_bytes(key, blob)
+        make_private(store, key)
     write_manifest(state, store)
 
 
@@ -82,19 +82,39 @@ def manifest_key(group_id: str) -> str:
     return f"_groups/{group_id}/manifest.json"
 
 
+def child_job_id(group_id: str, index: int, launch: int) -> str:
+    """The job id of a child's ``launch``-th job: derived, so a resumed batch (a retried
+    or re-run map task) finds every child it created without a per-child record."""
+    digest = hashlib.sha256(f"{group_id}/{index}/{launch}".encode()).hexdigest()
+    return "job-" + digest[:8]
+
+
 def child_spec(
-    state: BatchState, index: int, job_id: str, config: KineticConfig, store: ObjectStore
+    state: BatchState,
+    index: int,
+    job_id: str,
+    config: KineticConfig,
+    store: ObjectStore,
+    signing_secret: bytes | None = None,
 ) -> JobSpec:
     """The JobSpec of one child: the batch's template plus its input index."""
-    return state.template.spec(config, store, job_id, index)
+    return state.template.spec(config, store, job_id, index, signing_secret)
 
 
-def launch(state: BatchState, config: KineticConfig, backend: Backend, store: ObjectStore) -> int:
+def launch(
+    state: BatchState,
+    config: KineticConfig,
+    backend: Backend,
+    store: ObjectStore,
+    signing_secret: bytes | None = None,
+) -> int:
     """Submit queued inputs while fewer than ``max_concurrent`` are active."""
     launched = 0
     while state.queue and len(state.active) < state.max_concurrent and not state.stopped:
         index = state.queue.pop(0)
-        spec = child_spec(state, index, new_job_id(), config, store)
+        state.launches[index] = state.launches.get(index, 0) + 1
+        job_id = child_job_id(state.group_id, index, state.launches[index])
+        spec = child_spec(state, index, job_id, config, store, signing_secret)
         handle = state.template.handle(config, store, spec, index)
         try:
             create_job(store, backend, spec, handle)
@@ -124,12 +144,13 @@ def observe(
         if report is None or not report.status.is_terminal:
             continue
         del state.active[index]
-        if report.status is JobStatus.FAILED:
-            backend.cancel(handle)  # delete a stuck pod's Job before any retry
+        # Its outcome is in the store (or it failed): delete the Job / LeaderWorkerSet
+        # now, so no finished child holds a node (a stuck pod's Job goes before a retry).
+        backend.cancel(handle)
         if report.status is JobStatus.SUCCEEDED:
             state.done[index] = SUCCEEDED
         elif (
-            _preempted(report, store, handle)
+            is_preemption(report, store, handle)
             and state.preemptions.get(index, 0) < MAX_PREEMPTION_RETRIES
         ):
             state.preemptions[index] = state.preemptions.get(index, 0) + 1
@@ -153,13 +174,6 @@ def observe(
         state.order.append(index)
         finished.append(index)
     return finished
-
-
-def _preempted(report: StatusReport, store: ObjectStore, handle: JobHandle) -> bool:
-    """A platform kill: preemption-like reason and no result payload from the function."""
-    return report.reason in PREEMPTION_REASONS and not store.exists(
-        artifact_key(handle.job_id, "result.pkl")
-    )
 
 
 def stop(state: BatchState, backend: Backend, why: str) -> None:
@@ -212,32 +226,51 @@ def counts(state: BatchState) -> dict[str, int]:
 
 
 def gather(
-    state: BatchState, store: ObjectStore, *, ordered: bool = True
+    state: BatchState,
+    store: ObjectStore,
+    *,
+    ordered: bool = True,
+    result_key: Callable[[str], str | None] = lambda _job_id: None,
+    deliver: Callable[[Any, str, bytes], Any] = lambda value, _job_id, _blob: value,
 ) -> tuple[list[Any], dict[int, BaseException]]:
-    """Results (input order, or completion order) and the exception of each failure."""
+    """Results (input order, or completion order) and the exception of each failure.
+
+    ``result_key(job_id)``: the key each child's payloads are verified with;
+    ``deliver(value, job_id, blob)``: what stands for a value in the results (e.g. a
+    reference when it does not fit XCom).
+    """
     indices = range(state.total) if ordered else state.order
     values: list[Any] = []
     failures: dict[int, BaseException] = {}
     for index in indices:
         outcome = state.done.get(index)
         if outcome == SUCCEEDED:
-            values.append(collect(store, state.jobs[index], JobStatus.SUCCEEDED))
+            job = state.jobs[index]
+            value, blob = collect_with_blob(
+                store, job, JobStatus.SUCCEEDED, result_key=result_key(job)
+            )
+            values.append(deliver(value, job, blob))
             continue
-        exc = _failure(state, store, index, outcome)
+        exc = _failure(state, store, index, outcome, result_key)
         failures[index] = exc
         values.append(exc)
     return values, failures
 
 
 def _failure(
-    state: BatchState, store: ObjectStore, index: int, outcome: str | None
+    state: BatchState,
+    store: ObjectStore,
+    index: int,
+    outcome: str | None,
+    result_key: Callable[[str], str | None],
 ) -> BaseException:
     if index in state.submit_errors:
         return RuntimeError(f"submission failed: {state.submit_errors[index]}")
     if outcome in (CANCELLED, NOT_SUBMITTED, None):
         return RuntimeError(f"{(outcome or 'not run').lower().replace('_', ' ')} (fail_fast)")
     try:
-        collect(store, state.jobs[index], JobStatus.FAILED)
+        job = state.jobs[index]
+        collect(store, job, JobStatus.FAILED, result_key=result_key(job))
     except Exception as exc:  # noqa: BLE001 - the remote error is the value we want
         return exc
     return RuntimeError("failed without an error payload")

@@ -39,6 +39,9 @@ class BatchState:
     #: Latest job id per submitted input.
     jobs: dict[int, str] = field(default_factory=dict)
     attempts: dict[int, int] = field(default_factory=dict)
+    #: Jobs created per input so far (retries and preemptions included): the next
+    #: child's deterministic job id, so a resumed batch finds every child again.
+    launches: dict[int, int] = field(default_factory=dict)
     preemptions: dict[int, int] = field(default_factory=dict)
     #: Terminal outcome per input (SUCCEEDED, FAILED, CANCELLED, NOT_SUBMITTED).
     done: dict[int, str] = field(default_factory=dict)
@@ -61,7 +64,15 @@ class BatchState:
         return not self.active and not self.queue
 
     # ---- wire form ----------------------------------------------------------------
-    _INT_KEYED = ("active", "jobs", "attempts", "preemptions", "done", "submit_errors")
+    _INT_KEYED = (
+        "active",
+        "jobs",
+        "attempts",
+        "launches",
+        "preemptions",
+        "done",
+        "submit_errors",
+    )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict (JSON object keys are strings)."""

@@ -65,7 +65,9 @@ class JobHandle:
     """Everything needed to find a job again from any process (kinetic's JobHandle).
 
     Required kinetic fields are strings (kinetic writes ``""`` for a missing project
-    on the local backend).  ``output_dir`` and ``version`` are ours; ``extra`` holds
+    on the local backend).  ``output_dir``, ``result_auth`` (how the result is
+    authenticated: ``hmac-sha256`` by this package's runner, ``none`` for a job
+    submitted for kinetic's own runner) and ``version`` are ours; ``extra`` holds
     keys this version does not know, written back unchanged by ``to_dict``.
     """
 
@@ -87,6 +89,7 @@ class JobHandle:
     group_index: int | None = None
     debug: bool = False
     output_dir: str | None = None
+    result_auth: str = "hmac-sha256"
     version: int = HANDLE_VERSION
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
@@ -101,6 +104,7 @@ class JobHandle:
         out["debug"] = bool(self.debug)
         if self.output_dir is not None:
             out["output_dir"] = self.output_dir
+        out["result_auth"] = self.result_auth
         out["version"] = self.version
         for key, value in self.extra.items():
             out.setdefault(key, value)

@@ -80,6 +80,14 @@ class SpecInputs:
     cpu_request: str | None = None
     memory_request: str | None = None
     ttl_seconds: int = DEFAULT_TTL_SECONDS
+    #: Env vars whose values are secret: delivered as a Kubernetes Secret (GKE) or a
+    #: 0600 file (local), never written into a manifest, spec file, store or log.
+    secrets: dict[str, str] = field(default_factory=dict)
+
+
+def secret_name(job_id: str) -> str:
+    """The Kubernetes Secret holding a job's secret env (owned by its Job/LWS)."""
+    return f"kinetic-{job_id}-secrets"
 
 
 @dataclass
@@ -95,6 +103,7 @@ class JobSpec:
     accelerator: Accelerator
     fuse: list[FuseMount]
     ttl_seconds: int
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def command(self) -> list[str]:
@@ -174,7 +183,14 @@ def build_job_spec(inp: SpecInputs) -> JobSpec:
         "image": inp.image,
         "command": list(inp.runner_command),
         "args": args,
-        "env": [{"name": k, "value": str(v)} for k, v in env.items()],
+        "env": [{"name": k, "value": str(v)} for k, v in env.items() if k not in inp.secrets]
+        + [
+            {
+                "name": k,
+                "valueFrom": {"secretKeyRef": {"name": secret_name(inp.job_id), "key": k}},
+            }
+            for k in sorted(inp.secrets)
+        ],
     }
     resources = _resources(inp)
     if resources:
@@ -209,6 +225,7 @@ def build_job_spec(inp: SpecInputs) -> JobSpec:
         accelerator=inp.accelerator,
         fuse=list(inp.fuse),
         ttl_seconds=inp.ttl_seconds,
+        secrets=dict(inp.secrets),
     )
 
 

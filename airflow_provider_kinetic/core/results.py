@@ -2,6 +2,9 @@
 
 The status alone never decides: a SUCCEEDED job without ``result.pkl`` is an error,
 and a success payload from a FAILED multi-host job is not trusted (a worker failed).
+With a job's result ``key`` (see ``core.signing``) nothing is unpickled unless its
+signature matches: a substituted, truncated or crafted payload is an error naming
+the job, and no code in it runs.
 """
 
 from __future__ import annotations
@@ -12,18 +15,68 @@ from typing import Any
 
 import cloudpickle
 
-from airflow_provider_kinetic.core.handles import JobStatus, artifact_key
+from airflow_provider_kinetic.core.backends.base import StatusReport
+from airflow_provider_kinetic.core.backends.k8s_status import REASON_EVICTED, REASON_PREEMPTED
+from airflow_provider_kinetic.core.handles import JobHandle, JobStatus, artifact_key
 from airflow_provider_kinetic.core.payload import RemoteFunctionError, raise_remote_failure
+from airflow_provider_kinetic.core.signing import signature_key, verify
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
+
+#: Failures that are the platform's fault (spot reclaim, eviction): retried apart from
+#: the function's own failures, on a budget of their own.
+PREEMPTION_REASONS = frozenset({REASON_PREEMPTED, REASON_EVICTED})
 
 #: Waits between reads of a result that is not there yet (eventual upload after exit).
 RESULT_BACKOFF_S = (0, 0.5, 1, 2, 4)
 
 
-def read_result(store: ObjectStore, job_id: str, backoff: tuple = RESULT_BACKOFF_S) -> dict | None:
+def is_preemption(report: StatusReport, store: ObjectStore, handle: JobHandle) -> bool:
+    """A platform kill: a preemption-like reason and no result from the function."""
+    return (
+        report.status is JobStatus.FAILED
+        and report.reason in PREEMPTION_REASONS
+        and not store.exists(artifact_key(handle.job_id, "result.pkl"))
+    )
+
+
+def read_signature(store: ObjectStore, key: str) -> bytes | None:
+    try:
+        return store.read_bytes(signature_key(key))
+    except ObjectNotFound:
+        return None
+
+
+def verified_loads(
+    store: ObjectStore, key: str, blob: bytes, job_id: str, result_key: str | None
+) -> Any:
+    """Unpickle ``blob`` (read from ``key``) once its signature checks out (with a key)."""
+    what = f"result payload {store.uri(key)} of job {job_id}"
+    if result_key is not None:
+        verify(result_key, blob, read_signature(store, key), what)
+    try:
+        return cloudpickle.loads(blob)
+    except Exception as exc:
+        raise RemoteFunctionError(
+            f"{what} could not be deserialised here: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def read_result(
+    store: ObjectStore,
+    job_id: str,
+    backoff: tuple = RESULT_BACKOFF_S,
+    result_key: str | None = None,
+) -> dict | None:
     """The unpickled ``result.pkl`` dict, or None when it never appears."""
+    return read_result_blob(store, job_id, backoff, result_key)[0]
+
+
+def read_result_blob(
+    store: ObjectStore, job_id: str, backoff: tuple, result_key: str | None
+) -> tuple[dict | None, bytes]:
+    """``read_result`` plus the exact bytes that were verified and unpickled."""
     key = artifact_key(job_id, "result.pkl")
     for delay in backoff:
         time.sleep(delay)
@@ -31,39 +84,55 @@ def read_result(store: ObjectStore, job_id: str, backoff: tuple = RESULT_BACKOFF
             blob = store.read_bytes(key)
         except ObjectNotFound:
             continue
-        try:
-            payload = cloudpickle.loads(blob)
-        except Exception as exc:
-            raise RemoteFunctionError(
-                f"result payload {store.uri(key)} could not be deserialised here: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+        payload = verified_loads(store, key, blob, job_id, result_key)
         if not isinstance(payload, dict):
             raise RemoteFunctionError(f"result payload {store.uri(key)} is not a dict")
-        return payload
-    return None
+        return payload, blob
+    return None, b""
 
 
-def worker_failures(store: ObjectStore, job_id: str) -> list[dict]:
-    """Failure payloads written by non-leader hosts, lowest host first."""
+def worker_failures(store: ObjectStore, job_id: str, result_key: str | None = None) -> list[dict]:
+    """Failure payloads written by non-leader hosts, lowest host first (verified)."""
     keys = [k for k in store.list(f"{job_id}/result-worker-") if k.endswith(".pkl")]
     out = []
     for key in keys:
         try:
-            out.append(cloudpickle.loads(store.read_bytes(key)))
-        except Exception:  # noqa: BLE001 - a broken worker payload must not hide the rest
-            log.warning("could not read %s", store.uri(key))
+            out.append(verified_loads(store, key, store.read_bytes(key), job_id, result_key))
+        except Exception as exc:  # noqa: BLE001 - a broken worker payload must not hide the rest
+            log.warning("could not read %s: %s", store.uri(key), exc)
     return sorted(out, key=lambda p: p.get("host_index", 0))
 
 
-def collect(store: ObjectStore, job_id: str, status: JobStatus, reason: str | None = None) -> Any:
-    """Return the function's value, or raise the remote exception (with its traceback)."""
+def collect(
+    store: ObjectStore,
+    job_id: str,
+    status: JobStatus,
+    reason: str | None = None,
+    *,
+    result_key: str | None = None,
+) -> Any:
+    """Return the function's value, or raise the remote exception (with its traceback).
+
+    ``result_key``: the job's key; every payload is verified before it is unpickled.
+    """
+    return collect_with_blob(store, job_id, status, reason, result_key=result_key)[0]
+
+
+def collect_with_blob(
+    store: ObjectStore,
+    job_id: str,
+    status: JobStatus,
+    reason: str | None = None,
+    *,
+    result_key: str | None = None,
+) -> tuple[Any, bytes]:
+    """``collect`` plus the verified ``result.pkl`` bytes (for a result reference)."""
     backoff = RESULT_BACKOFF_S if status is JobStatus.SUCCEEDED else (0,)
-    payload = read_result(store, job_id, backoff)
+    payload, blob = read_result_blob(store, job_id, backoff, result_key)
     where = store.uri(f"{job_id}/result.pkl")
     if payload is not None and payload.get("success") and status is not JobStatus.FAILED:
-        return payload.get("result")
-    failed_workers = worker_failures(store, job_id)
+        return payload.get("result"), blob
+    failed_workers = worker_failures(store, job_id, result_key)
     if payload is not None and not payload.get("success"):
         raise_remote_failure(payload, where)
     if failed_workers:

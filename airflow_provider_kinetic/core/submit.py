@@ -11,7 +11,6 @@ import fnmatch
 import hashlib
 import logging
 import os
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,12 +22,14 @@ from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.handles import JobHandle, artifact_key, new_job_id
 from airflow_provider_kinetic.core.jobspec import FUSE_ROOT, FuseMount, JobSpec
+from airflow_provider_kinetic.core.mounts import check_mount_paths
 from airflow_provider_kinetic.core.payload import (
     build_context_zip,
     find_data,
     pack_payload,
     replace_data,
 )
+from airflow_provider_kinetic.core.signing import AUTH_HMAC, AUTH_NONE, encrypt_env
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.template import JobTemplate, function_output_dir
 
@@ -56,7 +57,6 @@ ENV_BLOCKLIST = frozenset(
         "KERAS_BACKEND",
     }
 )
-_SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|CREDENTIAL", re.IGNORECASE)
 
 
 @dataclass
@@ -109,25 +109,17 @@ def capture_env(
         for name, value in environ.items():
             if fnmatch.fnmatchcase(name, pattern) and (name not in ENV_BLOCKLIST or name in exact):
                 out[name] = value
-    for name in out:
-        if _SECRET_RE.search(name):
-            log.warning("captured env var %s looks secret; it is stored in payload.pkl", name)
     return out
 
 
 def validate_volumes(volumes: Any) -> dict[str, Data]:
-    """Keys absolute and not reserved; values Data.  Raises naming the bad entry."""
+    """Mount paths safe (``core.mounts``) and values Data; raises naming the bad entry."""
     if volumes is None:
         return {}
     if not isinstance(volumes, dict):
         raise TypeError(f"volumes must be a dict of absolute path -> Data, got {volumes!r}")
+    check_mount_paths(volumes, FUSE_ROOT)
     for path, value in volumes.items():
-        if not isinstance(path, str) or not path.startswith("/"):
-            raise ValueError(
-                f"volume mount path {path!r} must be an absolute path (starting with '/')"
-            )
-        if path.rstrip("/") == FUSE_ROOT or path.startswith(FUSE_ROOT + "/"):
-            raise ValueError(f"volume mount path {path!r} is reserved ({FUSE_ROOT}/...)")
         if not isinstance(value, Data):
             raise TypeError(f"volume {path!r} must be a Data(...), got {type(value).__name__}")
     return volumes
@@ -220,6 +212,7 @@ def create_job(store: ObjectStore, backend: Backend, spec: JobSpec, handle: JobH
     store.write_bytes(
         artifact_key(job_id, "handle.json"), handle.to_json(), content_type="application/json"
     )
+    make_private(store, artifact_key(job_id, "handle.json"))
     try:
         backend.submit(spec)
     except Exception:
@@ -231,6 +224,13 @@ def create_job(store: ObjectStore, backend: Backend, spec: JobSpec, handle: JobH
         raise
 
 
+def make_private(store: ObjectStore, key: str) -> None:
+    """On a local store, job data is owner-only (0600); a bucket has IAM instead."""
+    restrict = getattr(store, "make_private", None)
+    if restrict is not None:
+        restrict(key)
+
+
 def template_for(
     request: JobRequest,
     packed: PackedJob,
@@ -239,10 +239,17 @@ def template_for(
     payload_uri: str,
     context_uri: str,
     output_dir: str,
-    env: dict[str, str],
+    captured: dict[str, str],
     group_id: str | None = None,
+    signing_secret: bytes | None = None,
 ) -> JobTemplate:
-    """The one place a request's options become a job template (jobs and batches)."""
+    """The one place a request's options become a job template (jobs and batches).
+
+    With the deployment's ``signing_secret`` the job signs its result and the
+    ``captured`` env travels encrypted, to become secrets of the job; without it
+    (kinetic's own runner) the captured env is plain env, as kinetic does it.
+    """
+    signed = signing_secret is not None
     return JobTemplate(
         backend=kind,
         accelerator=request.accelerator_spec,
@@ -252,13 +259,15 @@ def template_for(
         context_uri=context_uri,
         context_sha256=hashlib.sha256(packed.context).hexdigest(),
         output_dir=output_dir,
-        env={k: v for k, v in env.items() if k != "KINETIC_OUTPUT_DIR"},
+        env={} if signed else dict(captured),
+        sealed_env=encrypt_env(signing_secret, captured) if signed and captured else None,
         identity=dict(request.identity),
         labels=dict(request.extra_labels),
         fuse=list(packed.fuse),
         cpu=request.cpu_request,
         memory=request.memory_request,
         group_id=group_id,
+        result_auth=AUTH_HMAC if signed else AUTH_NONE,
     )
 
 
@@ -277,13 +286,19 @@ class PlannedJob:
 
 
 def plan_job(
-    request: JobRequest, config: KineticConfig, store: ObjectStore, job_id: str
+    request: JobRequest,
+    config: KineticConfig,
+    store: ObjectStore,
+    job_id: str,
+    signing_secret: bytes | None = None,
 ) -> PlannedJob:
     """Validate, pack and build the spec and handle of one job; uploads nothing
-    (dry runs stop here)."""
+    (dry runs stop here).  With ``signing_secret`` the job signs its result (the
+    Airflow layer always passes it; ``None`` is for kinetic's own runner)."""
     kind = config.backend_kind(parse_accelerator(request.accelerator_spec))
     output_uri = request.output_dir or store.uri(f"outputs/{job_id}")
-    env_vars = capture_env(request.capture_env_vars)
+    captured = capture_env(request.capture_env_vars)
+    env_vars = {} if signing_secret is not None else dict(captured)  # secrets: not in payload
     env_vars["KINETIC_OUTPUT_DIR"] = function_output_dir(output_uri)
     packed = prepare(request, store, env_vars)
     template = template_for(
@@ -293,27 +308,36 @@ def plan_job(
         payload_uri=store.uri(artifact_key(job_id, "payload.pkl")),
         context_uri=store.uri(artifact_key(job_id, "context.zip")),
         output_dir=output_uri,
-        env=env_vars,
+        captured=captured,
+        signing_secret=signing_secret,
     )
-    spec = template.spec(config, store, job_id)
+    spec = template.spec(config, store, job_id, signing_secret=signing_secret)
     return PlannedJob(packed, template, spec, template.handle(config, store, spec))
 
 
 def submit_job(
-    request: JobRequest, config: KineticConfig, backend: Backend, store: ObjectStore | None = None
+    request: JobRequest,
+    config: KineticConfig,
+    backend: Backend,
+    store: ObjectStore | None = None,
+    signing_secret: bytes | None = None,
 ) -> tuple[JobHandle, JobSpec]:
     """Run the whole submission; returns the handle and the spec it launched."""
     store = store or config.store()
     job_id = request.job_id or new_job_id()
-    planned = plan_job(request, config, store, job_id)
+    planned = plan_job(request, config, store, job_id, signing_secret)
     if planned.template.backend != backend.name:
         raise ValueError(
             f"this job runs on the {planned.template.backend!r} backend, not {backend.name!r}"
         )
     # ---- side effects start here --------------------------------------------------
     datacache.upload_all(store, planned.packed.local_data)
-    store.write_bytes(artifact_key(job_id, "payload.pkl"), planned.packed.payload)
-    store.write_bytes(artifact_key(job_id, "context.zip"), planned.packed.context)
+    for name, blob in (
+        ("payload.pkl", planned.packed.payload),
+        ("context.zip", planned.packed.context),
+    ):
+        store.write_bytes(artifact_key(job_id, name), blob)
+        make_private(store, artifact_key(job_id, name))
     create_job(store, backend, planned.spec, planned.handle)
     log.info("submitted %s (%s) on backend %s", job_id, planned.spec.name, backend.name)
     return planned.handle, planned.spec

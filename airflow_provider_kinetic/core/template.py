@@ -29,6 +29,13 @@ from airflow_provider_kinetic.core.jobspec import (
     SpecInputs,
     build_job_spec,
 )
+from airflow_provider_kinetic.core.signing import (
+    AUTH_HMAC,
+    AUTH_NONE,
+    RESULT_KEY_ENV,
+    decrypt_env,
+    job_key,
+)
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 #: kinetic's prebuilt image naming ({repo}/base-{category}:{kinetic version}); set the
@@ -61,6 +68,11 @@ class JobTemplate:
     cpu: str | None = None
     memory: str | None = None
     group_id: str | None = None
+    #: ``hmac-sha256``: the runner gets a per-job key (as a secret) and signs its result.
+    result_auth: str = AUTH_NONE
+    #: Captured env values, encrypted with the deployment secret: they reach the job as
+    #: secrets (Kubernetes Secret / 0600 file), never as plain env, payload or state.
+    sealed_env: str | None = None
 
     # ---- per job ------------------------------------------------------------------
     def output_uri(self, index: int | None = None) -> str:
@@ -68,9 +80,25 @@ class JobTemplate:
         return self.output_dir if index is None else f"{self.output_dir.rstrip('/')}/{index}"
 
     def spec(
-        self, config: KineticConfig, store: ObjectStore, job_id: str, index: int | None = None
+        self,
+        config: KineticConfig,
+        store: ObjectStore,
+        job_id: str,
+        index: int | None = None,
+        signing_secret: bytes | None = None,
     ) -> JobSpec:
-        """The JobSpec of one job made from this template (no I/O)."""
+        """The JobSpec of one job made from this template (no I/O).
+
+        ``signing_secret``: the deployment secret the job's result key derives from
+        (required when ``result_auth`` is ``hmac-sha256``; never stored anywhere).
+        """
+        secrets: dict[str, str] = {}
+        if (self.result_auth == AUTH_HMAC or self.sealed_env) and signing_secret is None:
+            raise ValueError("a signed job needs the deployment's signing secret")
+        if self.sealed_env:
+            secrets.update(decrypt_env(signing_secret, self.sealed_env))
+        if self.result_auth == AUTH_HMAC:
+            secrets[RESULT_KEY_ENV] = job_key(signing_secret, job_id)
         env = dict(self.env)
         labels = dict(self.labels)
         if index is not None:
@@ -100,6 +128,8 @@ class JobTemplate:
                 fuse=list(self.fuse),
                 cpu_request=self.cpu,
                 memory_request=self.memory,
+                secrets=secrets,
+                ttl_seconds=config.ttl_seconds_after_finished,
             )
         )
 
@@ -125,6 +155,7 @@ class JobTemplate:
             display_name=f"kinetic-{self.func_name}-{spec.job_id}",
             created_at=utc_now_iso(),
             output_dir=self.output_uri(index),
+            result_auth=self.result_auth,
             **group,
         )
 

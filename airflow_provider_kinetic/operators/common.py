@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow.providers.common.compat.sdk import BaseOperator, conf
+from airflow.providers.common.compat.sdk import BaseOperator, XCom, conf, mask_secret
 
 from airflow_provider_kinetic.core.accelerators import parse_accelerator, with_spot
+from airflow_provider_kinetic.core.handles import artifact_key
+from airflow_provider_kinetic.core.resultref import REF_KEY, make_result_ref
 from airflow_provider_kinetic.core.schemes import scheme_for
-from airflow_provider_kinetic.core.submit import JobRequest
+from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.core.submit import JobRequest, capture_env
 
 XCOM_JOB = "kinetic_job"
 XCOM_BATCH = "kinetic_batch"
@@ -29,6 +33,62 @@ def default_output_key(identity: Mapping[str, Any]) -> str:
         str(identity.get("map_index", -1)),
     ]
     return "outputs/" + "/".join(_SAFE.sub("_", str(p)) for p in parts)
+
+
+#: ``cleanup=``: "artifacts" deletes a job's ``{job_id}/`` objects once its value is
+#: delivered (outputs and the data cache are never touched); "none" keeps them.
+CLEANUP_MODES = ("artifacts", "none")
+
+#: Default of ``[kinetic] max_xcom_result_bytes``: larger results travel by reference.
+MAX_XCOM_RESULT_BYTES = 1024 * 1024
+
+
+def xcom_value(value: Any, store: ObjectStore, job_id: str, blob: bytes, log: Any) -> Any:
+    """``value`` when Airflow can store it in XCom within the limit, else a reference.
+
+    The reference (``core.resultref``) points at the job's verified ``result.pkl``
+    (``blob`` is its bytes), so the task succeeds and nothing is re-run to deliver it.
+    """
+    limit = conf.getint("kinetic", "max_xcom_result_bytes", fallback=MAX_XCOM_RESULT_BYTES)
+    try:
+        size = len(json.dumps(XCom.serialize_value(value)).encode())
+    except Exception as exc:  # noqa: BLE001 - whatever Airflow cannot serialise
+        why = f"Airflow cannot serialise a {type(value).__name__} ({exc})"
+    else:
+        if size <= limit:
+            return value
+        why = f"{size} bytes is more than [kinetic] max_xcom_result_bytes = {limit}"
+    ref = make_result_ref(store.uri(artifact_key(job_id, "result.pkl")), value, blob)
+    log.warning(
+        "the result of kinetic job %s does not fit XCom: %s. XCom holds a reference to %s "
+        "(%d bytes); pass it to another Kinetic task, or load it with "
+        "airflow_provider_kinetic.load_result(ref)",
+        job_id,
+        why,
+        ref[REF_KEY],
+        ref["bytes"],
+    )
+    return ref
+
+
+def delete_artifacts(store: ObjectStore, job_ids: list[str], delivered: Any, log: Any) -> None:
+    """Delete delivered jobs' ``{job_id}/`` objects, except those a result reference in
+    ``delivered`` still points at (their value lives only there)."""
+    kept = {ref[REF_KEY] for ref in _refs(delivered)}
+    removed = 0
+    for job_id in job_ids:
+        if store.uri(artifact_key(job_id, "result.pkl")) in kept:
+            continue
+        removed += store.delete_prefix(f"{job_id}/")
+    log.info("cleanup: deleted %d artifact object(s) of %d job(s)", removed, len(job_ids))
+
+
+def _refs(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, dict) and REF_KEY in value:
+        return [value]
+    if isinstance(value, list):
+        return [r for v in value for r in _refs(v)]
+    return []
 
 
 def directory_uri(uri: str | None) -> str | None:
@@ -101,9 +161,13 @@ class KineticOperatorBase(BaseOperator):
         cpu: str | None = None,
         memory: str | None = None,
         spot: bool = False,
+        cleanup: str = "artifacts",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if cleanup not in CLEANUP_MODES:
+            raise ValueError(f"cleanup={cleanup!r}: allowed values are {', '.join(CLEANUP_MODES)}")
+        self.cleanup = cleanup
         self.spot = spot
         self.accelerator = accelerator
         self.volumes = volumes
@@ -133,8 +197,14 @@ class KineticOperatorBase(BaseOperator):
         store_uri: Callable[[str], str],
         context: Mapping[str, Any] | None = None,
     ) -> JobRequest:
-        """The ``JobRequest`` of this task: every operator option lands here, once."""
+        """The ``JobRequest`` of this task: every operator option lands here, once.
+
+        Captured env values are registered with Airflow's secrets masker, so a value
+        the function prints is masked in the task log.
+        """
         output_dir = self.output_dir or store_uri(default_output_key(identity))
+        for value in capture_env(self.capture_env_vars).values():
+            mask_secret(value)
         return JobRequest(
             func=self.python_callable,
             args=self.request_args(),

@@ -19,19 +19,33 @@ from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
 from airflow_provider_kinetic.core.backends.manifests import to_yaml
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.batch import plan_batch
+from airflow_provider_kinetic.core.batchresume import resume_batch, save_plan
 from airflow_provider_kinetic.core.batchstate import SUCCEEDED, BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.core.polling import poll_delays
+from airflow_provider_kinetic.core.signing import ResultAuthError
+from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
+from airflow_provider_kinetic.core.taskrecord import (
+    DEFERRED,
+    SYNC,
+    TaskRecord,
+    read_record,
+    request_cancel,
+    write_record,
+)
 from airflow_provider_kinetic.exceptions import KineticBatchFailed, KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
+from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key, result_key_for_job
 from airflow_provider_kinetic.operators.common import (
     XCOM_BATCH,
     XCOM_OUTPUT_DIR,
     KineticOperatorBase,
     deadline,
     defer_timeout,
+    delete_artifacts,
     directory_uri,
     task_identity,
+    xcom_value,
 )
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 
@@ -105,6 +119,7 @@ class KineticMapOperator(KineticOperatorBase):
         self.group_name = group_name
         self._state: BatchState | None = None
         self._backend: Backend | None = None
+        self._store: ObjectStore | None = None
 
     # ---- execute -------------------------------------------------------------------
     def plan(self, context: Any, store: ObjectStore, config: KineticConfig) -> tuple[Any, ...]:
@@ -121,6 +136,7 @@ class KineticMapOperator(KineticOperatorBase):
             fail_fast=self.fail_fast,
             group_name=self.group_name or self.task_id,
             tags=[identity["dag_id"], identity["task_id"]],
+            signing_secret=deployment_secret(),
         )
 
     def _dry_identity(self) -> dict[str, Any]:
@@ -130,24 +146,58 @@ class KineticMapOperator(KineticOperatorBase):
         hook = KineticHook(self.kinetic_conn_id)
         config = hook.get_config()
         store = config.store()
-        state, objects, local = self.plan(context, store, config)
+        state = self._resume(context, hook, store)
+        if state is None:
+            state, objects, local = self.plan(context, store, config)
+            self.log.info(
+                "batch %s: %d inputs, max_concurrent=%d",
+                state.group_id,
+                state.total,
+                state.max_concurrent,
+            )
+            batchrun.start_batch(state, objects, local, store)
+            save_plan(store, state, deployment_secret())
         state.deadline = deadline(context, self.execution_timeout)
-        self.log.info(
-            "batch %s: %d inputs, max_concurrent=%d",
-            state.group_id,
-            state.total,
-            state.max_concurrent,
-        )
+        self._write_record(context, store, state)
         context["ti"].xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(state.template.output_dir))
-        batchrun.start_batch(state, objects, local, store)
         return self._advance(context, hook, state)
+
+    def _resume(self, context: Any, hook: KineticHook, store: ObjectStore) -> BatchState | None:
+        """An earlier try's batch, reattached (only failed or missing children run again)."""
+        record = read_record(store, task_identity(context), deployment_secret())
+        if record is None or record.kind != "batch" or not record.group_id or record.delivered:
+            return None
+        config = hook.get_config()
+        backend = hook.get_backend(config.backend_kind(self.parsed_accelerator()))
+        try:
+            return resume_batch(
+                store, backend, config, record.group_id, deployment_secret(), result_key,
+                cancel_live=record.mode == DEFERRED,
+            )  # fmt: skip
+        except (ObjectNotFound, ResultAuthError) as exc:
+            self.log.warning("cannot resume batch %s (%s): starting anew", record.group_id, exc)
+            return None
+
+    def _write_record(
+        self, context: Any, store: ObjectStore, state: BatchState, delivered: bool = False
+    ) -> None:
+        identity = task_identity(context)
+        mode = DEFERRED if self.deferrable else SYNC
+        record = TaskRecord(
+            kind="batch",
+            mode=mode,
+            try_number=identity.get("try_number"),
+            group_id=state.group_id,
+            delivered=delivered,
+        )
+        write_record(store, identity, record, deployment_secret())
 
     def dry_run(self) -> dict[str, Any]:
         """The manifest of the batch's first child, printed as YAML; creates nothing."""
         config = KineticHook(self.kinetic_conn_id).get_config()
         store = config.store()
         state, _, _ = self.plan(None, store, config)
-        spec = batchrun.child_spec(state, 0, "job-dryrun00", config, store)
+        spec = batchrun.child_spec(state, 0, "job-dryrun00", config, store, deployment_secret())
         manifest = backend_class(state.backend).manifest(spec)
         print(to_yaml(manifest))
         return manifest
@@ -164,7 +214,7 @@ class KineticMapOperator(KineticOperatorBase):
                 "batch trigger ended with %s: %s", event["status"], event.get("message")
             )
             if event["status"] == "timeout":
-                self._state, self._backend = state, backend
+                self._state, self._backend, self._store = state, backend, hook.get_store()
                 self.on_kill()
                 raise KineticJobCancelled(
                     f"kinetic batch {state.group_id} cancelled at the task's execution_timeout"
@@ -188,13 +238,14 @@ class KineticMapOperator(KineticOperatorBase):
     def _advance(self, context: Any, hook: KineticHook, state: BatchState) -> Any:
         config, store = hook.get_config(), hook.get_store()
         backend = hook.get_backend(state.backend)
-        self._state, self._backend = state, backend
+        self._state, self._backend, self._store = state, backend, store
+        delays = poll_delays(self.poll_interval, backend.first_poll_s)
         while True:
-            batchrun.launch(state, config, backend, store)
+            batchrun.launch(state, config, backend, store, deployment_secret())
             batchrun.maybe_write_manifest(state, store)
             self._report(context, state, store)
             if state.finished:
-                return self._complete(state, store)
+                return self._complete(state, store, context)
             if state.deadline and time.time() >= state.deadline:
                 self.on_kill()
                 raise KineticJobCancelled(
@@ -202,7 +253,7 @@ class KineticMapOperator(KineticOperatorBase):
                 )
             if self.deferrable:
                 return self._defer(config, state)
-            time.sleep(self.poll_interval)
+            backend.wait(list(state.active.values()), next(delays))
             self._poll(backend, store, state)
 
     def _defer(self, config: KineticConfig, state: BatchState) -> NoReturn:
@@ -241,10 +292,16 @@ class KineticMapOperator(KineticOperatorBase):
             },
         )
 
-    def _complete(self, state: BatchState, store: ObjectStore) -> list[Any]:
+    def _complete(self, state: BatchState, store: ObjectStore, context: Any = None) -> list[Any]:
         if state.manifest_dirty:
             batchrun.write_manifest(state, store)
-        values, failures = batchrun.gather(state, store, ordered=self.ordered)
+        values, failures = batchrun.gather(
+            state,
+            store,
+            ordered=self.ordered,
+            result_key=lambda job: result_key_for_job(job, state.template.result_auth),
+            deliver=lambda value, job, blob: xcom_value(value, store, job, blob, self.log),
+        )
         self._state = None
         if failures and not self.return_exceptions:
             lines = [
@@ -258,6 +315,15 @@ class KineticMapOperator(KineticOperatorBase):
                 failures=failures,
                 partial_results=values,
             )
+        if context is not None:
+            self._write_record(context, store, state, delivered=True)
+        if self.cleanup == "artifacts":
+            jobs = [
+                batchrun.child_job_id(state.group_id, index, launch)
+                for index, launches in state.launches.items()
+                for launch in range(1, launches + 1)
+            ]
+            delete_artifacts(store, jobs, values, self.log)
         return [
             batchrun.describe_exception(v) if isinstance(v, BaseException) else v for v in values
         ]
@@ -266,7 +332,7 @@ class KineticMapOperator(KineticOperatorBase):
         """Cancel every child this try has running."""
         if self._state and self._backend:
             for handle in list(self._state.active.values()):
-                self._backend.cancel(handle)
+                request_cancel(self._store, self._backend, handle)
             self.log.info(
                 "cancelled %d children of batch %s", len(self._state.active), self._state.group_id
             )

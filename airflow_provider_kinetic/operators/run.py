@@ -16,12 +16,24 @@ from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
 from airflow_provider_kinetic.core.backends.manifests import to_yaml
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
-from airflow_provider_kinetic.core.results import collect
+from airflow_provider_kinetic.core.handles import JobHandle, new_job_id
+from airflow_provider_kinetic.core.polling import poll_delays
+from airflow_provider_kinetic.core.results import collect_with_blob, is_preemption
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.submit import plan_job, submit_job
+from airflow_provider_kinetic.core.taskrecord import (
+    DEFERRED,
+    SYNC,
+    Step,
+    TaskRecord,
+    decide_job,
+    read_record,
+    request_cancel,
+    write_record,
+)
 from airflow_provider_kinetic.exceptions import KineticJobCancelled, KineticJobFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
+from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key
 from airflow_provider_kinetic.links import KineticJobLink, job_url
 from airflow_provider_kinetic.operators.common import (
     XCOM_JOB,
@@ -29,8 +41,10 @@ from airflow_provider_kinetic.operators.common import (
     KineticOperatorBase,
     deadline,
     defer_timeout,
+    delete_artifacts,
     directory_uri,
     task_identity,
+    xcom_value,
 )
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
 
@@ -56,6 +70,14 @@ class KineticRunOperator(KineticOperatorBase):
         deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
         poll_interval: seconds between status reads.
         cpu / memory: resource requests for cpu jobs on GKE.
+        preemption_retries: how often a job killed by the platform (spot reclaim,
+            eviction) is submitted again within the same try; these do not use the
+            task's Airflow ``retries``.
+
+    Every try first looks for the task's job from an earlier try (``core.taskrecord``):
+    a running job is adopted, a finished one collected, so a job is never run twice.
+    A result that does not fit XCom (not serializable by Airflow, or larger than
+    ``[kinetic] max_xcom_result_bytes``) becomes a reference (``load_result``).
 
     Raises:
         KineticJobFailed: the job failed (the remote exception is its ``__cause__``).
@@ -81,14 +103,17 @@ class KineticRunOperator(KineticOperatorBase):
         python_callable: Callable[..., Any],
         op_args: Collection[Any] | None = None,
         op_kwargs: Mapping[str, Any] | None = None,
+        preemption_retries: int = 2,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.python_callable = self.require_callable(python_callable)
         self.op_args = op_args
         self.op_kwargs = op_kwargs
+        self.preemption_retries = preemption_retries
         self._handle: JobHandle | None = None
         self._backend: Backend | None = None
+        self._store: ObjectStore | None = None
 
     def request_args(self) -> tuple[Any, ...]:
         return tuple(self.op_args or ())
@@ -99,23 +124,58 @@ class KineticRunOperator(KineticOperatorBase):
         config = hook.get_config()
         store = config.store()
         backend = hook.get_backend(config.backend_kind(self.parsed_accelerator()))
-        self._backend = backend
-        handle = self._adopt(context, backend)
-        if handle is None:
-            request = self.build_request(task_identity(context), store.uri, context)
-            handle, _ = submit_job(request, config, backend, store)
-            self._remember(context, handle)
+        self._backend, self._store = backend, store
+        record = self._read_record(context, store)
+        step, old, report, why = decide_job(record, backend, store, result_key)
+        if record is not None:
+            self.log.info("kinetic: earlier try found: %s -> %s", why, step.value)
+        if step is Step.COLLECT:
+            assert old is not None and report is not None
+            self._publish(context, old)
+            return self._finish(context, store, backend, old, report, 0)
+        if step is Step.ADOPT:
+            assert old is not None
+            self.log.info("adopting still-%s kinetic job %s", report.status.value, old.job_id)
+            handle = old
+        else:
+            handle = self._submit(context, config, backend, store)
+        self._write_record(context, store, handle, preemptions=self._preemptions(record))
+        self._publish(context, handle)
+        deadline_ts = deadline(context, self.execution_timeout)
+        if self.deferrable:
+            return self._defer(config, handle, deadline_ts, attempt=0)
+        while True:
+            report, offset = self._wait(backend, handle, deadline_ts)
+            if not self._preempted(context, store, handle, report):
+                return self._finish(context, store, backend, handle, report, offset)
+            handle = self._resubmit_preempted(context, config, backend, store, handle, report)
+
+    def _submit(
+        self, context: Any, config: KineticConfig, backend: Backend, store: ObjectStore
+    ) -> JobHandle:
+        """Submit a new job, recording its id *before* it is created: a worker that dies
+        in between leaves a record a retry can follow (and never a second job)."""
+        request = self.build_request(task_identity(context), store.uri, context)
+        request.job_id = new_job_id()
+        provisional = JobHandle(
+            job_id=request.job_id,
+            backend=backend.name,
+            bucket_name=store.bucket,
+            namespace=config.namespace,
+            k8s_name=backend.object_name(request.job_id),
+        )
+        self._write_record(context, store, provisional)
+        handle, _ = submit_job(request, config, backend, store, deployment_secret())
+        return handle
+
+    def _publish(self, context: Any, handle: JobHandle) -> None:
+        """XComs a person or a downstream task needs while the job runs."""
         self._handle = handle
         ti = context["ti"]
         ti.xcom_push(key=XCOM_JOB, value=handle.to_dict())
         ti.xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(handle.output_dir))
         ti.xcom_push(key=KineticJobLink().xcom_key, value=job_url(handle))
         self.log.info("kinetic job %s: output dir %s", handle.job_id, handle.output_dir)
-        deadline_ts = deadline(context, self.execution_timeout)
-        if self.deferrable:
-            return self._defer(config, handle, deadline_ts, attempt=0)
-        report, offset = self._wait(backend, handle, deadline_ts)
-        return self._finish(store, backend, handle, report, offset)
 
     def _defer(
         self, config: KineticConfig, handle: JobHandle, deadline_ts: float | None, attempt: int
@@ -138,14 +198,17 @@ class KineticRunOperator(KineticOperatorBase):
 
         A trigger *error* while the job still runs re-defers (up to
         ``MAX_REDEFER_ATTEMPTS``); a timeout, or errors beyond that, cancel the job.
+        A preempted job is submitted again (``preemption_retries``) and waited for.
         """
         if not event or "handle" not in event:
             raise AirflowException(f"kinetic trigger returned no usable event: {event!r}")
         handle = JobHandle.from_dict(event["handle"])
         self._handle = handle
         hook = KineticHook(self.kinetic_conn_id)
+        config = hook.get_config()
+        store = config.store()
         backend = hook.get_backend(handle.backend)
-        self._backend = backend
+        self._backend, self._store = backend, store
         report = backend.status(handle)
         self.log.info(
             "kinetic job %s resumed: trigger said %s, job is %s",
@@ -154,7 +217,10 @@ class KineticRunOperator(KineticOperatorBase):
             report.describe(),
         )
         if report.status.is_terminal:
-            return self._finish(hook.get_store(), backend, handle, report, 0)
+            if self._preempted(context, store, handle, report):
+                handle = self._resubmit_preempted(context, config, backend, store, handle, report)
+                return self._defer(config, handle, event.get("deadline"), 0)
+            return self._finish(context, store, backend, handle, report, 0)
         attempt = int(event.get("attempt") or 0) + 1
         if event.get("status") == "error" and attempt <= self.MAX_REDEFER_ATTEMPTS:
             self.log.warning(
@@ -163,9 +229,9 @@ class KineticRunOperator(KineticOperatorBase):
                 attempt,
                 self.MAX_REDEFER_ATTEMPTS,
             )
-            return self._defer(hook.get_config(), handle, event.get("deadline"), attempt)
+            return self._defer(config, handle, event.get("deadline"), attempt)
         why = event.get("message") or event.get("status")
-        backend.cancel(handle)
+        request_cancel(store, backend, handle)
         self._show_logs(backend, handle, 0)
         raise KineticJobCancelled(
             f"kinetic job {handle.job_id} cancelled: trigger ended with "
@@ -178,11 +244,13 @@ class KineticRunOperator(KineticOperatorBase):
 
         Packs the payload (so its SHA-256 is real) and hashes local Data, but uploads
         nothing and needs no cluster credentials.  Templates are used as they stand.
+        Secrets (the result key) appear as references, never as values.
         """
         config = KineticHook(self.kinetic_conn_id).get_config()
         store = config.store()
         identity = {"dag_id": self.dag_id, "task_id": self.task_id, "run_id": "dry_run"}
-        planned = plan_job(self.build_request(identity, store.uri), config, store, "job-dryrun00")
+        request = self.build_request(identity, store.uri)
+        planned = plan_job(request, config, store, "job-dryrun00", deployment_secret())
         manifest = backend_class(planned.template.backend).manifest(planned.spec)
         print(to_yaml(manifest))
         return manifest
@@ -192,6 +260,7 @@ class KineticRunOperator(KineticOperatorBase):
         self, backend: Backend, handle: JobHandle, deadline: float | None
     ) -> tuple[StatusReport, int]:
         offset, last = 0, None
+        delays = poll_delays(self.poll_interval, backend.first_poll_s)
         while True:
             report = backend.status(handle)
             offset = self._show_logs(backend, handle, offset)
@@ -201,12 +270,12 @@ class KineticRunOperator(KineticOperatorBase):
             if report.status.is_terminal:
                 return report, offset
             if deadline is not None and time.time() >= deadline:
-                backend.cancel(handle)
+                request_cancel(self._store, backend, handle)
                 raise KineticJobCancelled(
                     f"kinetic job {handle.job_id} cancelled at the task's execution_timeout",
                     job_id=handle.job_id,
                 )
-            time.sleep(self.poll_interval)
+            backend.wait([handle], next(delays))
 
     def _show_logs(self, backend: Backend, handle: JobHandle, offset: int) -> int:
         text, new_offset = backend.read_logs(handle, offset)
@@ -216,6 +285,7 @@ class KineticRunOperator(KineticOperatorBase):
 
     def _finish(
         self,
+        context: Any,
         store: ObjectStore,
         backend: Backend,
         handle: JobHandle,
@@ -225,7 +295,9 @@ class KineticRunOperator(KineticOperatorBase):
         self._show_logs(backend, handle, offset)
         self.log.info("kinetic job %s finished: %s", handle.job_id, report.describe())
         try:
-            value = collect(store, handle.job_id, report.status, report.reason)
+            value, blob = collect_with_blob(
+                store, handle.job_id, report.status, report.reason, result_key=result_key(handle)
+            )
         except Exception as exc:
             tb = next((n for n in getattr(exc, "__notes__", []) if n.startswith("Remote")), None)
             self.log.error(
@@ -241,45 +313,111 @@ class KineticRunOperator(KineticOperatorBase):
             ) from exc
         finally:
             self._handle = None  # done: on_kill must not touch a finished job
-            if report.status is JobStatus.FAILED:
-                # A failed job may hold a stuck pod (image pull, unschedulable): delete
-                # it so nothing is orphaned; its log was already shown.
-                try:
-                    backend.cancel(handle)
-                except Exception as exc:  # noqa: BLE001 - keep the job's own error
-                    self.log.warning("could not delete failed job %s: %s", handle.job_id, exc)
-        return value
+            # Collected (value or error): the Job / LeaderWorkerSet goes now, whatever the
+            # outcome (a LeaderWorkerSet has no TTL; a failed job may hold a stuck pod).
+            try:
+                backend.cancel(handle)
+            except Exception as exc:  # noqa: BLE001 - keep the job's own outcome
+                self.log.warning("could not delete job %s: %s", handle.job_id, exc)
+        delivered = xcom_value(value, store, handle.job_id, blob, self.log)
+        self._write_record(context, store, handle, delivered=True)
+        if self.cleanup == "artifacts":
+            delete_artifacts(store, [handle.job_id], delivered, self.log)
+        return delivered
 
-    # ---- retries, deadlines, kill ---------------------------------------------------
-    def _adopt(self, context: Any, backend: Backend) -> JobHandle | None:
-        """On a retry, adopt the previous try's job if it is still running."""
-        store = context.get("task_state_store")
-        if store is None:
-            return None
+    # ---- tries, preemption, kill --------------------------------------------------
+    def _read_record(self, context: Any, store: ObjectStore) -> TaskRecord | None:
+        """The task's record in the store; Airflow 3.3's task state store as a fallback."""
+        record = read_record(store, task_identity(context), deployment_secret())
+        if record is not None:
+            return record
+        state = context.get("task_state_store")
         try:
-            previous = JobHandle.from_dict(store.get(XCOM_JOB))
-        except Exception:  # noqa: BLE001 - an unreadable state store means "nothing to adopt"
-            return None
-        report = backend.status(previous)
-        if report.status in (JobStatus.PENDING, JobStatus.RUNNING):
-            self.log.info(
-                "adopting still-%s kinetic job %s from an earlier try",
-                report.status.value,
-                previous.job_id,
-            )
-            return previous
+            previous = state.get(XCOM_JOB) if state is not None else None
+        except Exception:  # noqa: BLE001 - an unreadable state store means "nothing found"
+            previous = None
+        if isinstance(previous, dict) and previous.get("job_id"):
+            return TaskRecord(kind="job", mode=SYNC, handle=previous)
         return None
 
-    def _remember(self, context: Any, handle: JobHandle) -> None:
-        store = context.get("task_state_store")
-        if store is not None:
+    def _write_record(
+        self,
+        context: Any,
+        store: ObjectStore,
+        handle: JobHandle,
+        *,
+        delivered: bool = False,
+        preemptions: int | None = None,
+    ) -> None:
+        identity = task_identity(context)
+        secret = deployment_secret()
+        if preemptions is None:
+            old = read_record(store, identity, secret)
+            preemptions = self._preemptions(old)
+        record = TaskRecord(
+            kind="job",
+            mode=DEFERRED if self.deferrable else SYNC,
+            try_number=identity.get("try_number"),
+            handle=handle.to_dict(),
+            delivered=delivered,
+            preemptions=preemptions,
+        )
+        write_record(store, identity, record, secret)
+        state = context.get("task_state_store")
+        if state is not None and not delivered:
             try:
-                store.set(XCOM_JOB, handle.to_dict())
-            except Exception as exc:  # noqa: BLE001 - adoption is best effort
+                state.set(XCOM_JOB, handle.to_dict())
+            except Exception as exc:  # noqa: BLE001 - the store record is what counts
                 self.log.warning("could not record the job in the task state store: %s", exc)
+
+    @staticmethod
+    def _preemptions(record: TaskRecord | None) -> int:
+        return record.preemptions if record is not None and record.kind == "job" else 0
+
+    def _preempted(
+        self, context: Any, store: ObjectStore, handle: JobHandle, report: StatusReport
+    ) -> bool:
+        """A platform kill (spot reclaim, eviction) with budget left for this task."""
+        if not is_preemption(report, store, handle):
+            return False
+        used = self._preemptions(read_record(store, task_identity(context), deployment_secret()))
+        if used >= self.preemption_retries:
+            self.log.warning(
+                "kinetic job %s was preempted (%s) and the task's %d preemption retries are "
+                "used up",
+                handle.job_id,
+                report.describe(),
+                self.preemption_retries,
+            )
+            return False
+        return True
+
+    def _resubmit_preempted(
+        self,
+        context: Any,
+        config: KineticConfig,
+        backend: Backend,
+        store: ObjectStore,
+        handle: JobHandle,
+        report: StatusReport,
+    ) -> JobHandle:
+        used = self._preemptions(read_record(store, task_identity(context), deployment_secret()))
+        self.log.warning(
+            "kinetic job %s was preempted (%s): submitting it again (preemption retry %d/%d; "
+            "the task's Airflow retries are not used)",
+            handle.job_id,
+            report.describe(),
+            used + 1,
+            self.preemption_retries,
+        )
+        backend.cancel(handle)  # delete what is left of it
+        new = self._submit(context, config, backend, store)
+        self._write_record(context, store, new, preemptions=used + 1)
+        self._publish(context, new)
+        return new
 
     def on_kill(self) -> None:
         """Cancel the job this try started (and only while it is unfinished)."""
         if self._handle is not None and self._backend is not None:
             self.log.info("task killed: cancelling kinetic job %s", self._handle.job_id)
-            self._backend.cancel(self._handle)
+            request_cancel(self._store, self._backend, self._handle)

@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,10 +25,14 @@ from typing import Any
 
 import cloudpickle
 
+from airflow_provider_kinetic.core import locallinks
 from airflow_provider_kinetic.core.batchwire import select_input
 from airflow_provider_kinetic.core.data import KEEP, is_data_ref, map_leaves
+from airflow_provider_kinetic.core.locallinks import LOCAL_MOUNTS_ENV
 from airflow_provider_kinetic.core.payload import dump_result, make_result
+from airflow_provider_kinetic.core.resultref import resolve_result_refs
 from airflow_provider_kinetic.core.schemes import scheme_for
+from airflow_provider_kinetic.core.signing import RESULT_KEY_ENV, sign, signature_key
 from airflow_provider_kinetic.core.storage import store_for_uri
 
 log = logging.getLogger("kinetic.runner")
@@ -158,6 +163,27 @@ def resolve_refs(obj: Any, workdir: str, cache: dict[str, str]) -> Any:
     return map_leaves(obj, resolve)
 
 
+def _mount_volume(ref: dict[str, Any], workdir: str, n: int, links: list[tuple[str, str]]) -> None:
+    """Put one volume at its mount path.
+
+    In a pod: a FUSE volume is already mounted (CSI driver), others are downloaded into
+    the mount path.  On the local backend the mount path is a host path: the volume
+    becomes a link (shared by concurrent jobs, removed by the last) to the read-only
+    cache entry, or to this job's own download in its work dir.
+    """
+    mount = ref["mount_path"]
+    if os.environ.get(LOCAL_MOUNTS_ENV) != "1":
+        if not ref.get("fuse"):
+            _download_ref(ref, mount)
+        return
+    source = scheme_for(ref["uri"]).local_source(ref)
+    if source is None:
+        source = os.path.join(workdir, "volumes", str(n))
+        _download_ref(ref, source)
+    locallinks.acquire(mount, source)
+    links.append((mount, source))
+
+
 def _check_fingerprint(fp: dict[str, str] | None) -> None:
     if not fp:
         return
@@ -175,7 +201,9 @@ def _check_fingerprint(fp: dict[str, str] | None) -> None:
         )
 
 
-def _setup(ns: argparse.Namespace, workdir: str) -> tuple[Any, tuple, dict]:
+def _setup(
+    ns: argparse.Namespace, workdir: str, links: list[tuple[str, str]]
+) -> tuple[Any, tuple, dict]:
     """Every phase before ``execute``; raises PhaseError naming the phase."""
     phase = "artifact download"
     try:
@@ -200,14 +228,17 @@ def _setup(ns: argparse.Namespace, workdir: str) -> tuple[Any, tuple, dict]:
             func, args, kwargs = select_input(payload, _fetch)
         phase = "data resolve"
         cache: dict[str, str] = {}
-        for ref in payload.get("volumes") or []:
-            if not ref.get("fuse"):
-                resolve_refs(ref, workdir, cache)
-            else:
-                scheme_for(ref["uri"]).mount_fuse(ref)
+        for n, ref in enumerate(payload.get("volumes") or []):
+            _mount_volume(ref, workdir, n, links)
         if payload.get("has_data_refs", True):
             args = resolve_refs(tuple(args), workdir, cache)
             kwargs = resolve_refs(dict(kwargs), workdir, cache)
+        phase = "result reference resolve"  # upstream results that did not fit XCom
+        loaded: dict[str, Any] = {}
+        args = resolve_result_refs(tuple(args), loaded)
+        kwargs = resolve_result_refs(dict(kwargs), loaded)
+        if loaded:
+            log.info("loaded %d upstream result(s) passed by reference", len(loaded))
         return func, args, kwargs
     except PhaseError:
         raise
@@ -240,13 +271,32 @@ def _result_uri(result_uri: str, index: int) -> str:
 
 
 def run(argv: list[str]) -> int:
-    """Run one job; returns the process exit code."""
+    """Run one job; returns the process exit code.  The work dir (context, downloaded
+    data) is removed whatever the outcome."""
     ns = parse_args(argv)
-    index = host_index()
+    # The job's own result key: taken out of the environment before user code runs.
+    result_key = os.environ.pop(RESULT_KEY_ENV, None)
     workdir = tempfile.mkdtemp(prefix="kinetic-run-")
+    links: list[tuple[str, str]] = []
+    try:
+        return _run(ns, workdir, result_key, links)
+    finally:
+        for mount, source in links:  # the local backend's volume links
+            try:
+                locallinks.release(mount, source)
+            except OSError as exc:
+                log.warning("could not remove the volume link %s: %s", mount, exc)
+        os.chdir(tempfile.gettempdir())  # the work dir may be the cwd (context plan)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(
+    ns: argparse.Namespace, workdir: str, result_key: str | None, links: list[tuple[str, str]]
+) -> int:
+    index = host_index()
     log.info("kinetic runner starting (host %d, pid %d)", index, os.getpid())
     try:
-        func, args, kwargs = _setup(ns, workdir)
+        func, args, kwargs = _setup(ns, workdir, links)
         log.info("calling %s", getattr(func, "__qualname__", repr(func)))
         result = _execute(func, args, kwargs, index)
     except PhaseError as err:
@@ -265,6 +315,10 @@ def run(argv: list[str]) -> int:
     ok = result["success"] and serialised
     try:
         store, key = store_for_uri(_result_uri(ns.result_gcs, index))
+        if result_key:  # the signature first: whoever sees the result can verify it
+            store.write_bytes(signature_key(key), sign(result_key, blob).encode())
+        else:
+            log.warning("no result key in the environment: the result is not signed")
         store.write_bytes(key, blob)
     except Exception:  # noqa: BLE001 - without a stored result the job must fail
         log.exception("could not store the result payload")

@@ -16,6 +16,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_kinetic.core.batchstate import BatchState
+from airflow_provider_kinetic.core.polling import poll_delays
 
 
 class KineticBatchTrigger(BaseTrigger):
@@ -64,6 +65,7 @@ class KineticBatchTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
             backend = await asyncio.to_thread(self._backend)
+            delays = poll_delays(self.poll_interval, backend.first_poll_s)
             while True:
                 reports = await backend.abatch_status(self.group_id, self.handles)
                 running = sum(r.status.value == "RUNNING" for r in reports.values())
@@ -106,7 +108,7 @@ class KineticBatchTrigger(BaseTrigger):
                         }
                     )
                     return
-                await asyncio.sleep(self.poll_interval)
+                await backend.await_change(self.handles, next(delays))
         except Exception as exc:  # noqa: BLE001 - never let run() die without an event
             self.log.exception("kinetic batch trigger for %s failed", self.group_id)
             yield TriggerEvent(
@@ -121,11 +123,15 @@ class KineticBatchTrigger(BaseTrigger):
         """Airflow 3.3+: user mark-failed/clear cancels every active child."""
         if not self.cancel_on_kill:
             return
+        from airflow_provider_kinetic.core.taskrecord import request_cancel
+        from airflow_provider_kinetic.hooks.kinetic import config_from_json
+
         backend = await asyncio.to_thread(self._backend)
+        store = config_from_json(self.config).store()
         self.log.info(
             "task killed by user: cancelling %d children of batch %s",
             len(self.handles),
             self.group_id,
         )
-        for handle in self.handles:
-            await backend.acancel(handle)
+        for handle in self.handles:  # markers first: a new try never adopts these
+            await asyncio.to_thread(request_cancel, store, backend, handle)

@@ -16,6 +16,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_kinetic.core.handles import JobHandle
+from airflow_provider_kinetic.core.polling import poll_delays
 
 
 class KineticJobTrigger(BaseTrigger):
@@ -85,6 +86,7 @@ class KineticJobTrigger(BaseTrigger):
         try:
             backend = await asyncio.to_thread(self._backend)
             last: str | None = None
+            delays = poll_delays(self.poll_interval, backend.first_poll_s)
             while True:
                 report = await backend.astatus(self._job)
                 if report.describe() != last:
@@ -100,7 +102,7 @@ class KineticJobTrigger(BaseTrigger):
                         "at the task's execution deadline",
                     )
                     return
-                await asyncio.sleep(self.poll_interval)
+                await backend.await_change([self._job], next(delays))
         except Exception as exc:  # noqa: BLE001 - never let run() die without an event
             self.log.exception("kinetic trigger for %s failed", job_id)
             yield self._event("error", f"{type(exc).__name__}: {exc}")
@@ -109,6 +111,11 @@ class KineticJobTrigger(BaseTrigger):
         """Airflow 3.3+: runs on user mark-failed/clear only (not triggerer restarts)."""
         if not self.cancel_on_kill:
             return
+        from airflow_provider_kinetic.core.taskrecord import request_cancel
+        from airflow_provider_kinetic.hooks.kinetic import config_from_json
+
         backend = await asyncio.to_thread(self._backend)
+        store = config_from_json(self.config).store()
         self.log.info("task killed by user: cancelling kinetic job %s", self._job.job_id)
-        await backend.acancel(self._job)
+        # The marker first, so the next try never adopts a job that is being cancelled.
+        await asyncio.to_thread(request_cancel, store, backend, self._job)

@@ -45,6 +45,9 @@ for _mode, _deferrable in MODES.items():
             kinetic_conn_id="kinetic_gke",
             deferrable=_deferrable,
             poll_interval=0.1,
+            # sync keeps the artifacts so the test can rebuild the Job from them;
+            # deferrable checks that they are cleaned up.
+            cleanup="artifacts" if _deferrable else "none",
         )
     globals()[_dag.dag_id] = _dag
 

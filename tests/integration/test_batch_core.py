@@ -129,18 +129,19 @@ def test_bad_batch_options_fail_before_anything_is_written(
     tmp_path, inputs, mode, max_concurrent, retries, match
 ):
     store = CountingStore(str(tmp_path / "store"))
+    config = KineticConfig(backend="local", root=store.bucket)
     with pytest.raises((ValueError, TypeError), match=match):
         plan_batch(
             JobRequest(func=scale),
             inputs,
             mode,
             store,
-            config=KineticConfig(backend="local", root=store.bucket),
+            config=config,
             max_concurrent=max_concurrent,
             retries=retries,
             fail_fast=False,
         )
-    assert store.writes == [] and not (tmp_path / "store").exists()
+    assert store.writes == [] and not [p for p in (tmp_path / "store").rglob("*") if p.is_file()]
 
 
 def test_input_modes_auto(tmp_path):

@@ -50,7 +50,9 @@ def rows_in(path: str, *also: str) -> dict:
     for other in also:
         datasets.load_from_disk(other)
     splits = {"all": ds} if isinstance(ds, datasets.Dataset) else dict(ds)
-    return {"is_dir": os.path.isdir(path), **{k: v["x"] for k, v in splits.items()}}
+    # Plain lists: a datasets column is memory-mapped from the job's work dir, which
+    # the runner removes when the job ends.
+    return {"is_dir": os.path.isdir(path), **{k: list(v["x"]) for k, v in splits.items()}}
 
 
 # ---- file:// ----------------------------------------------------------------------

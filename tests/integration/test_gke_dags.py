@@ -15,6 +15,7 @@ through the API (``/status`` patches), as the kubelet would.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -35,7 +36,9 @@ from airflow_provider_kinetic.core.backends import k8s_status as ks
 from airflow_provider_kinetic.core.backends.local import RUNNER_MODULE
 from airflow_provider_kinetic.core.backends.manifests import job_manifest
 from airflow_provider_kinetic.core.jobspec import SpecInputs, build_job_spec
+from airflow_provider_kinetic.core.signing import job_key
 from airflow_provider_kinetic.core.storage.gcs import GcsStore
+from airflow_provider_kinetic.hooks.signing import deployment_secret
 from tests.fixtures.airflow_env import task_states, xcoms
 from tests.fixtures.google_creds import FakeCredentials
 from tests.fixtures.k8s_double import ThreadedDouble, by_code_under_test, threaded_double, to_json
@@ -152,9 +155,20 @@ class Kubelet(threading.Thread):
         self.api.patch_status(pod_path, pod_status(phase, terminated=done))
         self.api.patch_status(f"{JOBS}/{name}", {"succeeded": 1} if code == 0 else {"failed": 1})
 
+    def env_value(self, entry: dict[str, Any]) -> str:
+        """A container env entry's value, resolving ``secretKeyRef`` as the kubelet does."""
+        if "value" in entry:
+            return entry["value"]
+        ref = entry["valueFrom"]["secretKeyRef"]
+        secret = self.api.read(f"/api/v1/namespaces/{NS}/secrets/{ref['name']}")
+        assert secret is not None, f"the pod needs Secret {ref['name']}, which does not exist"
+        if ref["key"] in (secret.get("stringData") or {}):
+            return secret["stringData"][ref["key"]]
+        return base64.b64decode(secret["data"][ref["key"]]).decode()
+
     def run_the_runner(self, container: dict[str, Any]) -> int:
         """The container's args and env, with this interpreter's runner module as command."""
-        env = {e["name"]: e["value"] for e in container["env"]}
+        env = {e["name"]: self.env_value(e) for e in container["env"]}
         env["STORAGE_EMULATOR_HOST"] = os.environ["STORAGE_EMULATOR_HOST"]
         proc = subprocess.run(
             [sys.executable, "-u", "-m", RUNNER_MODULE, *container["args"]],
@@ -215,6 +229,8 @@ def expected_job(bucket: str, job_id: str, dr: Any, task_id: str) -> dict[str, A
                 "map_index": -1,
                 "try_number": 1,
             },  # fmt: skip
+            # Only a reference reaches the manifest; the value is in the Secret.
+            secrets={"KINETIC_RESULT_KEY": job_key(deployment_secret(), job_id)},
         )
     )
     return to_json(job_manifest(spec))
@@ -248,17 +264,31 @@ def test_gke_job_end_to_end(load_dag, connections, api, google_token, capfd, mod
     )  # fmt: skip
     assert handle["image_uri"] == IMAGE and handle["func_name"] == "gke_steps"
 
-    # The Job sent is exactly the manifest of this run's spec.
-    assert job == expected_job(bucket, job_id, dr, "steps")
+    # Collected: the Job is deleted, and (with cleanup="artifacts") its store objects.
+    assert api.read(f"{JOBS}/{job['metadata']['name']}") is None
+    if mode == "deferrable":
+        assert GcsStore(bucket).list(f"{job_id}/") == []
+    else:  # The Job sent is exactly the manifest of this run's spec.
+        assert job == expected_job(bucket, job_id, dr, "steps")
     labels = job["metadata"]["labels"]
     assert labels["airflow-dag-id"] == dr.dag_id and labels["airflow-task-id"] == "steps"
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == IMAGE
-    payload_sha = hashlib.sha256(GcsStore(bucket).read_bytes(f"{job_id}/payload.pkl"))
-    assert container["args"][container["args"].index("--payload-sha256") + 1] == (
-        payload_sha.hexdigest()
-    )
-    env = {e["name"]: e["value"] for e in container["env"]}
+    if mode == "sync":
+        payload_sha = hashlib.sha256(GcsStore(bucket).read_bytes(f"{job_id}/payload.pkl"))
+        assert container["args"][container["args"].index("--payload-sha256") + 1] == (
+            payload_sha.hexdigest()
+        )
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    # The result key reaches the pod from the job's Secret, never as a plain value.
+    (key_ref,) = [e for e in container["env"] if e["name"] == "KINETIC_RESULT_KEY"]
+    secret_name = f"kinetic-{job_id}-secrets"
+    assert key_ref["valueFrom"] == {"secretKeyRef": {"name": secret_name, "key": key_ref["name"]}}
+    secret = api.read(f"/api/v1/namespaces/{NS}/secrets/{secret_name}")
+    assert secret["stringData"] == {"KINETIC_RESULT_KEY": job_key(deployment_secret(), job_id)}
+    assert secret["metadata"]["labels"]["job-id"] == job_id
+    posts = [r.url.path for r in api.requests() if r.method == "POST"]
+    assert posts.index(f"/api/v1/namespaces/{NS}/secrets") < posts.index(JOBS)  # Secret first
     assert env["KINETIC_OUTPUT_DIR"] + "/" == x[("steps", "output_dir")]
     assert (env["JOB_ID"], env["GCS_BUCKET"]) == (job_id, bucket)
 
@@ -276,7 +306,8 @@ def test_gke_job_end_to_end(load_dag, connections, api, google_token, capfd, mod
     (post,) = api.sent("POST", JOBS)
     assert post.headers["Authorization"] == "Bearer tok-1"  # the Google token path ran
     assert google_token and all(c.refreshes <= 1 for c in google_token)
-    assert api.sent("DELETE") == []  # success leaves the Job to its TTL
+    # Collected: the Job is deleted at once (a LeaderWorkerSet has no TTL at all).
+    assert [r.url.path for r in api.sent("DELETE")] == [f"{JOBS}/{job['metadata']['name']}"]
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -130,6 +130,9 @@ def test_kinetic_runner_executes_our_job(fake_gcs, gcs_bucket, tmp_path):
         store,
     )
     assert handle.k8s_name == f"kinetic-{handle.job_id}"
+    # Submitted for kinetic's own runner (no signing secret): its result is unsigned,
+    # and the handle says so; jobs for our runner always sign.
+    assert handle.result_auth == "none" and not spec.secrets
     assert spec.command == ["python3", "-u", "/app/remote_runner.py"]
     proc = kinetic_runner(spec.args)
     assert proc.returncode == 0, proc.stderr[-3000:]

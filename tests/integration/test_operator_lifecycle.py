@@ -97,7 +97,7 @@ def test_retry_adopts_the_running_job_instead_of_submitting_again(local_conn, ca
     config = KineticConfig(backend="local", root=str(local_conn))
     backend = LocalBackend(config.bucket_name)
     previous, _ = submit_job(JobRequest(func=sleepy, args=(1.5, 42)), config, backend)
-    store = StateStore(kinetic_job=previous)
+    store = StateStore(kinetic_job=previous.to_dict())
     op = KineticRunOperator(
         task_id="t",
         python_callable=sleepy,

@@ -137,12 +137,14 @@ class Standalone:
 
 
 @contextlib.contextmanager
-def run_standalone(tmp_path: Path) -> Iterator[Standalone]:
+def run_standalone(
+    tmp_path: Path, dag_file: Path = REPO / "dags_examples" / "retrain_daily.py"
+) -> Iterator[Standalone]:
     """Start standalone in its own session; always kill the whole group, and print
     the tail of its log when anything inside the ``with`` block fails."""
     home = tmp_path / "standalone-home"
     (home / "dags").mkdir(parents=True)
-    shutil.copy(REPO / "dags_examples" / "retrain_daily.py", home / "dags")
+    shutil.copy(dag_file, home / "dags")
     port = _free_port()
     log_path = tmp_path / "standalone.log"
     airflow = Path(sys.executable).parent / "airflow"
@@ -255,3 +257,61 @@ def _run_and_check(s: Standalone) -> None:
     assert any(line.endswith(": SUCCEEDED") for line in trigger_lines), trigger_lines
     assert "Trigger fired event" in events
     assert "Starting the triggerer" in s.log_path.read_text(errors="replace")
+
+
+def test_clearing_a_deferred_task_runs_one_new_job(tmp_path: Path):
+    """A clear while deferred means "run it again": the old job is cancelled (never
+    adopted), one new job runs, and the task succeeds on its second try."""
+    dag_id, run_id, marker = "kinetic_clear", "clear_run", tmp_path / "executions"
+    with run_standalone(tmp_path, REPO / "tests" / "dags" / "kinetic_clear_dags.py") as s:
+        s.wait_for(
+            f"DAG {dag_id} to be parsed",
+            lambda: s.api("GET", f"/dags/{dag_id}").status_code == 200,
+            RUN_DEADLINE_S,
+        )
+        assert s.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}).status_code == 200
+        resp = s.api(
+            "POST",
+            f"/dags/{dag_id}/dagRuns",
+            json={
+                "dag_run_id": run_id,
+                "logical_date": LOGICAL_DATE,
+                "conf": {"marker": str(marker)},
+            },
+        )
+        assert resp.status_code == 200, resp.text
+        ti_path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/work"
+
+        def deferred_and_running() -> bool:
+            ti = s.api("GET", ti_path)
+            return ti.status_code == 200 and ti.json()["state"] == "deferred" and marker.exists()
+
+        s.wait_for("the task to defer while its job runs", deferred_and_running, RUN_DEADLINE_S)
+        jobs_dir = s.home / "kinetic" / ".local-jobs"
+        (first_job,) = [p.name for p in jobs_dir.iterdir()]
+        resp = s.api(
+            "POST",
+            f"/dags/{dag_id}/clearTaskInstances",
+            json={"dry_run": False, "dag_run_id": run_id, "task_ids": ["work"],
+                  "only_failed": False, "reset_dag_runs": True},
+        )  # fmt: skip
+        assert resp.status_code == 200, resp.text
+
+        def finished() -> str | None:
+            state = s.json(f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            return state if state in ("success", "failed") else None
+
+        assert s.wait_for("the cleared run to finish", finished, RUN_DEADLINE_S) == "success"
+        ti = s.json(ti_path)
+        assert ti["state"] == "success" and ti["try_number"] == 2
+        value = s.api(
+            "GET", ti_path + "/xcomEntries/return_value", params={"deserialize": True}
+        ).json()["value"]
+        assert value == "execution 2"
+        jobs = sorted(p.name for p in jobs_dir.iterdir())
+        assert len(jobs) == 2 and first_job in jobs  # exactly one new job
+        first = jobs_dir / first_job
+        assert (first / "cancelled").exists() and (first / "exit_code").read_text() != "0"
+        second = next(jobs_dir / j for j in jobs if j != first_job)
+        assert (second / "exit_code").read_text() == "0"
+        assert marker.read_text().count("run") == 2

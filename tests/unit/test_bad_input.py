@@ -148,3 +148,35 @@ def test_unsupported_data_scheme(env) -> None:
 def test_bad_capture_env_entry(env) -> None:
     msg = submit_fails(env, ValueError, capture_env_vars=["OK", ""])
     assert "capture_env_vars" in msg
+
+
+@pytest.mark.parametrize(
+    ("volumes", "match"),
+    [
+        ({"/": None}, "would hide '/'"),
+        ({"/etc": None}, "inside the system directory /etc"),
+        ({"/usr/local/data": None}, "inside the system directory /usr"),
+        ({"/var/lib/x": None}, "inside the system directory /var"),
+        ({"/tmp": None}, "would hide '/tmp'"),
+        ({"/mnt/../etc": None}, "contains '..'"),
+        ({"/mnt/x/..": None}, "contains '..'"),
+        ({"//etc/x": None}, "inside the system directory /etc"),
+        ({"/mnt/a": None, "/mnt/a/": None}, "are the same path '/mnt/a'"),
+        ({"/mnt/a": None, "/mnt//a": None}, "are the same path '/mnt/a'"),
+        ({"/mnt/a": None, "/mnt/a/b": None}, "are nested"),
+        ({"/mnt/a/b": None, "/mnt/a": None}, "are nested"),
+        ({"/_kinetic/fuse-data": None}, "reserved"),
+    ],
+)
+def test_dangerous_mount_paths_are_refused_before_any_upload(env, volumes, match) -> None:
+    good = env[3]
+    msg = submit_fails(env, ValueError, volumes=dict.fromkeys(volumes, good))
+    assert re.search(match, msg), msg
+    assert next(iter(volumes)) in msg  # the message names the path as given
+
+
+def test_safe_mount_paths_pass(env) -> None:
+    from airflow_provider_kinetic.core.mounts import check_mount_paths
+
+    paths = ["/mnt/a", "/mnt/b", "/data/x/y", "/tmp/work", "/etcetera", "/mnt/ab"]
+    assert check_mount_paths(paths, "/_kinetic/fuse-data") == {p: p for p in paths}

@@ -9,6 +9,7 @@ import pytest
 
 from airflow_provider_kinetic.core import batchrun
 from airflow_provider_kinetic.core.backends.base import StatusReport
+from airflow_provider_kinetic.core.backends.k8s_status import REASON_PREEMPTED
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.payload import dump_result, make_result
@@ -58,7 +59,7 @@ def test_retry_requeues_then_gives_up(tmp_path):
 def test_preemption_is_retried_apart_from_retries(tmp_path):
     store, backend = LocalStore(str(tmp_path)), Recorder()
     s = state(1, {0: "job-p"}, retries=0)
-    preempted = StatusReport(JobStatus.FAILED, batchrun.REASON_PREEMPTED)
+    preempted = StatusReport(JobStatus.FAILED, REASON_PREEMPTED)
     batchrun.observe(s, {"job-p": preempted}, backend, store)
     assert s.queue == [0] and s.preemptions == {0: 1} and s.attempts[0] == 0
     # A preemption-like reason with a failure payload is the function's fault: no retry.

@@ -79,7 +79,7 @@ def test_dry_run_rejects_multi_host_on_gke(monkeypatch):
                 "conn_type": "kinetic",
                 "extra": {
                     "backend": "gke",
-                    "bucket": "b",
+                    "bucket": "bkt-1",
                     "project": "p",
                     "zone": "z",
                     "cluster": "c",
@@ -110,6 +110,26 @@ def test_map_operator_dry_run_shows_a_child(gke_conn, capsys):
     labels = manifest["metadata"]["labels"]
     assert labels["kinetic-group-index"] == "0" and labels["kinetic-group-id"].startswith("grp-")
     env = {
-        e["name"]: e["value"] for e in manifest["spec"]["template"]["spec"]["containers"][0]["env"]
+        e["name"]: e.get("value")
+        for e in manifest["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     assert env["KINETIC_GROUP_INDEX"] == "0" and env["KINETIC_OUTPUT_DIR"].endswith("/sweep/-1/0")
+
+
+def test_dry_run_shows_secret_references_never_values(gke_conn, monkeypatch):
+    monkeypatch.setenv("KN_DRY_PASSWORD", "hunter2-dry-run")
+    op = KineticRunOperator(
+        task_id="train",
+        python_callable=train,
+        op_args=["x"],
+        capture_env_vars=["KN_DRY_PASSWORD"],
+        kinetic_conn_id="kinetic_dry",
+    )
+    manifest = op.dry_run()
+    assert "hunter2-dry-run" not in json.dumps(manifest)
+    env = manifest["spec"]["template"]["spec"]["containers"][0]["env"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in env if "valueFrom" in e}
+    assert refs == {
+        "KN_DRY_PASSWORD": "kinetic-job-dryrun00-secrets",
+        "KINETIC_RESULT_KEY": "kinetic-job-dryrun00-secrets",
+    }

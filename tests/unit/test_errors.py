@@ -27,7 +27,9 @@ from airflow_provider_kinetic.core.payload import (
     dump_result,
     make_result,
 )
+from airflow_provider_kinetic.core.signing import sign
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectNotFound, PreconditionFailed
+from airflow_provider_kinetic.hooks.signing import result_key
 from tests.fixtures import records
 
 
@@ -65,14 +67,15 @@ def test_failed_job_raises_kinetic_job_failed_with_the_remote_cause(tmp_path):
     blob, _ = dump_result(
         make_result(success=False, exception=ZeroDivisionError("x/0"), traceback="tb")
     )
+    handle = records.handle("job-00000001", str(tmp_path))
+    store.write_bytes("job-00000001/result.pkl.sig", sign(result_key(handle), blob).encode())
     store.write_bytes("job-00000001/result.pkl", blob)
     op = KineticRunOperator(task_id="t", python_callable=len)
     backend = Quiet(str(tmp_path))
-    handle = records.handle("job-00000001", str(tmp_path))
     with pytest.raises(
         KineticJobFailed, match="job-00000001 failed: ZeroDivisionError: x/0"
     ) as info:
-        op._finish(store, backend, handle, StatusReport(JobStatus.FAILED, "exit code 1"), 0)
+        op._finish({}, store, backend, handle, StatusReport(JobStatus.FAILED, "exit code 1"), 0)
     assert info.value.job_id == "job-00000001"
     assert isinstance(info.value.__cause__, ZeroDivisionError)
     assert "Remote traceback:\ntb" in info.value.__cause__.__notes__

@@ -10,6 +10,7 @@ unknown fields fail).  LeaderWorkerSets go through the LWS v0.5.1 CRD schema
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -333,3 +334,42 @@ def _cached_k8s_schemas() -> Any:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(kv_utils, "schema_contents", functools.lru_cache(kv_utils.schema_contents))
         yield
+
+
+def test_secret_is_created_first_then_owned_by_the_job_and_removed_if_creation_fails():
+    """The submit plan, driven by hand: no I/O, every call and its order checked."""
+    from airflow_provider_kinetic.core.backends.gke import GkeBackend, KubernetesApiError, Reply
+    from airflow_provider_kinetic.core.jobspec import SpecInputs, build_job_spec
+
+    spec = build_job_spec(
+        SpecInputs(
+            job_id="job-0000feed", bucket="b", context_uri="gs://b/c", payload_uri="gs://b/p",
+            result_uri="gs://b/r", payload_sha256="0", context_sha256="0",
+            accelerator=parse_accelerator("cpu"), image="i", output_dir="gs://b/o",
+            namespace="ns", secrets={"KINETIC_RESULT_KEY": "ab" * 32},
+        )
+    )  # fmt: skip
+    manifest = GkeBackend.manifest(spec)
+    assert "ab" * 32 not in json.dumps(manifest)  # the value is never in the Job
+    backend = GkeBackend(lambda: None)
+    plan = backend._submit_plan(spec)
+    secret_call = next(plan)
+    assert secret_call.method == "create_namespaced_secret"
+    assert secret_call.args[1]["stringData"] == {"KINETIC_RESULT_KEY": "ab" * 32}
+    job_call = plan.send(Reply(201, b"{}"))
+    assert job_call.method == "create_namespaced_job"
+    created = {**manifest, "metadata": {**manifest["metadata"], "uid": "u-1"}}
+    patch = plan.send(Reply(201, json.dumps(created).encode()))
+    assert patch.method == "patch_namespaced_secret"
+    (owner,) = patch.args[2]["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", "kinetic-job-0000feed", "u-1")
+    with pytest.raises(StopIteration):
+        plan.send(Reply(200, b"{}"))
+    # The Job cannot be created: its Secret is deleted again and the error names the Job.
+    plan = backend._submit_plan(spec)
+    next(plan)
+    plan.send(Reply(201, b"{}"))
+    delete = plan.send(Reply(403, b'{"message": "forbidden"}'))
+    assert delete.method == "delete_namespaced_secret"
+    with pytest.raises(KubernetesApiError, match="creating Job ns/kinetic-job-0000feed: HTTP 403"):
+        plan.send(Reply(200, b"{}"))

@@ -23,6 +23,7 @@ from airflow_provider_kinetic.core.batch import PAYLOAD_CACHE
 from airflow_provider_kinetic.core.jobspec import JobSpec
 from airflow_provider_kinetic.core.submit import plan_job
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
+from airflow_provider_kinetic.hooks.signing import deployment_secret
 
 IDENTITY = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 1}
 CHILD = 2
@@ -48,11 +49,12 @@ def planned(op: Any) -> tuple[JobSpec, dict[str, Any], str]:
     store = config.store()
     if isinstance(op, KineticMapOperator):
         state, objects, _ = op.plan(None, store, config)
-        spec = batchrun.child_spec(state, CHILD, "job-0000000c", config, store)
+        spec = batchrun.child_spec(state, CHILD, "job-0000000c", config, store, deployment_secret())
         handle = state.template.handle(config, store, spec, CHILD)
         blob = next(v for k, v in objects.items() if k.startswith(PAYLOAD_CACHE) and ".pkl" in k)
     else:
-        plan = plan_job(op.build_request(IDENTITY, store.uri), config, store, "job-0000000a")
+        request = op.build_request(IDENTITY, store.uri)
+        plan = plan_job(request, config, store, "job-0000000a", deployment_secret())
         spec, handle, blob = plan.spec, plan.handle, plan.packed.payload
     assert handle.job_id == spec.job_id and handle.image_uri == spec.container["image"]
     return spec, cloudpickle.loads(blob), handle.accelerator
@@ -103,9 +105,11 @@ CASES: dict[str, tuple[Callable[[Path], dict], Callable[..., bool]]] = {
     ),
     "capture_env_vars": (
         lambda p: {"capture_env_vars": ["KN_OPT_*"]},
+        # A secret of the job (Secret / 0600 file), never plain env or payload.
         lambda s, pl, acc, child: (
-            s.env["KN_OPT_SECRET_FREE"] == "forwarded"
-            and pl["env_vars"]["KN_OPT_SECRET_FREE"] == "forwarded"
+            s.secrets["KN_OPT_SECRET_FREE"] == "forwarded"
+            and "KN_OPT_SECRET_FREE" not in s.env
+            and "KN_OPT_SECRET_FREE" not in pl["env_vars"]
         ),
     ),
     "cpu": (
@@ -137,7 +141,7 @@ def test_cases_cover_every_shared_option():
     from airflow_provider_kinetic.operators.common import KineticOperatorBase
 
     params = set(inspect.signature(KineticOperatorBase.__init__).parameters) - {"self", "kwargs"}
-    waiting_only = {"deferrable", "poll_interval"}  # how the task waits, not what runs
+    waiting_only = {"deferrable", "poll_interval", "cleanup"}  # how it waits, what stays after
     assert params - waiting_only - set(CASES) == set()
 
 

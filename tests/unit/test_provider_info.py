@@ -66,3 +66,10 @@ def test_public_api_is_listed_and_resolves():
     for name in pkg.__all__:
         assert getattr(pkg, name) is not None, name
     assert pkg.KineticMapOperator.__module__ == "airflow_provider_kinetic.operators.map"
+
+
+def test_kinetic_config_options_are_declared_with_defaults():
+    airflow = [sys.executable, "-m", "airflow", "config", "get-value", "kinetic"]
+    for option, default in (("max_xcom_result_bytes", "1048576"), ("allow_local_fallback", "True")):
+        out = subprocess.run([*airflow, option], capture_output=True, text=True, check=True)
+        assert out.stdout.strip().splitlines()[-1] == default, out.stderr

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -55,6 +56,9 @@ class Backend(abc.ABC):
     #: Whether building an instance needs Kubernetes API credentials (the Airflow
     #: layer then passes ``api_client_factory`` to :meth:`from_config`).
     needs_cluster: ClassVar[bool] = False
+    #: First delay between polls (doubling up to ``poll_interval``); ``None`` polls
+    #: every ``poll_interval`` from the start (a cluster's request rate stays as it was).
+    first_poll_s: ClassVar[float | None] = None
 
     # ---- what a kind can tell without an instance --------------------------------
     @classmethod
@@ -140,3 +144,11 @@ class Backend(abc.ABC):
 
     async def acancel(self, handle: JobHandle) -> None:
         await asyncio.to_thread(self.cancel, handle)
+
+    # Waiting between polls: backends that can see a job end may return early.
+    def wait(self, handles: list[JobHandle], seconds: float) -> None:
+        """Sleep up to ``seconds``; return early if one of ``handles`` may have ended."""
+        time.sleep(seconds)
+
+    async def await_change(self, handles: list[JobHandle], seconds: float) -> None:
+        await asyncio.sleep(seconds)

@@ -26,15 +26,20 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import kubernetes.client as k8s
-from kubernetes.client.exceptions import ApiException
 
 from airflow_provider_kinetic.core.accelerators import Accelerator
-from airflow_provider_kinetic.core.backends import k8s_logs, k8s_status
+from airflow_provider_kinetic.core.backends import k8s_logs, k8s_retry, k8s_status
 from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
-from airflow_provider_kinetic.core.backends.manifests import GROUP_LABEL, job_manifest, job_name
+from airflow_provider_kinetic.core.backends.manifests import (
+    GROUP_LABEL,
+    job_manifest,
+    job_name,
+    owner_reference,
+    secret_manifest,
+)
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
-from airflow_provider_kinetic.core.jobspec import CONTAINER_NAME, JobSpec, label_value
+from airflow_provider_kinetic.core.jobspec import CONTAINER_NAME, JobSpec, label_value, secret_name
 
 if TYPE_CHECKING:
     from airflow_provider_kinetic.core.config import KineticConfig
@@ -247,10 +252,39 @@ class GkeBackend(Backend):
                 "%s spans %d hosts but runs as one pod; the pathways backend runs one pod per host",
                 spec.accelerator.canonical, spec.accelerator.num_nodes,
             )  # fmt: skip
-        body = job_manifest(spec)
-        reply = yield Call("BatchV1Api", "create_namespaced_job", (spec.namespace, body))
+        call = Call("BatchV1Api", "create_namespaced_job", (spec.namespace, job_manifest(spec)))
+        yield from self._with_secrets(spec, call, f"Job {spec.namespace}/{spec.name}")
+
+    def _with_secrets(self, spec: JobSpec, create: Call, what: str) -> Plan[None]:
+        """Create the job's Secret, then the job (``create``), then make the job own the
+        Secret so it goes with it.  If the job cannot be created the Secret is deleted."""
+        secret = secret_manifest(spec)
+        if secret is not None:
+            reply = yield Call("CoreV1Api", "create_namespaced_secret", (spec.namespace, secret))
+            if not reply.ok:
+                raise KubernetesApiError(f"creating the Secret of {what}", reply)
+        reply = yield create
         if not reply.ok:
-            raise KubernetesApiError(f"creating Job {spec.namespace}/{spec.name}", reply)
+            if secret is not None:
+                yield from self._delete_secret(spec)
+            raise KubernetesApiError(f"creating {what}", reply)
+        created = reply.json() or {}
+        if secret is not None and (created.get("metadata") or {}).get("uid"):
+            patch = {"metadata": {"ownerReferences": [owner_reference(created)]}}
+            name = secret["metadata"]["name"]
+            reply = yield Call(
+                "CoreV1Api", "patch_namespaced_secret", (name, spec.namespace, patch)
+            )
+            if not reply.ok:
+                log.warning("could not make %s own its Secret: HTTP %s", what, reply.status)
+
+    def _delete_secret(self, spec: JobSpec) -> Plan[None]:
+        call = Call(
+            "CoreV1Api", "delete_namespaced_secret", (secret_name(spec.job_id), spec.namespace)
+        )
+        reply = yield call
+        if not reply.ok and reply.status != 404:
+            log.warning("could not delete the Secret of job %s: HTTP %s", spec.job_id, reply.status)
 
     def _status_plan(self, handle: JobHandle) -> Plan[StatusReport]:
         ns, name = self.where(handle)
@@ -372,24 +406,11 @@ class GkeBackend(Backend):
             return stop.value
 
     def _send(self, call: Call) -> Reply:
-        for attempt in (1, 2):
-            client = self._sync_client()
-            api = getattr(k8s, call.api)(client)
-            try:
-                resp = getattr(api, call.method)(*call.args, _preload_content=False, **call.kwargs)
-                reply = Reply(resp.status, resp.data or b"")
-                resp.release_conn()
-            except ApiException as exc:
-                if not exc.status:  # TLS or transport failure, not an HTTP answer
-                    raise
-                body = exc.body or b""
-                reply = Reply(exc.status, body.encode() if isinstance(body, str) else body)
-            if reply.status == 401 and attempt == 1:
-                log.info("Kubernetes API answered 401; refreshing credentials and retrying once")
-                self._reset_client(client)
-                continue
-            return reply
-        raise AssertionError("unreachable")
+        """One call: 429/5xx/lost connections retried, a 401 renews the client once
+        (:mod:`~airflow_provider_kinetic.core.backends.k8s_retry`)."""
+        policy = k8s_retry.policy_for(self)
+        answer = k8s_retry.send(call, self._sync_client, self._reset_client, policy)
+        return Reply(answer.status, answer.body)
 
     def _sync_client(self) -> k8s.ApiClient:
         with self._lock:
@@ -417,29 +438,20 @@ class GkeBackend(Backend):
             await client.close()
 
     async def _asend(self, call: Call, client: Any) -> tuple[Reply, Any]:
-        import kubernetes_asyncio.client as ak8s
+        """:meth:`_send` on the event loop; returns the client to go on with."""
 
-        for attempt in (1, 2):
-            api = getattr(ak8s, call.api)(client)
-            resp = await getattr(api, call.method)(
-                *call.args, _preload_content=False, **call.kwargs
-            )
-            try:
-                reply = Reply(resp.status, await resp.read())
-            finally:
-                resp.release()
-            if reply.status == 401 and attempt == 1:
-                log.info("Kubernetes API answered 401; refreshing credentials and retrying once")
-                await client.close()
-                _invalidate(self._factory)
-                if self._async_factory is not None:
-                    _invalidate(self._async_factory)
-                with self._lock:
-                    self._client = None
-                client = await self._new_async_client()
-                continue
-            return reply, client
-        raise AssertionError("unreachable")
+        async def renew(stale: Any) -> Any:
+            await stale.close()
+            _invalidate(self._factory)
+            if self._async_factory is not None:
+                _invalidate(self._async_factory)
+            with self._lock:
+                self._client = None
+            return await self._new_async_client()
+
+        policy = k8s_retry.policy_for(self)
+        answer, client = await k8s_retry.asend(call, client, renew, policy)
+        return Reply(answer.status, answer.body), client
 
     async def _new_async_client(self) -> Any:
         if self._async_factory is not None:

@@ -1,6 +1,6 @@
 """The embedded local backend: the pod's command, run as a detached local process.
 
-Job state lives on disk under ``{root}/.local-jobs/{job_id}/`` (``pid``,
+Job state lives on disk under ``{root}/.local-jobs/{job_id}/`` (a 0700 dir: ``pid``,
 ``exit_code``, ``log``, ``spec.json``, ``cancelled``) so a trigger in another process,
 or a retry after the worker died, can read status, logs and results.  The process
 is started in its own session (a process group) that outlives the Airflow task
@@ -9,6 +9,7 @@ process; ``cancel`` kills the whole group.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -21,8 +22,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.backends.supervise import SECRETS_FILE
 from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.jobspec import JobSpec
+from airflow_provider_kinetic.core.locallinks import LOCAL_MOUNTS_ENV
 from airflow_provider_kinetic.core.storage import LocalStore
 
 if TYPE_CHECKING:
@@ -31,9 +34,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATE_DIR = ".local-jobs"
+
 #: The module the local process runs in place of the image's runner script.
 RUNNER_MODULE = "airflow_provider_kinetic.runner"
 _CANCEL_GRACE_S = 5.0
+#: How often a waiting poll loop looks for a local job's exit-code file.
+_WAKE_S = 0.02
 
 
 def local_devices() -> dict[str, int]:
@@ -55,6 +61,7 @@ def local_command(spec: JobSpec) -> list[str]:
 def local_env(spec: JobSpec, devices: dict[str, int] | None = None) -> tuple[dict[str, str], str]:
     """The pod's env adjusted to this machine; returns (env overlay, note for the log)."""
     env = spec.env
+    env[LOCAL_MOUNTS_ENV] = "1"  # the runner links volumes instead of writing host paths
     devices = local_devices() if devices is None else devices
     accel = spec.accelerator
     note = f"running {accel.canonical} job on this machine's CPU"
@@ -80,6 +87,7 @@ class LocalBackend(Backend):
     """Runs jobs as local processes; state and logs on disk under ``root``."""
 
     name = "local"
+    first_poll_s = 0.1  # local jobs often end in well under a second
 
     def __init__(self, root: str):
         self.root = os.path.abspath(root)
@@ -107,7 +115,10 @@ class LocalBackend(Backend):
     @classmethod
     def manifest(cls, spec: JobSpec) -> dict[str, Any]:
         env, note = local_env(spec)
-        return {"kind": "LocalProcess", "argv": local_command(spec), "env": env, "note": note}
+        manifest = {"kind": "LocalProcess", "argv": local_command(spec), "env": env, "note": note}
+        if spec.secrets:  # names only: the values travel in a 0600 file
+            manifest["secret_env"] = {name: SECRETS_FILE for name in sorted(spec.secrets)}
+        return manifest
 
     def job_dir(self, job_id: str) -> str:
         return os.path.join(self.root, STATE_DIR, job_id)
@@ -115,12 +126,16 @@ class LocalBackend(Backend):
     # ---- submit ---------------------------------------------------------------
     def submit(self, spec: JobSpec) -> None:
         jdir = self.job_dir(spec.job_id)
-        os.makedirs(jdir)  # a second submit of the same id must fail, not double-run
+        os.makedirs(os.path.dirname(jdir), exist_ok=True)
+        os.mkdir(jdir, 0o700)  # a second submit of the same id must fail, not double-run
         argv = local_command(spec)
         overlay, note = local_env(spec)
         log.info("local backend: %s", note)
-        with open(os.path.join(jdir, "spec.json"), "w") as f:
+        with _private(os.path.join(jdir, "spec.json")) as f:
             json.dump({"argv": argv, "env": overlay, "name": spec.name}, f, indent=2)
+        if spec.secrets:  # read (and deleted at the end) by the supervisor
+            with _private(os.path.join(jdir, SECRETS_FILE)) as f:
+                json.dump(spec.secrets, f)
         env = {**os.environ, **overlay, "PYTHONUNBUFFERED": "1"}
         log_file = open(os.path.join(jdir, "log"), "ab")  # noqa: SIM115 - handed to the child
         try:
@@ -195,6 +210,22 @@ class LocalBackend(Backend):
         cut = data.rfind(b"\n") + 1
         return data[:cut].decode("utf-8", "replace"), offset + cut
 
+    # ---- waiting: wake as soon as a job's supervisor writes its exit code ------------
+    def _any_ended(self, handles: list[JobHandle]) -> bool:
+        return any(
+            os.path.exists(os.path.join(self.job_dir(h.job_id), "exit_code")) for h in handles
+        )
+
+    def wait(self, handles: list[JobHandle], seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._any_ended(handles) and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(_WAKE_S, left))
+
+    async def await_change(self, handles: list[JobHandle], seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._any_ended(handles) and (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(_WAKE_S, left))
+
     def cancel(self, handle: JobHandle) -> None:
         jdir = self.job_dir(handle.job_id)
         pid = _read(os.path.join(jdir, "pid"))
@@ -248,6 +279,11 @@ def _alive(pid: int, jdir: str) -> bool:
         except (OSError, IndexError):
             return False
     return True
+
+
+def _private(path: str) -> Any:
+    """A new file only the owner can read (0600, whatever the umask)."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w")
 
 
 def _read(path: str) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from airflow_provider_kinetic.core.jobspec import JobSpec
+from airflow_provider_kinetic.core.jobspec import JobSpec, secret_name
 
 #: Label that marks every Job (and pod) of one batch, so one list call answers for
 #: all children (``Backend.batch_status``).  Set it through ``SpecInputs.extra_labels``.
@@ -103,6 +103,39 @@ def lws_manifest(
                 "workerTemplate": copy.deepcopy(template),
             },
         },
+    }
+
+
+def secret_manifest(spec: JobSpec) -> dict[str, Any] | None:
+    """The Secret with the job's secret env (``None`` when it has none).
+
+    Created before the Job/LWS and then owned by it (``owner_reference``), so deleting
+    the job deletes its secrets; never part of a dry run's output.
+    """
+    if not spec.secrets:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": secret_name(spec.job_id),
+            "namespace": spec.namespace,
+            "labels": dict(spec.labels),
+        },
+        "type": "Opaque",
+        "stringData": dict(spec.secrets),
+    }
+
+
+def owner_reference(obj: dict[str, Any]) -> dict[str, Any]:
+    """An ownerReference to a created object (its reply carries the uid)."""
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "blockOwnerDeletion": False,
     }
 
 

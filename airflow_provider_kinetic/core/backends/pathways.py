@@ -80,11 +80,10 @@ class PathwaysBackend(GkeBackend):
         version = yield from self._version_plan()
         body = lws_manifest(spec, f"{LWS_GROUP}/{version}")
         name = body["metadata"]["name"]
-        reply = yield self._custom(
+        create = self._custom(
             "create_namespaced_custom_object", LWS_GROUP, version, spec.namespace, LWS_PLURAL, body
         )
-        if not reply.ok:
-            raise KubernetesApiError(f"creating LeaderWorkerSet {spec.namespace}/{name}", reply)
+        yield from self._with_secrets(spec, create, f"LeaderWorkerSet {spec.namespace}/{name}")
 
     def _status_plan(self, handle: JobHandle) -> Plan[StatusReport]:
         ns, name = self.where(handle)

@@ -59,9 +59,9 @@ class DataScheme(abc.ABC):
         ``target``; returns the path the function receives."""
         raise ValueError(f"a {self.name}:// data ref cannot be materialised: {ref['uri']!r}")
 
-    def mount_fuse(self, ref: dict[str, Any]) -> None:
-        """Runner side, for a FUSE volume ref with this scheme's URI: make it appear at
-        its mount path.  By default the platform (GKE's CSI driver) already did."""
+    def local_source(self, ref: dict[str, Any]) -> str | None:
+        """Runner side: the path on this machine that already holds the ref's content
+        (a local store's cache entry), so a volume can be a link to it; else None."""
         return None
 
     def as_directory(self, uri: str) -> str:

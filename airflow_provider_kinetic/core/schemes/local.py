@@ -78,13 +78,6 @@ class FileUriScheme(LocalPathScheme):
     def materialise(self, ref: dict[str, Any], target: str) -> str:
         return download_from_store(ref, target)
 
-    def mount_fuse(self, ref: dict[str, Any]) -> None:
-        """Local backend: a FUSE volume is the read-only cache dir, linked at its mount
-        path (on GKE the CSI driver mounts ``gs://`` volumes before the runner starts)."""
-        source, mount = ref["uri"][len("file://") :], ref["mount_path"]
-        if os.path.lexists(mount):
-            if os.path.realpath(mount) != os.path.realpath(source):
-                raise FileExistsError(f"FUSE volume mount path {mount!r} already exists")
-            return
-        os.makedirs(os.path.dirname(mount) or "/", exist_ok=True)
-        os.symlink(source, mount)
+    def local_source(self, ref: dict[str, Any]) -> str | None:
+        """The read-only cache entry itself: volumes link to it (shared by all jobs)."""
+        return urllib.parse.unquote(urllib.parse.urlsplit(ref["uri"]).path)

@@ -1,0 +1,81 @@
+"""Nothing is left on disk by jobs: the runner removes its work dir (context, downloaded
+data) whatever the outcome; local job dirs hold only 0600 files in a 0700 dir."""
+
+from __future__ import annotations
+
+import stat
+import time
+from pathlib import Path
+
+from airflow_provider_kinetic.core import batchrun
+from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.batch import plan_batch
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+
+SECRET = b"k" * 32
+
+
+def use(path: str, i: int) -> int:
+    import os
+
+    if i % 7 == 3:
+        raise RuntimeError(f"input {i} fails on purpose")
+    return len(os.listdir(path)) + i
+
+
+def test_fifty_jobs_and_a_batch_leave_no_work_dirs(tmp_path, monkeypatch):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # the jobs' temp dir: inspected afterwards
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    config = KineticConfig(backend="local", root=str(tmp_path / "store"))
+    backend = LocalBackend(config.bucket_name)
+    store = config.store()
+    handles = []
+    for i in range(50):
+        request = JobRequest(func=use, args=(Data(str(data)), i))
+        handles.append(submit_job(request, config, backend, store, SECRET)[0])
+    state, objects, local = plan_batch(
+        JobRequest(func=use, kwargs={"path": Data(str(data))}),
+        [{"i": i} for i in range(12)],
+        "kwargs",
+        store,
+        config=config,
+        max_concurrent=6,
+        retries=0,
+        fail_fast=False,
+        signing_secret=SECRET,
+    )
+    batchrun.start_batch(state, objects, local, store)
+    deadline = time.monotonic() + 240
+    while True:
+        batchrun.launch(state, config, backend, store, SECRET)
+        done = all(backend.status(h).status.is_terminal for h in handles)
+        if done and state.finished:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+        batchrun.observe(
+            state, backend.batch_status(state.group_id, list(state.active.values())), backend, store
+        )
+    outcomes = [backend.status(h).status.value for h in handles]
+    assert outcomes.count("FAILED") == 7 and outcomes.count("SUCCEEDED") == 43
+    assert sorted(set(state.done.values())) == ["FAILED", "SUCCEEDED"]
+    assert list(tmp.iterdir()) == []  # every runner removed its kinetic-run-* dir
+    jobs = Path(config.bucket_name, ".local-jobs")
+    for jdir in jobs.iterdir():
+        assert stat.S_IMODE(jdir.stat().st_mode) == 0o700, jdir
+        for path in jdir.iterdir():
+            if path.name in ("spec.json", "secrets.json"):
+                assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        assert not (jdir / "secrets.json").exists()
+    # Job data in the local store is owner-only too: payload, handle, result.
+    store_root = Path(config.bucket_name)
+    for handle in handles[:5]:
+        for name in ("payload.pkl", "handle.json", "result.pkl"):
+            path = store_root / handle.job_id / name
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path

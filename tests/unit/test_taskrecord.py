@@ -1,0 +1,131 @@
+"""The one rule for every try (core.taskrecord), row by row, on a real LocalStore.
+
+The backend is the local backend with its status answered from a table: the rule
+must decide from the status, the cancel marker, the record's mode and the result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_kinetic.core.backends.base import StatusReport
+from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.payload import dump_result, make_result
+from airflow_provider_kinetic.core.signing import job_key, seal, sign
+from airflow_provider_kinetic.core.storage import LocalStore
+from airflow_provider_kinetic.core.taskrecord import (
+    DEFERRED,
+    SYNC,
+    Step,
+    TaskRecord,
+    cancel_requested,
+    decide_job,
+    read_record,
+    record_key,
+    request_cancel,
+    write_record,
+)
+from tests.fixtures import records
+
+SECRET = b"s" * 32
+IDENTITY = {"dag_id": "d", "run_id": "manual__2026-11-20T00:00:00+00:00", "task_id": "t"}
+
+
+class TableBackend(LocalBackend):
+    def __init__(self, root: str, status: JobStatus, reason: str | None = None):
+        super().__init__(root)
+        self.report = StatusReport(status, reason)
+        self.cancelled: list[str] = []
+
+    def status(self, handle):
+        return self.report
+
+    def cancel(self, handle) -> None:
+        self.cancelled.append(handle.job_id)
+
+
+def put_result(store: LocalStore, job_id: str, ok: bool) -> None:
+    blob, _ = dump_result(
+        make_result(success=ok, result=42, exception=None if ok else ValueError())
+    )
+    store.write_bytes(f"{job_id}/result.pkl.sig", sign(job_key(SECRET, job_id), blob).encode())
+    store.write_bytes(f"{job_id}/result.pkl", blob)
+
+
+def key_of(handle):
+    return job_key(SECRET, handle.job_id)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LocalStore:
+    return LocalStore(str(tmp_path))
+
+
+def record(mode: str = SYNC, delivered: bool = False) -> TaskRecord:
+    handle = records.handle("job-00000001", "/r").to_dict()
+    return TaskRecord(kind="job", mode=mode, handle=handle, delivered=delivered)
+
+
+@pytest.mark.parametrize(
+    ("rec", "status", "result", "step", "why"),
+    [
+        (None, JobStatus.RUNNING, None, Step.SUBMIT, "no earlier job"),
+        (record(delivered=True), JobStatus.SUCCEEDED, True, Step.SUBMIT, "already delivered"),
+        (record(), JobStatus.RUNNING, None, Step.ADOPT, "still RUNNING"),
+        (record(), JobStatus.PENDING, None, Step.ADOPT, "still PENDING"),
+        (record(), JobStatus.SUCCEEDED, True, Step.COLLECT, "collecting"),
+        (record(), JobStatus.NOT_FOUND, True, Step.COLLECT, "collecting"),
+        (record(), JobStatus.NOT_FOUND, False, Step.SUBMIT, "ended NOT_FOUND"),
+        (record(), JobStatus.NOT_FOUND, None, Step.SUBMIT, "ended NOT_FOUND"),
+        (record(), JobStatus.FAILED, False, Step.SUBMIT, "ended FAILED"),
+        (record(DEFERRED), JobStatus.RUNNING, None, Step.SUBMIT, "cleared or marked failed"),
+        (record(DEFERRED), JobStatus.SUCCEEDED, True, Step.COLLECT, "collecting"),
+    ],
+)
+def test_the_table(store, rec, status, result, step, why):
+    backend = TableBackend(store.bucket, status)
+    if result is not None:
+        put_result(store, "job-00000001", result)
+    got, job, _, reason = decide_job(rec, backend, store, key_of)
+    assert got is step and why in reason
+    if rec is not None:
+        assert job.job_id == "job-00000001"
+    # A live job of a deferred try is cancelled (marker first) before running again.
+    cancelled = rec is not None and rec.mode == DEFERRED and status is JobStatus.RUNNING
+    assert backend.cancelled == (["job-00000001"] if cancelled else [])
+    assert cancel_requested(store, records.handle("job-00000001")) is cancelled
+
+
+def test_a_job_being_cancelled_is_never_adopted(store):
+    backend = TableBackend(store.bucket, JobStatus.RUNNING)
+    request_cancel(store, backend, records.handle("job-00000001"))
+    step, _, _, why = decide_job(record(), backend, store, key_of)
+    assert step is Step.SUBMIT and "being cancelled" in why
+
+
+def test_a_forged_result_is_not_collected(store):
+    """NOT_FOUND with a result whose signature does not match: run again."""
+    blob, _ = dump_result(make_result(success=True, result="forged"))
+    store.write_bytes(
+        "job-00000001/result.pkl.sig", sign(job_key(b"x" * 32, "job-00000001"), blob).encode()
+    )
+    store.write_bytes("job-00000001/result.pkl", blob)
+    backend = TableBackend(store.bucket, JobStatus.NOT_FOUND)
+    assert decide_job(record(), backend, store, key_of)[0] is Step.SUBMIT
+
+
+def test_records_round_trip_and_forgeries_are_ignored(store):
+    rec = record(DEFERRED)
+    write_record(store, IDENTITY, rec, SECRET)
+    assert read_record(store, IDENTITY, SECRET) == rec
+    assert read_record(store, {**IDENTITY, "map_index": 3}, SECRET) is None
+    assert record_key(IDENTITY).startswith("_airflow/tasks/d/manual__2026-11-20T00_00_00_00_00/t/")
+    # Anyone who can write the bucket could swap the handle: the seal catches it.
+    forged = {**rec.__dict__, "handle": records.handle("job-evil0001").to_dict()}
+    store.write_bytes(record_key(IDENTITY), seal(b"wrong secret" * 3, forged))
+    assert read_record(store, IDENTITY, SECRET) is None
+    store.write_bytes(record_key(IDENTITY), b"not json")
+    assert read_record(store, IDENTITY, SECRET) is None
