@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -331,11 +332,60 @@ def _run(
     return 0 if ok else 1
 
 
+# ---- LeaderWorkerSet hosts: finish once, never run again ---------------------------
+LWS_ENV = "KINETIC_LWS"
+#: manifests.FINISHED_FILE, the readiness probe's file (tests point it elsewhere).
+FINISHED_FILE_ENV = "KINETIC_FINISHED_FILE"
+
+
+def _markers(argv: list[str]) -> tuple[Any, str]:
+    """The job's store and the key prefix of its per-host finish markers."""
+    store, key = store_for_uri(parse_args(argv).result_gcs)
+    return store, key.rsplit("/", 1)[0] + "/finished-"
+
+
+def lws_earlier_outcome(argv: list[str]) -> str | None:
+    """``"failed"`` when any host of this job already failed, ``"ok"`` when this host
+    already succeeded, else None (a first start, or a restart before finishing)."""
+    store, prefix = _markers(argv)
+    names = store.list(prefix)
+    if any(n.endswith("-failed") for n in names):
+        return "failed"
+    return "ok" if f"{prefix}{host_index()}-ok" in names else None
+
+
+def lws_record_outcome(argv: list[str], code: int) -> None:
+    store, prefix = _markers(argv)
+    store.write_bytes(f"{prefix}{host_index()}-{'ok' if code == 0 else 'failed'}", b"")
+
+
+def idle_finished() -> None:
+    """Signal completion (readiness probe) and stay up until the job is deleted."""
+    with open(os.environ.get(FINISHED_FILE_ENV, "/tmp/kinetic-finished"), "w") as f:
+        f.write("0")
+    log.info("finished; idling so the LeaderWorkerSet does not restart this host")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    while True:
+        signal.pause()
+
+
 def main() -> None:
     logging.basicConfig(
         level=logging.INFO, format="[kinetic-runner] %(message)s", stream=sys.stderr
     )
+    lws = os.environ.get(LWS_ENV) == "1"
+    earlier = lws_earlier_outcome(sys.argv[1:]) if lws else None
+    if earlier == "failed":
+        log.error("a host of this job already failed: not running the function again")
+        sys.exit(1)
+    if earlier == "ok":
+        idle_finished()
     code = run(sys.argv[1:])
+    if lws:
+        lws_record_outcome(sys.argv[1:], code)
+        if code == 0:
+            idle_finished()
     sys.stdout.flush()
     sys.stderr.flush()
     lingering = [

@@ -214,6 +214,11 @@ def test_lws_shape() -> None:
     assert env["MEGASCALE_COORDINATOR_ADDRESS"] == "$(LWS_LEADER_ADDRESS)"
     assert env["MEGASCALE_NUM_SLICES"] == "4"
     assert env["TPU_WORKER_ID"] == "$(LWS_WORKER_INDEX)"
+    # A finished host idles (never exits: that would recreate the group and run the
+    # function again) and reports completion through readiness.
+    assert env["KINETIC_LWS"] == "1"
+    probe = template["spec"]["containers"][0]["readinessProbe"]
+    assert probe["exec"]["command"] == ["test", "-e", "/tmp/kinetic-finished"]
     assert env["JOB_ID"] == JOB_ID and env["JAX_PLATFORMS"] == "tpu"
     assert spec.container == before  # the shared spec is not edited
     assert lws_manifest(spec, "leaderworkerset.x-k8s.io/v1beta9")["apiVersion"].endswith("v1beta9")

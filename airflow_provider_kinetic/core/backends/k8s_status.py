@@ -274,7 +274,12 @@ def _pending(pod: dict[str, Any]) -> StatusReport:
 
 
 def _leader_done(leader: dict[str, Any]) -> bool:
+    """Finished: the runner idles after success with the pod Ready (see
+    ``manifests.lws_manifest``); older images exit 0."""
     if (leader.get("status") or {}).get("phase") == "Succeeded":
+        return True
+    ready = _condition(leader, "Ready")
+    if ready is not None and ready.get("status") == "True":
         return True
     return any(t.get("exitCode") == 0 for _, t in _terminations(leader))
 

@@ -23,8 +23,12 @@ LWS_DEFAULT_VERSION = "v1"
 #: continue with one host replaced, so a partial restart would only hang.
 LWS_RESTART_POLICY = "RecreateGroupOnPodRestart"
 _MULTI_HOST_ENV = frozenset(
-    {"MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES", "TPU_WORKER_ID"}
+    {"MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES", "TPU_WORKER_ID", "KINETIC_LWS"}
 )
+#: Written by the runner of an LWS host that finished successfully; it then idles
+#: instead of exiting (an exit restarts the group and would run the function again),
+#: and this file makes the pod Ready: how the status read knows the job is done.
+FINISHED_FILE = "/tmp/kinetic-finished"
 
 
 def job_name(job_id: str) -> str:
@@ -67,12 +71,16 @@ def lws_manifest(
 ) -> dict[str, Any]:
     """The LeaderWorkerSet for a multi-host ``spec`` (one group of ``num_nodes`` pods).
 
-    The pod template is the Job's with three differences: label ``app`` is
+    The pod template is the Job's with four differences: label ``app`` is
     ``kinetic-pathways`` (kinetic's selector for these pods); there is no
     ``restartPolicy`` (LWS creates StatefulSets from these templates, and
-    StatefulSet validation accepts only the default ``Always``); and the container
+    StatefulSet validation accepts only the default ``Always``); the container
     gets the multi-host env, where the coordinator address and this host's index
-    come from variables the LWS webhook injects (the kubelet expands ``$(...)``).
+    come from variables the LWS webhook injects (the kubelet expands ``$(...)``);
+    and, because a pod that exits is restarted (and the group recreated), a finished
+    runner idles and signals completion through a readiness probe on
+    ``FINISHED_FILE`` (``KINETIC_LWS=1`` tells it so): a finished leader is never
+    restarted, and a restarted host never runs the function twice.
     """
     name = lws_name(spec.job_id)
     hosts = spec.accelerator.num_nodes
@@ -85,7 +93,12 @@ def lws_manifest(
             # kinetic puts the host count here (not a slice count); keep it identical.
             {"name": "MEGASCALE_NUM_SLICES", "value": str(hosts)},
             {"name": "TPU_WORKER_ID", "value": "$(LWS_WORKER_INDEX)"},
+            {"name": "KINETIC_LWS", "value": "1"},
         ]
+        container["readinessProbe"] = {
+            "exec": {"command": ["test", "-e", FINISHED_FILE]},
+            "periodSeconds": 5,
+        }
     return {
         "apiVersion": api_version,
         "kind": "LeaderWorkerSet",
