@@ -178,7 +178,12 @@ class KineticRunOperator(KineticOperatorBase):
         self.log.info("kinetic job %s: output dir %s", handle.job_id, handle.output_dir)
 
     def _defer(
-        self, config: KineticConfig, handle: JobHandle, deadline_ts: float | None, attempt: int
+        self,
+        config: KineticConfig,
+        handle: JobHandle,
+        deadline_ts: float | None,
+        attempt: int,
+        log_offset: int = 0,
     ) -> NoReturn:
         self.defer(
             trigger=KineticJobTrigger(
@@ -187,6 +192,7 @@ class KineticRunOperator(KineticOperatorBase):
                 poll_interval=self.poll_interval,
                 deadline=deadline_ts,
                 attempt=attempt,
+                log_offset=log_offset,
             ),
             method_name="execute_complete",
             timeout=defer_timeout(deadline_ts, self.poll_interval),
@@ -216,11 +222,13 @@ class KineticRunOperator(KineticOperatorBase):
             event.get("status"),
             report.describe(),
         )
+        # The trigger showed the job's log up to here while the task was deferred.
+        offset = int(event.get("log_offset") or 0)
         if report.status.is_terminal:
             if self._preempted(context, store, handle, report):
                 handle = self._resubmit_preempted(context, config, backend, store, handle, report)
                 return self._defer(config, handle, event.get("deadline"), 0)
-            return self._finish(context, store, backend, handle, report, 0)
+            return self._finish(context, store, backend, handle, report, offset)
         attempt = int(event.get("attempt") or 0) + 1
         if event.get("status") == "error" and attempt <= self.MAX_REDEFER_ATTEMPTS:
             self.log.warning(
@@ -229,10 +237,10 @@ class KineticRunOperator(KineticOperatorBase):
                 attempt,
                 self.MAX_REDEFER_ATTEMPTS,
             )
-            return self._defer(config, handle, event.get("deadline"), attempt)
+            return self._defer(config, handle, event.get("deadline"), attempt, offset)
         why = event.get("message") or event.get("status")
         request_cancel(store, backend, handle)
-        self._show_logs(backend, handle, 0)
+        self._show_logs(backend, handle, offset)
         raise KineticJobCancelled(
             f"kinetic job {handle.job_id} cancelled: trigger ended with "
             f"{event.get('status')} ({why}) while the job was {report.status.value}",

@@ -87,6 +87,7 @@ class KineticJobSensor(BaseSensorOperator):
                 config=config_to_json(hook.get_config()),
                 poll_interval=self.poke_interval,
                 cancel_on_kill=False,  # the sensor does not own the job
+                stream_logs=False,  # the task that submitted it shows its log
             ),
             method_name="execute_complete",
         )

@@ -31,6 +31,10 @@ class KineticJobTrigger(BaseTrigger):
         cancel_on_kill: cancel the job when a user marks the task failed / clears it.
         attempt: how many times the operator re-deferred after a trigger error
             (echoed in the event, which is all the operator gets back in dag.test).
+        stream_logs: write the job's new log lines into the task log at every poll
+            (the trigger's log is served with the task log), so a long job's output
+            shows while the task is deferred; ``log_offset`` is where to continue,
+            and the event returns the final offset so nothing is shown twice.
     """
 
     def __init__(
@@ -41,9 +45,13 @@ class KineticJobTrigger(BaseTrigger):
         deadline: float | None = None,
         cancel_on_kill: bool = True,
         attempt: int = 0,
+        stream_logs: bool = True,
+        log_offset: int = 0,
     ) -> None:
         super().__init__()
         self.attempt = attempt
+        self.stream_logs = stream_logs
+        self.log_offset = log_offset
         self.handle = handle
         self._job = JobHandle.from_dict(handle)
         self.config = config
@@ -61,6 +69,8 @@ class KineticJobTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "cancel_on_kill": self.cancel_on_kill,
                 "attempt": self.attempt,
+                "stream_logs": self.stream_logs,
+                "log_offset": self.log_offset,
             },
         )
 
@@ -78,8 +88,17 @@ class KineticJobTrigger(BaseTrigger):
                 "handle": self.handle,
                 "deadline": self.deadline,
                 "attempt": self.attempt,
+                "log_offset": self.log_offset,
             }
         )
+
+    async def _show_logs(self, backend: Any) -> None:
+        """New job log lines into the task log (each once: the offset moves on)."""
+        if not self.stream_logs:
+            return
+        text, self.log_offset = await backend.aread_logs(self._job, self.log_offset)
+        for line in text.splitlines():
+            self.log.info("[%s] %s", self._job.job_id, line)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         job_id = self._job.job_id
@@ -89,6 +108,7 @@ class KineticJobTrigger(BaseTrigger):
             delays = poll_delays(self.poll_interval, backend.first_poll_s)
             while True:
                 report = await backend.astatus(self._job)
+                await self._show_logs(backend)
                 if report.describe() != last:
                     self.log.info("kinetic job %s: %s", job_id, report.describe())
                     last = report.describe()

@@ -63,7 +63,7 @@ def slow_answer(tag: str) -> int:
     return 42
 
 
-with DAG("kinetic_map_retry", schedule=None, start_date=START, catchup=False) as map_retry:
+with DAG("kinetic_map_resume", schedule=None, start_date=START, catchup=False) as map_resume:
     KineticMapOperator(
         task_id="sweep",
         python_callable=flaky_child,
@@ -113,3 +113,18 @@ def _preempt_dag(dag_id: str, deferrable: bool) -> DAG:
 
 preempt_sync = _preempt_dag("kinetic_preempt_sync", deferrable=False)
 preempt_deferred = _preempt_dag("kinetic_preempt_deferred", deferrable=True)
+
+
+def chatty(n: int) -> int:
+    import time
+
+    for i in range(n):
+        print(f"chatty line {i}", flush=True)
+        time.sleep(0.3)
+    return n
+
+
+with DAG("kinetic_live_logs", schedule=None, start_date=START, catchup=False) as live_logs:
+    KineticRunOperator(
+        task_id="chatty", python_callable=chatty, op_args=[4], deferrable=True, poll_interval=0.2
+    )

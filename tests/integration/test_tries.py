@@ -160,7 +160,7 @@ def test_map_retry_runs_only_the_failed_children_again(load_dag, airflow_home):
     scratch = Path(os.environ["KINETIC_TEST_SCRATCH"])
     for path in scratch.glob("map-retry-*"):
         path.unlink()
-    dr, states, x = _run(load_dag, "kinetic_map_retry")
+    dr, states, x = _run(load_dag, "kinetic_map_resume")
     assert dr.state == "success", states
     assert x[("sweep", "return_value", -1)] == [i * 10 for i in range(6)]
     runs = {i: (scratch / f"map-retry-{i}").read_text().count("run") for i in range(6)}
@@ -257,3 +257,23 @@ def test_artifacts_are_deleted_once_delivered_and_kept_with_cleanup_none(tmp_pat
         assert (out / "model.txt").read_text() == "kept"  # outputs are never touched
     with pytest.raises(ValueError, match="cleanup='all': allowed values are artifacts, none"):
         KineticRunOperator(task_id="bad", python_callable=len, cleanup="all")
+
+
+def test_deferred_task_log_shows_the_job_log_live_once(load_dag, capfd):
+    import re
+
+    dr, states, x = _run(load_dag, "kinetic_live_logs")
+    out = "".join(capfd.readouterr())
+    assert dr.state == "success", states
+    job_id = x[("chatty", "kinetic_job", -1)]["job_id"]
+    shown = re.findall(rf"\[{job_id}\] chatty line (\d)", out)
+    assert shown == ["0", "1", "2", "3"]  # every line once, in order
+    # Written by the trigger while the task was deferred, before it resumed.
+    assert out.index(f"[{job_id}] chatty line 3") < out.index(f"kinetic job {job_id} resumed")
+
+
+def test_every_test_dag_file_imports_cleanly(airflow_home):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    assert bag.import_errors == {} and "kinetic_map_resume" in bag.dag_ids
