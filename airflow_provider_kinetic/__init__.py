@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what editors and type checkers see; runtime imports stay lazy
+    from airflow_provider_kinetic.attached import AttachedJob, attach
     from airflow_provider_kinetic.core.batchstate import BatchState
     from airflow_provider_kinetic.core.data import Data
     from airflow_provider_kinetic.core.errors import KineticError
@@ -32,6 +33,8 @@ if TYPE_CHECKING:  # what editors and type checkers see; runtime imports stay la
 
 #: Public name -> the module that defines it (imported on first attribute access).
 _LAZY = {
+    "AttachedJob": "airflow_provider_kinetic.attached",
+    "attach": "airflow_provider_kinetic.attached",
     "BatchState": "airflow_provider_kinetic.core.batchstate",
     "Data": "airflow_provider_kinetic.core.data",
     "JobHandle": "airflow_provider_kinetic.core.handles",
@@ -52,6 +55,7 @@ _LAZY = {
 
 # A literal list so tools read it statically; a test keeps it equal to _LAZY.
 __all__ = [
+    "AttachedJob",
     "BatchState",
     "Data",
     "JobHandle",
@@ -67,6 +71,7 @@ __all__ = [
     "KineticMapOperator",
     "KineticRunOperator",
     "__version__",
+    "attach",
     "get_provider_info",
     "kinetic_task",
     "load_result",

@@ -73,6 +73,9 @@ class KineticRunOperator(KineticOperatorBase):
         preemption_retries: how often a job killed by the platform (spot reclaim,
             eviction) is submitted again within the same try; these do not use the
             task's Airflow ``retries``.
+        wait_for_completion: ``False`` submits, pushes the handle and succeeds at once
+            (its return value is the handle dict); a ``KineticJobSensor`` with
+            ``return_result=True`` waits for it later.
 
     Every try first looks for the task's job from an earlier try (``core.taskrecord``):
     a running job is adopted, a finished one collected, so a job is never run twice.
@@ -104,6 +107,7 @@ class KineticRunOperator(KineticOperatorBase):
         op_args: Collection[Any] | None = None,
         op_kwargs: Mapping[str, Any] | None = None,
         preemption_retries: int = 2,
+        wait_for_completion: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -111,6 +115,7 @@ class KineticRunOperator(KineticOperatorBase):
         self.op_args = op_args
         self.op_kwargs = op_kwargs
         self.preemption_retries = preemption_retries
+        self.wait_for_completion = wait_for_completion
         self._handle: JobHandle | None = None
         self._backend: Backend | None = None
         self._store: ObjectStore | None = None
@@ -129,6 +134,8 @@ class KineticRunOperator(KineticOperatorBase):
         step, old, report, why = decide_job(record, backend, store, result_key)
         if record is not None:
             self.log.info("kinetic: earlier try found: %s -> %s", why, step.value)
+        if not self.wait_for_completion:
+            return self._submit_only(context, config, backend, store, step, old)
         if step is Step.COLLECT:
             assert old is not None and report is not None
             self._publish(context, old)
@@ -149,6 +156,25 @@ class KineticRunOperator(KineticOperatorBase):
             if not self._preempted(context, store, handle, report):
                 return self._finish(context, store, backend, handle, report, offset)
             handle = self._resubmit_preempted(context, config, backend, store, handle, report)
+
+    def _submit_only(
+        self,
+        context: Any,
+        config: KineticConfig,
+        backend: Backend,
+        store: ObjectStore,
+        step: Step,
+        old: JobHandle | None,
+    ) -> dict[str, Any]:
+        """Submit now, wait later: the handle is the task's value.  A retry after a
+        worker died returns the job it had submitted; a clear submits a new one."""
+        handle = old if step is not Step.SUBMIT and old is not None else None
+        if handle is None:
+            handle = self._submit(context, config, backend, store)
+        self._publish(context, handle)
+        self._write_record(context, store, handle, delivered=True)
+        self._handle = None  # nobody waits here: on_kill must not cancel it
+        return handle.to_dict()
 
     def _submit(
         self, context: Any, config: KineticConfig, backend: Backend, store: ObjectStore

@@ -11,11 +11,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.providers.common.compat.sdk import BaseSensorOperator, conf
+from airflow.providers.common.compat.sdk import BaseSensorOperator, PokeReturnValue, conf
 
 from airflow_provider_kinetic.core.handles import InvalidHandleError, JobHandle, JobStatus
+from airflow_provider_kinetic.core.results import collect_with_blob
 from airflow_provider_kinetic.exceptions import KineticJobFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
+from airflow_provider_kinetic.hooks.signing import result_key
+from airflow_provider_kinetic.operators.common import xcom_value
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
 
 
@@ -26,6 +29,9 @@ class KineticJobSensor(BaseSensorOperator):
         handle: the JobHandle dict, or its JSON (e.g. a templated ``xcom_pull``).
         kinetic_conn_id: the connection the job was submitted through.
         deferrable: wait in the triggerer instead of poking.
+        return_result: return the job's value as this sensor's XCom (verified like
+            the operator's; a reference when it does not fit XCom) — "submit now,
+            wait later" with ``KineticRunOperator(wait_for_completion=False)``.
     """
 
     template_fields: Sequence[str] = ("handle",)
@@ -36,9 +42,11 @@ class KineticJobSensor(BaseSensorOperator):
         handle: dict[str, Any] | str,
         kinetic_conn_id: str = KineticHook.default_conn_name,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        return_result: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.return_result = return_result
         self.handle = handle
         self.kinetic_conn_id = kinetic_conn_id
         self.deferrable = deferrable
@@ -63,23 +71,50 @@ class KineticJobSensor(BaseSensorOperator):
                     ) from exc
         return JobHandle.from_dict(value)
 
-    def poke(self, context: Any) -> bool:
+    def poke(self, context: Any) -> bool | PokeReturnValue:
         handle = self._handle()
-        report = KineticHook(self.kinetic_conn_id).get_backend(handle.backend).status(handle)
+        hook = KineticHook(self.kinetic_conn_id)
+        report = hook.get_backend(handle.backend).status(handle)
         self.log.info("kinetic job %s: %s", handle.job_id, report.describe())
         if report.status is JobStatus.SUCCEEDED:
+            if self.return_result:
+                return PokeReturnValue(True, self._result(hook, handle))
             return True
         if report.status.is_terminal:
+            # A failed job: its own error (with the remote traceback) when it has one.
+            if self.return_result:
+                self._result(hook, handle, report.status, report.reason)
             raise KineticJobFailed(
                 f"kinetic job {handle.job_id} {report.describe()}", job_id=handle.job_id
             )
         return False
 
+    def _result(
+        self,
+        hook: KineticHook,
+        handle: JobHandle,
+        status: JobStatus = JobStatus.SUCCEEDED,
+        reason: str | None = None,
+    ) -> Any:
+        """The job's value (verified; a reference when it does not fit XCom)."""
+        store = hook.get_store()
+        try:
+            value, blob = collect_with_blob(
+                store, handle.job_id, status, reason, result_key=result_key(handle)
+            )
+        except Exception as exc:
+            raise KineticJobFailed(
+                f"kinetic job {handle.job_id} failed: {type(exc).__name__}: {exc}",
+                job_id=handle.job_id,
+            ) from exc
+        return xcom_value(value, store, handle.job_id, blob, self.log)
+
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        if self.poke(context):
-            return None
+        done = self.poke(context)
+        if done:
+            return done.xcom_value if isinstance(done, PokeReturnValue) else None
         hook = KineticHook(self.kinetic_conn_id)
         self.defer(
             trigger=KineticJobTrigger(
@@ -93,7 +128,10 @@ class KineticJobSensor(BaseSensorOperator):
         )
         return None
 
-    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> None:
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         status = (event or {}).get("status")
         if status != JobStatus.SUCCEEDED.value:
             raise KineticJobFailed(f"kinetic job ended {status}: {(event or {}).get('message')}")
+        if self.return_result:
+            return self._result(KineticHook(self.kinetic_conn_id), self._handle())
+        return None

@@ -277,3 +277,15 @@ def test_every_test_dag_file_imports_cleanly(airflow_home):
 
     bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
     assert bag.import_errors == {} and "kinetic_map_resume" in bag.dag_ids
+
+
+def test_submit_now_wait_later_example(load_dag):
+    dag = load_dag("submit_then_wait.py", "submit_then_wait")
+    dr = dag.test(logical_date=LOGICAL)
+    states = {t: s for (t, _), s in task_states(dr).items()}
+    assert dr.state == "success", states
+    x = {(t, k): v for (t, k, _), v in xcoms(dr).items()}
+    handles = [JobHandle.from_dict(x[(f"submit_{n}", "return_value")]) for n in "abc"]
+    assert len({h.job_id for h in handles}) == 3  # three jobs, submitted side by side
+    assert x[("wait_b", "return_value")] == {"lr": 0.03, "loss": 0.01}
+    assert x[("pick_best", "return_value")] == {"lr": 0.03, "loss": 0.01}
