@@ -177,7 +177,13 @@ def gke_api_client_factory(
     impersonating ``impersonation_chain``).  Pass ``endpoint`` (e.g. the
     ``factory.endpoint.to_dict()`` a worker computed) to skip the GKE API call.
     """
-    from airflow.providers.google.cloud.hooks.kubernetes_engine import GKEHook
+    try:
+        from airflow.providers.google.cloud.hooks.kubernetes_engine import GKEHook
+    except ImportError as exc:
+        raise ImportError(
+            f"GKE credentials need apache-airflow-providers-google ({exc}); "
+            'install "airflow-provider-kinetic[gke]"'
+        ) from exc
 
     hook = GKEHook(
         gcp_conn_id=gcp_conn_id, location=location, impersonation_chain=impersonation_chain

@@ -191,6 +191,13 @@ class KineticHook(BaseHook):
     conn_type = "kinetic"
     hook_name = "Kinetic"
 
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """Hidden fields and placeholders (Airflow before 3.2 reads the form from here)."""
+        from airflow_provider_kinetic.provider_info import field_behaviour
+
+        return field_behaviour()
+
     def __init__(self, kinetic_conn_id: str = default_conn_name, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.kinetic_conn_id = kinetic_conn_id

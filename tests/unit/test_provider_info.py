@@ -73,3 +73,48 @@ def test_kinetic_config_options_are_declared_with_defaults():
     for option, default in (("max_xcom_result_bytes", "1048576"), ("allow_local_fallback", "True")):
         out = subprocess.run([*airflow, option], capture_output=True, text=True, check=True)
         assert out.stdout.strip().splitlines()[-1] == default, out.stderr
+
+
+def test_connection_form_has_a_documented_field_for_every_extra():
+    from airflow_provider_kinetic import get_provider_info
+    from airflow_provider_kinetic.hooks.kinetic import _EXTRA_FIELDS, KineticHook
+
+    (conn,) = get_provider_info()["connection-types"]
+    fields = conn["conn-fields"]
+    assert set(fields) == set(_EXTRA_FIELDS)
+    for name, field in fields.items():
+        assert field["label"] and len(field["description"]) > 20, name
+    assert set(conn["ui-field-behaviour"]["placeholders"]) == set(_EXTRA_FIELDS)
+    assert fields["use_internal_ip"]["schema"]["type"] == ["boolean", "null"]
+    assert KineticHook.get_ui_field_behaviour()["placeholders"]["bucket"].endswith("-jobs")
+
+
+def test_providers_manager_sees_every_component_and_the_form():
+    code = (
+        "import json\n"
+        "from airflow.providers_manager import ProvidersManager as P\n"
+        "p = P()\n"
+        "info = p.providers['airflow-provider-kinetic'].data\n"
+        "w = p.connection_form_widgets\n"
+        "b = p.field_behaviours['kinetic']\n"
+        "print('OUT', json.dumps({'ops': info['operators'][0]['python-modules'],\n"
+        "  'sensors': info['sensors'][0]['python-modules'],\n"
+        "  'triggers': info['triggers'][0]['python-modules'],\n"
+        "  'widgets': sorted(k for k in w if k.startswith('extra__kinetic__')),\n"
+        "  'backend': w['extra__kinetic__backend'].field['schema'].get('enum'),\n"
+        "  'placeholder': b['placeholders'].get('extra__kinetic__bucket')}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    line = next(x for x in out.stdout.splitlines() if x.startswith("OUT "))
+    import json
+
+    seen = json.loads(line[4:])
+    assert seen["ops"] == [
+        "airflow_provider_kinetic.operators.run",
+        "airflow_provider_kinetic.operators.map",
+    ]
+    assert seen["sensors"] == ["airflow_provider_kinetic.sensors.job"]
+    assert "airflow_provider_kinetic.triggers.batch" in seen["triggers"]
+    assert "extra__kinetic__gcp_conn_id" in seen["widgets"] and len(seen["widgets"]) == 19
+    assert seen["backend"] == ["local", "gke", "pathways", "auto", None]
+    assert seen["placeholder"] == "my-project-kn-my-cluster-jobs"

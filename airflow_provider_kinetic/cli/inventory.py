@@ -1,0 +1,268 @@
+"""What is in a kinetic store: jobs (with the task that ran them) and data-cache entries.
+
+The store is the only inventory there is (no database): every job writes
+``{job_id}/handle.json``, every task's latest job is named by its sealed record under
+``_airflow/tasks/{dag}/{run}/{task}/{map_index}.json``, and every complete data-cache
+entry has a marker ``default/data-markers/{hash}``.  Reading these keeps the CLI
+correct on every backend without asking the cluster for a list.
+
+Nothing here imports Airflow: callers pass the deployment secret in.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from airflow_provider_kinetic.core.datacache import CACHE_PREFIX, MARKER_PREFIX
+from airflow_provider_kinetic.core.handles import InvalidHandleError, JobHandle
+from airflow_provider_kinetic.core.signing import ResultAuthError, unseal
+from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
+from airflow_provider_kinetic.core.taskrecord import RECORDS_PREFIX
+
+log = logging.getLogger(__name__)
+
+HANDLE_NAME = "handle.json"
+_AGE = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class BadAge(ValueError):
+    """An ``--older-than`` value that is not ``<number><s|m|h|d>``."""
+
+
+def parse_age(text: str) -> float:
+    """``7d`` / ``12h`` / ``30m`` / ``45s`` -> seconds; anything else names the bad value."""
+    match = _AGE.fullmatch(str(text).strip().lower())
+    if not match:
+        raise BadAge(
+            f"bad age {text!r}: expected a number followed by s, m, h or d "
+            "(e.g. 45s, 30m, 12h, 7d)"
+        )
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+# ---- object metadata ---------------------------------------------------------------
+
+
+def stat_objects(store: ObjectStore, prefix: str) -> dict[str, tuple[int, float]]:
+    """``{key: (bytes, modified epoch seconds)}`` for every object under ``prefix``.
+
+    One listing either way: ``os.stat`` on a local store, blob metadata on GCS (the
+    listing already carries ``size`` and ``updated``).
+    """
+    if store.scheme == "file":
+        out: dict[str, tuple[int, float]] = {}
+        for key in store.list(prefix):
+            try:
+                st = os.stat(store.uri(key)[len("file://") :])
+            except FileNotFoundError:  # removed since the listing
+                continue
+            out[key] = (st.st_size, st.st_mtime)
+        return out
+    bucket = store._bucket()  # type: ignore[attr-defined]  # GcsStore only
+    return {
+        blob.name: (int(blob.size or 0), blob.updated.timestamp() if blob.updated else 0.0)
+        for blob in bucket.list_blobs(prefix=prefix)
+    }
+
+
+# ---- jobs -------------------------------------------------------------------------
+
+
+@dataclass
+class JobEntry:
+    """A job found in the store and, when known, the Airflow task that ran it."""
+
+    handle: JobHandle
+    dag_id: str | None = None
+    run_id: str | None = None
+    task_id: str | None = None
+    map_index: str | None = None
+
+
+def job_ids(store: ObjectStore) -> list[str]:
+    """Ids of every job with a ``handle.json`` (single jobs and batch children)."""
+    keys = store.list("job-")
+    return [
+        key[: -len(HANDLE_NAME) - 1]
+        for key in keys
+        if key.count("/") == 1 and key.endswith("/" + HANDLE_NAME)
+    ]
+
+
+def read_handle(store: ObjectStore, job_id: str) -> JobHandle | None:
+    """The stored handle, or None when it is gone or unreadable (logged, not fatal:
+    one bad file must not hide every other job)."""
+    try:
+        handle = JobHandle.from_dict(json.loads(store.read_bytes(f"{job_id}/{HANDLE_NAME}")))
+    except ObjectNotFound:
+        return None
+    except (ValueError, InvalidHandleError) as exc:
+        log.warning("skipping %s: %s", store.uri(f"{job_id}/{HANDLE_NAME}"), exc)
+        return None
+    return handle if handle.job_id == job_id else None
+
+
+@dataclass
+class TaskIndex:
+    """Job id / group id -> (dag, run, task, map index), from the sealed task records."""
+
+    by_job: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    by_group: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def lookup(self, handle: JobHandle) -> tuple[str, ...] | None:
+        found = self.by_job.get(handle.job_id)
+        if found is None and handle.group_id:
+            found = self.by_group.get(handle.group_id)
+        return found
+
+
+def task_index(store: ObjectStore, secret: bytes) -> TaskIndex:
+    """Read every task record; records that fail their seal are ignored (the store is
+    shared, and a forged record must not attach a job to someone else's DAG)."""
+    index = TaskIndex()
+    for key in store.list(RECORDS_PREFIX + "/"):
+        parts = key[len(RECORDS_PREFIX) + 1 :].split("/")
+        if len(parts) != 4 or not parts[3].endswith(".json"):
+            continue
+        try:
+            record = unseal(secret, store.read_bytes(key), store.uri(key))
+        except (ResultAuthError, ObjectNotFound):
+            continue
+        identity = (parts[0], parts[1], parts[2], parts[3][: -len(".json")])
+        handle = record.get("handle")
+        if isinstance(handle, dict) and handle.get("job_id"):
+            index.by_job[str(handle["job_id"])] = identity
+        if record.get("group_id"):
+            index.by_group[str(record["group_id"])] = identity
+    return index
+
+
+def dag_from_output_dir(output_dir: str | None) -> str | None:
+    """``.../outputs/{dag}/{run}/{task}/...`` (the operators' default) -> ``dag``."""
+    if not output_dir:
+        return None
+    head, sep, tail = output_dir.partition("/outputs/")
+    if not sep:
+        head, sep, tail = output_dir.partition("outputs/")
+        if not sep or head:
+            return None
+    dag = tail.split("/", 1)[0]
+    return dag or None
+
+
+def list_jobs(store: ObjectStore, secret: bytes) -> list[JobEntry]:
+    """Every job in the store, newest first, with its task when a record names it
+    (else the DAG read from the default output dir layout)."""
+    index = task_index(store, secret)
+    entries = []
+    for job_id in job_ids(store):
+        handle = read_handle(store, job_id)
+        if handle is None:
+            continue
+        entry = JobEntry(handle)
+        identity = index.lookup(handle)
+        if identity is not None:
+            entry.dag_id, entry.run_id, entry.task_id, entry.map_index = identity
+        else:
+            entry.dag_id = dag_from_output_dir(handle.output_dir)
+        entries.append(entry)
+    entries.sort(key=lambda e: (e.handle.created_at, e.handle.job_id), reverse=True)
+    return entries
+
+
+def created_epoch(handle: JobHandle) -> float | None:
+    """``created_at`` (kinetic's ``%Y-%m-%dT%H:%M:%SZ``) as epoch seconds."""
+    try:
+        return float(calendar.timegm(time.strptime(handle.created_at, "%Y-%m-%dT%H:%M:%SZ")))
+    except (TypeError, ValueError):
+        return None
+
+
+# ---- data cache -------------------------------------------------------------------
+
+
+@dataclass
+class CacheEntry:
+    """One content hash in the data cache."""
+
+    content_hash: str
+    complete: bool  # marker present
+    marked_at: float | None  # marker mtime (epoch s); None when incomplete
+    files: int
+    bytes: int
+
+    def age(self, now: float) -> float | None:
+        return None if self.marked_at is None else max(0.0, now - self.marked_at)
+
+
+def cache_entries(store: ObjectStore) -> list[CacheEntry]:
+    """Every cache entry: complete ones (marker) and content left without a marker
+    (an interrupted upload, or one in progress)."""
+    markers = {
+        key.rsplit("/", 1)[1]: mtime
+        for key, (_, mtime) in stat_objects(store, MARKER_PREFIX + "/").items()
+    }
+    sizes: dict[str, list[int]] = {}
+    for key, (size, _) in stat_objects(store, CACHE_PREFIX + "/").items():
+        digest = key[len(CACHE_PREFIX) + 1 :].split("/", 1)[0]
+        files_bytes = sizes.setdefault(digest, [0, 0])
+        files_bytes[0] += 1
+        files_bytes[1] += size
+    entries = [
+        CacheEntry(
+            content_hash=digest,
+            complete=digest in markers,
+            marked_at=markers.get(digest),
+            files=sizes.get(digest, [0, 0])[0],
+            bytes=sizes.get(digest, [0, 0])[1],
+        )
+        for digest in sorted(set(markers) | set(sizes))
+    ]
+    return entries
+
+
+def gc_candidates(entries: Iterable[CacheEntry], older_than_s: float, now: float) -> list:
+    """Complete entries whose marker is older than ``older_than_s``.  Entries without
+    a marker are never collected: one may be an upload in progress."""
+    return [e for e in entries if e.complete and (e.age(now) or 0.0) > older_than_s]
+
+
+def remove_entry(store: ObjectStore, entry: CacheEntry) -> int:
+    """Delete one entry, the marker FIRST: a reader that sees a marker must find the
+    content, so the content goes only once nothing says it is complete.  Returns the
+    number of objects deleted."""
+    marker = f"{MARKER_PREFIX}/{entry.content_hash}"
+    deleted = int(_delete_object(store, marker))
+    deleted += store.delete_prefix(f"{CACHE_PREFIX}/{entry.content_hash}")
+    if store.exists(marker):
+        # A submit re-uploaded the entry while we deleted it: drop its marker too, so
+        # the next submit uploads again instead of trusting half-deleted content.
+        _delete_object(store, marker)
+    return deleted
+
+
+def _delete_object(store: ObjectStore, key: str) -> bool:
+    """Delete one object (``delete_prefix`` only removes what is *under* a key);
+    whether it was there."""
+    if store.scheme == "file":
+        try:
+            os.remove(store.uri(key)[len("file://") :])
+        except FileNotFoundError:
+            return False
+        return True
+    blob = store._bucket().blob(key)  # type: ignore[attr-defined]  # GcsStore only
+    try:
+        blob.delete()
+    except Exception as exc:  # noqa: BLE001 - google's NotFound: already gone
+        if type(exc).__name__ != "NotFound":
+            raise
+        return False
+    return True

@@ -1,0 +1,155 @@
+"""What Airflow's providers manager learns about this provider (no Airflow import).
+
+Every operator, sensor, trigger, hook, link, the decorator, the ``kinetic``
+connection type with its full form (a field per connection extra, with a label,
+description, placeholder and type; a choice list for ``backend``), and the
+``[kinetic]`` options with their defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PACKAGE = "airflow_provider_kinetic"
+INTEGRATION = "Kinetic"
+
+
+def _option(description: str, kind: str, default: str, sensitive: bool = False) -> dict:
+    return {
+        "description": description,
+        "version_added": "0.1.0",
+        "type": kind,
+        "example": None,
+        "default": default,
+        "sensitive": sensitive,
+    }
+
+
+#: ``[kinetic]`` options (``airflow config list`` shows them with their defaults).
+CONFIG = {
+    "allow_local_fallback": _option(
+        "Without a kinetic_default connection, run jobs on this machine with the embedded "
+        "local backend (with a WARNING). Set False in production to make that an error.",
+        "boolean",
+        "True",
+    ),
+    "max_xcom_result_bytes": _option(
+        "Results larger than this (or not serialisable by Airflow) stay in the store and "
+        "XCom carries a reference (load_result).",
+        "integer",
+        "1048576",
+    ),
+    "result_signing_key": _option(
+        "Deployment secret that per-job result keys derive from; default: [core] fernet_key, "
+        "else a key file under $AIRFLOW_HOME/kinetic.",
+        "string",
+        "",
+        sensitive=True,
+    ),
+    "k8s_api_attempts": _option("Tries per Kubernetes API call (429/5xx/resets).", "integer", "5"),
+    "k8s_api_retry_wait_min": _option("First backoff, seconds.", "float", "0.5"),
+    "k8s_api_retry_wait_max": _option("Longest backoff, seconds.", "float", "15"),
+    "k8s_api_retry_after_max": _option("Cap on a Retry-After header, seconds.", "float", "30"),
+}
+
+_S, _N, _B = "string", "number", "boolean"
+#: The connection form: extra -> (label, JSON type, placeholder, description).
+FORM: dict[str, tuple[str, str, str, str]] = {
+    "backend": ("Backend", _S, "auto", "Where jobs run: local process, GKE Job, LeaderWorkerSet "
+                "(multi-host TPU), or auto (pathways for multi-host, else gke)."),
+    "bucket": ("Jobs bucket", _S, "my-project-kn-my-cluster-jobs", "GCS bucket for payloads, "
+               "results, outputs and the data cache (default {project}-kn-{cluster}-jobs)."),
+    "root": ("Local store root", _S, "/srv/kinetic", "Local backend only: the store "
+             "directory (default $AIRFLOW_HOME/kinetic)."),
+    "project": ("GCP project", _S, "my-project", "Project of the GKE cluster and bucket."),
+    "zone": ("Zone / location", _S, "us-central2-b", "Location of the GKE cluster."),
+    "cluster": ("GKE cluster", _S, "ml-cluster", "Name of the GKE cluster."),
+    "namespace": ("Namespace", _S, "default", "Kubernetes namespace for the jobs."),
+    "image": ("Container image", _S, "us-docker.pkg.dev/my-project/kinetic/base-tpu:0.0.4",
+              "Image the jobs run (must contain this package's runner)."),
+    "service_account": ("Kubernetes service account", _S, "kinetic", "Pods run as this "
+                        "service account (Workload Identity to the bucket)."),
+    "runner_command": ("Runner command", _S, "python3 -u /app/remote_runner.py",
+                       "Override the container command that starts the runner."),
+    "gcp_conn_id": ("GCP connection", _S, "google_cloud_default", "Google Cloud connection "
+                    "used for GKE credentials (the triggerer needs it too)."),
+    "impersonation_chain": ("Impersonation chain", _S, "sa@my-project.iam.gserviceaccount.com",
+                            "Service account(s) to impersonate for GKE calls."),
+    "endpoint": ("Cluster endpoint (JSON)", _S, '{"host": "https://1.2.3.4", "ca_data": "..."}',
+                 "Skip the GKE lookup: the API server and its CA."),
+    "use_internal_ip": ("Use internal IP", _B, "false", "Reach the cluster's private endpoint."),
+    "use_dns_endpoint": ("Use DNS endpoint", _B, "false", "Reach the cluster's DNS endpoint."),
+    "image_pull_grace_s": ("Image pull grace (s)", _N, "300", "Fail a job whose image cannot "
+                           "be pulled for this long."),
+    "schedule_timeout_s": ("Scheduling timeout (s)", _N, "1800", "Fail a job whose pod cannot "
+                           "be scheduled (no TPU/GPU capacity) for this long."),
+    "create_grace_s": ("Create grace (s)", _N, "180", "Fail a Job that has no pod after this "
+                       "long (quota, admission)."),
+    "ttl_seconds_after_finished": ("Finished Job TTL (s)", _N, "600", "Backstop TTL of a "
+                                   "finished Job (it is deleted once collected)."),
+}  # fmt: skip
+
+
+def conn_fields() -> dict[str, Any]:
+    from airflow_provider_kinetic.core.backends.registry import backend_kinds
+
+    fields: dict[str, Any] = {}
+    for name, (label, kind, _placeholder, description) in FORM.items():
+        schema: dict[str, Any] = {"type": [kind, "null"]}
+        if name == "backend":
+            schema["enum"] = [*backend_kinds(), None]
+        fields[name] = {"label": label, "description": description, "schema": schema}
+    return fields
+
+
+def field_behaviour() -> dict[str, Any]:
+    return {
+        "hidden_fields": ["host", "port", "login", "password", "schema"],
+        "relabeling": {},
+        "placeholders": {name: spec[2] for name, spec in FORM.items()},
+    }
+
+
+def provider_info(version: str) -> dict[str, Any]:
+    behaviour = field_behaviour()
+
+    def modules(*names: str) -> list[dict[str, Any]]:
+        return [
+            {"integration-name": INTEGRATION, "python-modules": [f"{PACKAGE}.{n}" for n in names]}
+        ]
+
+    return {
+        "package-name": "airflow-provider-kinetic",
+        "name": INTEGRATION,
+        "description": "Run Python callables on GKE TPU/GPU pods (keras-team/kinetic protocol).",
+        "versions": [version],
+        "integrations": [
+            {
+                "integration-name": INTEGRATION,
+                "external-doc-url": "https://github.com/keras-team/kinetic",
+                "tags": ["service"],
+            }
+        ],
+        "hooks": modules("hooks.kinetic"),
+        "operators": modules("operators.run", "operators.map"),
+        "sensors": modules("sensors.job"),
+        "triggers": modules("triggers.job", "triggers.batch"),
+        "extra-links": [f"{PACKAGE}.links.KineticJobLink"],
+        "config": {"kinetic": {"description": "airflow-provider-kinetic", "options": CONFIG}},
+        "task-decorators": [
+            {"name": "kinetic", "class-name": f"{PACKAGE}.decorators.kinetic.kinetic_task"}
+        ],
+        "connection-types": [
+            {
+                "connection-type": "kinetic",
+                "hook-class-name": f"{PACKAGE}.hooks.kinetic.KineticHook",
+                "hook-name": INTEGRATION,
+                "ui-field-behaviour": {
+                    "hidden-fields": behaviour["hidden_fields"],
+                    "relabeling": behaviour["relabeling"],
+                    "placeholders": behaviour["placeholders"],
+                },
+                "conn-fields": conn_fields(),
+            }
+        ],
+    }
