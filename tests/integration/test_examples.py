@@ -1,0 +1,45 @@
+"""The example DAGs run end to end on the local backend under ``dag.test()``."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pendulum
+
+from tests.fixtures.airflow_env import task_states, xcoms
+
+LOGICAL = pendulum.datetime(2026, 11, 19, tz="UTC")
+
+
+def run(load_dag, filename: str, dag_id: str):  # noqa: ANN001, ANN202
+    dr = load_dag(filename, dag_id).test(logical_date=LOGICAL)
+    states = {t: s for (t, _), s in task_states(dr).items()}
+    assert dr.state == "success", states
+    return {(t, k): v for (t, k, _), v in xcoms(dr).items()}
+
+
+def test_jax_tpu_example_trains_on_this_cpu_and_writes_a_checkpoint(load_dag, capfd):
+    x = run(load_dag, "jax_tpu_train.py", "jax_tpu_train")
+    out = "".join(capfd.readouterr())
+    metrics = x[("train", "return_value")]
+    assert metrics["devices"] == ["cpu"] and metrics["final_loss"] < 0.01
+    assert abs(metrics["w"][0] - 3.0) < 0.05 and abs(metrics["w"][1] + 2.0) < 0.05
+    assert "no TPU on this machine: running tpu-v5litepod-2x4 job on the CPU" in out
+    handle = x[("train", "kinetic_job")]
+    assert handle["accelerator"] == "tpu-v5e-8"
+    out_dir = Path(x[("check", "return_value")][len("file://") :])
+    ckpt = np.load(io.BytesIO((out_dir / "checkpoint.npz").read_bytes()))
+    assert np.allclose(ckpt["w"], metrics["w"], atol=1e-6)
+    assert json.loads((out_dir / "metrics.json").read_text()) == metrics
+
+
+def test_lr_sweep_picks_the_best_child(load_dag):
+    x = run(load_dag, "lr_sweep.py", "lr_sweep")
+    results = x[("sweep", "return_value")]
+    assert [r["lr"] for r in results] == [0.001, 0.01, 0.1, 0.5]  # input order
+    best = x[("pick_best", "return_value")]
+    assert best == min(results, key=lambda r: r["loss"]) and best["lr"] == 0.5
+    assert x[("sweep", "kinetic_batch")]["counts"]["succeeded"] == 4
