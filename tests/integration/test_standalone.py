@@ -315,3 +315,46 @@ def test_clearing_a_deferred_task_runs_one_new_job(tmp_path: Path):
         second = next(jobs_dir / j for j in jobs if j != first_job)
         assert (second / "exit_code").read_text() == "0"
         assert marker.read_text().count("run") == 2
+
+
+def test_backfill_of_the_daily_retraining_over_three_dates(tmp_path: Path):
+    """``airflow backfill create`` under standalone: one run per date, each with its own
+    output dir and its own rendered ``Data("/.../{{ ds }}/")`` path."""
+    dates = ["2026-11-10", "2026-11-11", "2026-11-12"]
+    with run_standalone(tmp_path) as s:
+        s.wait_for(
+            f"DAG {DAG_ID} to be parsed",
+            lambda: s.api("GET", f"/dags/{DAG_ID}").status_code == 200,
+            RUN_DEADLINE_S,
+        )
+        assert s.api("PATCH", f"/dags/{DAG_ID}", json={"is_paused": False}).status_code == 200
+        env = _standalone_env(s.home, int(s.client.base_url.port))
+        airflow = Path(sys.executable).parent / "airflow"
+        done = subprocess.run(
+            [str(airflow), "backfill", "create", "--dag-id", DAG_ID,
+             "--from-date", dates[0], "--to-date", dates[-1]],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+
+        def all_done() -> list[dict] | None:
+            runs = s.json(f"/dags/{DAG_ID}/dagRuns")["dag_runs"]
+            if len(runs) == 3 and all(r["state"] in ("success", "failed") for r in runs):
+                return runs
+            return None
+
+        runs = s.wait_for("three backfilled runs", all_done, RUN_DEADLINE_S * 2)
+        assert sorted(r["state"] for r in runs) == ["success"] * 3, runs
+        assert sorted(r["logical_date"][:10] for r in runs) == dates
+        outputs, rendered = set(), set()
+        for r in runs:
+            path = f"/dags/{DAG_ID}/dagRuns/{r['dag_run_id']}/taskInstances/train"
+            out = s.api(
+                "GET", path + "/xcomEntries/output_dir", params={"deserialize": True}
+            ).json()["value"]
+            assert (Path(out[len("file://") :]) / "metrics.json").exists()
+            outputs.add(out)
+            rendered.add(str(s.json(path)["rendered_fields"]["op_kwargs"]))
+        assert len(outputs) == 3  # one output dir per run
+        for day in dates:  # each run's Data path rendered with its own ds
+            assert sum(f"/{day}/" in text for text in rendered) == 1, rendered
