@@ -101,7 +101,7 @@ def attach(job: str | dict[str, Any] | JobHandle, conn_id: str = "kinetic_defaul
     if not isinstance(job, str):
         return AttachedJob(JobHandle.from_dict(job), hook)
     config = hook.get_config()
-    store = config.store()
+    store = hook.get_store()
     stored = JobHandle.from_dict(json.loads(store.read_bytes(artifact_key(job, "handle.json"))))
     if stored.job_id != job:
         raise ValueError(f"{store.uri(artifact_key(job, 'handle.json'))} names {stored.job_id}")

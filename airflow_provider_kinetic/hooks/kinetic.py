@@ -246,7 +246,10 @@ class KineticHook(BaseHook):
         return KineticConfig(backend=LocalBackend.name, root=root)
 
     def get_store(self) -> ObjectStore:
-        return self.get_config().store()
+        """The store, with the credentials of the connection's ``gcp_conn_id``."""
+        from airflow_provider_kinetic.hooks.gcs_auth import store_for
+
+        return store_for(self.get_config())
 
     def get_backend(self, kind: str | None = None) -> Backend:
         """The backend for ``kind`` (a handle's ``backend``), else the connection's."""

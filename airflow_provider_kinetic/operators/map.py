@@ -145,7 +145,7 @@ class KineticMapOperator(KineticOperatorBase):
     def execute(self, context: Any) -> Any:
         hook = KineticHook(self.kinetic_conn_id)
         config = hook.get_config()
-        store = config.store()
+        store = hook.get_store()
         state = self._resume(context, hook, store)
         if state is None:
             state, objects, local = self.plan(context, store, config)
@@ -195,7 +195,7 @@ class KineticMapOperator(KineticOperatorBase):
     def dry_run(self) -> dict[str, Any]:
         """The manifest of the batch's first child, printed as YAML; creates nothing."""
         config = KineticHook(self.kinetic_conn_id).get_config()
-        store = config.store()
+        store = config.store()  # a dry run needs no credentials
         state, _, _ = self.plan(None, store, config)
         spec = batchrun.child_spec(state, 0, "job-dryrun00", config, store, deployment_secret())
         manifest = backend_class(state.backend).manifest(spec)

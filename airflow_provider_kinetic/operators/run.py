@@ -127,7 +127,7 @@ class KineticRunOperator(KineticOperatorBase):
     def execute(self, context: Any) -> Any:
         hook = KineticHook(self.kinetic_conn_id)
         config = hook.get_config()
-        store = config.store()
+        store = hook.get_store()
         backend = hook.get_backend(config.backend_kind(self.parsed_accelerator()))
         self._backend, self._store = backend, store
         record = self._read_record(context, store)
@@ -238,7 +238,7 @@ class KineticRunOperator(KineticOperatorBase):
         self._handle = handle
         hook = KineticHook(self.kinetic_conn_id)
         config = hook.get_config()
-        store = config.store()
+        store = hook.get_store()
         backend = hook.get_backend(handle.backend)
         self._backend, self._store = backend, store
         report = backend.status(handle)
@@ -281,7 +281,7 @@ class KineticRunOperator(KineticOperatorBase):
         Secrets (the result key) appear as references, never as values.
         """
         config = KineticHook(self.kinetic_conn_id).get_config()
-        store = config.store()
+        store = config.store()  # a dry run needs no credentials
         identity = {"dag_id": self.dag_id, "task_id": self.task_id, "run_id": "dry_run"}
         request = self.build_request(identity, store.uri)
         planned = plan_job(request, config, store, "job-dryrun00", deployment_secret())

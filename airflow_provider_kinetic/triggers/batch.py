@@ -127,7 +127,9 @@ class KineticBatchTrigger(BaseTrigger):
         from airflow_provider_kinetic.hooks.kinetic import config_from_json
 
         backend = await asyncio.to_thread(self._backend)
-        store = config_from_json(self.config).store()
+        from airflow_provider_kinetic.hooks.gcs_auth import store_for
+
+        store = store_for(config_from_json(self.config))
         self.log.info(
             "task killed by user: cancelling %d children of batch %s",
             len(self.handles),

@@ -135,7 +135,9 @@ class KineticJobTrigger(BaseTrigger):
         from airflow_provider_kinetic.hooks.kinetic import config_from_json
 
         backend = await asyncio.to_thread(self._backend)
-        store = config_from_json(self.config).store()
+        from airflow_provider_kinetic.hooks.gcs_auth import store_for
+
+        store = store_for(config_from_json(self.config))
         self.log.info("task killed by user: cancelling kinetic job %s", self._job.job_id)
         # The marker first, so the next try never adopts a job that is being cancelled.
         await asyncio.to_thread(request_cancel, store, backend, self._job)
