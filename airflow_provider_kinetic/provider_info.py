@@ -135,6 +135,7 @@ def provider_info(version: str) -> dict[str, Any]:
         "sensors": modules("sensors.job"),
         "triggers": modules("triggers.job", "triggers.batch"),
         "extra-links": [f"{PACKAGE}.links.KineticJobLink"],
+        "cli": [f"{PACKAGE}.cli.get_kinetic_cli_commands"],
         "config": {"kinetic": {"description": "airflow-provider-kinetic", "options": CONFIG}},
         "task-decorators": [
             {"name": "kinetic", "class-name": f"{PACKAGE}.decorators.kinetic.kinetic_task"}

@@ -113,7 +113,16 @@ def _job_row(entry: inventory.JobEntry, report: StatusReport | None) -> dict[str
     }
 
 
-LIST_COLUMNS = ("job_id", "state", "reason", "dag_id", "task_id", "func", "accelerator", "created_at")
+LIST_COLUMNS = (
+    "job_id",
+    "state",
+    "reason",
+    "dag_id",
+    "task_id",
+    "func",
+    "accelerator",
+    "created_at",
+)
 
 
 @command
@@ -252,8 +261,12 @@ def jobs_cleanup(args: Namespace) -> None:
         report = job.status()
         if not report.status.is_terminal:
             if args.job_id:
-                raise CliError(f"kinetic job {job_id} is still {report.status.value}: cancel it first")
-            rows.append({"job_id": job_id, "state": report.status.value, "action": "skipped (live)"})
+                raise CliError(
+                    f"kinetic job {job_id} is still {report.status.value}: cancel it first"
+                )
+            rows.append(
+                {"job_id": job_id, "state": report.status.value, "action": "skipped (live)"}
+            )
             continue
         if args.dry_run:
             rows.append({"job_id": job_id, "state": report.status.value, "action": "would delete"})

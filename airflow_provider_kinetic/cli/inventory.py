@@ -42,8 +42,7 @@ def parse_age(text: str) -> float:
     match = _AGE.fullmatch(str(text).strip().lower())
     if not match:
         raise BadAge(
-            f"bad age {text!r}: expected a number followed by s, m, h or d "
-            "(e.g. 45s, 30m, 12h, 7d)"
+            f"bad age {text!r}: expected a number followed by s, m, h or d (e.g. 45s, 30m, 12h, 7d)"
         )
     return float(match.group(1)) * _UNITS[match.group(2)]
 

@@ -1,0 +1,139 @@
+"""``airflow kinetic ...``: operate jobs and the data cache from a shell.
+
+Airflow 3 providers add CLI groups through the ``cli`` entry of their provider info
+(``get_provider_info()["cli"]`` names :func:`get_kinetic_cli_commands`); Airflow's
+parser calls it and adds the returned ``GroupCommand``.  The same definitions back
+``python -m airflow_provider_kinetic.cli`` (see ``__main__``), so the commands work
+before the provider is installed as a distribution, and the two entry points cannot
+drift apart.
+
+Actions are loaded lazily (``lazy_load_command``): ``airflow --help`` imports nothing
+of the backends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_ACTIONS = "airflow_provider_kinetic.cli.commands."
+
+
+def get_kinetic_cli_commands() -> list[Any]:
+    """The ``kinetic`` command group, in the shape Airflow's CLI parser expects."""
+    from airflow.cli.cli_config import ActionCommand, Arg, GroupCommand, lazy_load_command
+
+    conn = Arg(
+        ("--conn-id",),
+        help="Kinetic connection id (default: kinetic_default; when that connection is "
+        "missing, the local backend under $AIRFLOW_HOME/kinetic)",
+        default="kinetic_default",
+    )
+    output = Arg(
+        ("-o", "--output"),
+        help="Output format: table (for people) or json (for scripts)",
+        choices=("table", "json"),
+        default="table",
+        metavar="(table, json)",
+    )
+    job = Arg(("job_id",), help="Job id (job-xxxxxxxx)", metavar="JOB")
+    common = (conn, output)
+
+    def action(name: str, helptext: str, func: str, *args: Any) -> Any:
+        return ActionCommand(
+            name=name, help=helptext, func=lazy_load_command(_ACTIONS + func), args=(*args, *common)
+        )
+
+    jobs = GroupCommand(
+        name="jobs",
+        help="List and operate kinetic jobs",
+        subcommands=(
+            action(
+                "list",
+                "List jobs in the store, newest first",
+                "jobs_list",
+                Arg(("--dag-id",), help="Only jobs of this DAG"),
+                Arg(
+                    ("--state",),
+                    help="Only jobs in this state (PENDING, RUNNING, SUCCEEDED, FAILED, NOT_FOUND)",
+                ),
+                Arg(
+                    ("--limit",), help="At most this many jobs (default 100)", type=int, default=100
+                ),
+            ),
+            action("status", "Show a job's state", "jobs_status", job),
+            action(
+                "logs",
+                "Print a job's log",
+                "jobs_logs",
+                job,
+                Arg(
+                    ("-f", "--follow"), help="Keep printing until the job ends", action="store_true"
+                ),
+                Arg(
+                    ("--poll-interval",),
+                    help="Seconds between reads with --follow (default 1)",
+                    type=float,
+                    default=1.0,
+                ),
+            ),
+            action(
+                "result",
+                "Print a finished job's return value",
+                "jobs_result",
+                job,
+                Arg(("--wait",), help="Wait for a running job to end", action="store_true"),
+                Arg(
+                    ("--timeout",),
+                    help="Seconds to wait with --wait (default: no limit)",
+                    type=float,
+                    default=None,
+                ),
+            ),
+            action(
+                "cancel",
+                "Cancel a job (no later try of its task adopts it)",
+                "jobs_cancel",
+                job,
+                Arg(
+                    ("--wait-s",),
+                    help="Seconds to wait for the job to end (default 30)",
+                    type=float,
+                    default=30.0,
+                ),
+            ),
+            action(
+                "cleanup",
+                "Delete finished jobs' artifacts and cluster objects",
+                "jobs_cleanup",
+                Arg(("job_id",), help="Job id", metavar="JOB", nargs="?", default=None),
+                Arg(
+                    ("--older-than",),
+                    help="Every finished job created longer ago than AGE (e.g. 7d, 12h, 30m, 45s)",
+                    metavar="AGE",
+                ),
+                Arg(("--dry-run",), help="Only show what would be deleted", action="store_true"),
+            ),
+        ),
+    )
+    data = GroupCommand(
+        name="data",
+        help="Inspect and trim the content-addressed data cache",
+        subcommands=(
+            action("ls", "List data-cache entries", "data_ls"),
+            action(
+                "gc",
+                "Delete cache entries whose completion marker is older than AGE",
+                "data_gc",
+                Arg(("--older-than",), help="e.g. 7d, 12h, 30m, 45s", metavar="AGE", required=True),
+                Arg(("--dry-run",), help="Only show what would be deleted", action="store_true"),
+            ),
+        ),
+    )
+    catalog = action("accelerators", "List the accelerators jobs may ask for", "accelerators")
+    return [
+        GroupCommand(
+            name="kinetic",
+            help="Kinetic jobs, data cache and accelerators",
+            subcommands=(jobs, data, catalog),
+        )
+    ]

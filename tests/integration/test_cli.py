@@ -1,0 +1,237 @@
+"""``airflow kinetic ...`` / ``python -m airflow_provider_kinetic.cli ...`` as real
+processes against jobs and a data cache on the local backend (no mocks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.datacache import cache_key, marker_key
+from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
+from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+from airflow_provider_kinetic.core.taskrecord import SYNC, TaskRecord, write_record
+from airflow_provider_kinetic.hooks.signing import deployment_secret
+
+REPO = Path(__file__).resolve().parents[2]
+CONN = "kn_cli"
+DEADLINE_S = 60.0
+
+
+def add(a: int, b: int) -> dict:
+    print("adding", a, b, flush=True)
+    return {"sum": a + b}
+
+
+def wait_release(release: str) -> str:
+    import os
+    import time
+
+    print("waiting", flush=True)
+    while not os.path.exists(release):
+        time.sleep(0.02)
+    return "released"
+
+
+def wait_for(pred: Callable[[], Any], what: str) -> Any:
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        if value := pred():
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {DEADLINE_S}s waiting for {what}")
+
+
+@pytest.fixture
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KineticConfig]:
+    root = tmp_path / "kinetic"
+    extra = {"backend": "local", "root": str(root)}
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{CONN.upper()}", json.dumps({"conn_type": "kinetic", "extra": extra})
+    )
+    config = KineticConfig(backend="local", root=str(root))
+    yield config
+    backend = LocalBackend(config.bucket_name)  # never leave a job process behind
+    jobs = root / STATE_DIR
+    for jdir in jobs.iterdir() if jobs.is_dir() else []:
+        backend.cancel(JobHandle(job_id=jdir.name, backend="local", bucket_name=str(root)))
+
+
+def submit(config: KineticConfig, func: Callable, *args: Any, **request: Any) -> JobHandle:
+    backend = LocalBackend(config.bucket_name)
+    req = JobRequest(func=func, args=args, **request)
+    handle, _ = submit_job(req, config, backend, config.store(), deployment_secret())
+    return handle
+
+
+def finished(config: KineticConfig, handle: JobHandle) -> JobStatus:
+    backend = LocalBackend(config.bucket_name)
+    return wait_for(
+        lambda: (s := backend.status(handle).status).is_terminal and s, f"{handle.job_id} to end"
+    )
+
+
+def cli(*args: str, ok: bool = True, airflow: bool = False) -> subprocess.CompletedProcess:
+    """Run the CLI in a fresh process with this session's AIRFLOW_HOME and connections."""
+    if airflow:  # Airflow's own CLI: the provider's "cli" entry registers the group
+        cmd = [sys.executable, "-m", "airflow", "kinetic", *args, "--conn-id", CONN]
+    else:
+        cmd = [sys.executable, "-m", "airflow_provider_kinetic.cli", *args, "--conn-id", CONN]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    if ok:
+        assert out.returncode == 0, f"{cmd}\nstdout:{out.stdout}\nstderr:{out.stderr[-3000:]}"
+    return out
+
+
+def as_json(*args: str, airflow: bool = False) -> Any:
+    """The command's JSON output: stdout holds nothing else (Airflow's own CLI may log
+    its unit-test configuration notice there before it parses arguments)."""
+    out = cli(*args, "--output", "json", airflow=airflow).stdout
+    if airflow:
+        out = "\n".join(line for line in out.splitlines() if "Unit test configuration" not in line)
+    return json.loads(out)
+
+
+def test_list_status_logs_result_and_cleanup(config: KineticConfig):
+    store = config.store()
+    recorded = submit(config, add, 2, 3)
+    by_output = submit(config, add, 4, 5, output_dir=store.uri("outputs/dag_b/run1/t/-1"))
+    identity = {"dag_id": "dag_a", "run_id": "run1", "task_id": "sum", "map_index": -1}
+    record = TaskRecord(kind="job", mode=SYNC, try_number=1, handle=recorded.to_dict())
+    write_record(store, identity, record, deployment_secret())
+    for handle in (recorded, by_output):
+        assert finished(config, handle) is JobStatus.SUCCEEDED
+
+    rows = {r["job_id"]: r for r in as_json("jobs", "list")}
+    assert set(rows) == {recorded.job_id, by_output.job_id}
+    assert rows[recorded.job_id]["dag_id"] == "dag_a"
+    assert rows[recorded.job_id]["task_id"] == "sum"
+    assert rows[by_output.job_id]["dag_id"] == "dag_b"  # from the default output layout
+    assert {r["state"] for r in rows.values()} == {"SUCCEEDED"}
+    only_a = as_json("jobs", "list", "--dag-id", "dag_a")
+    assert [r["job_id"] for r in only_a] == [recorded.job_id]
+    assert as_json("jobs", "list", "--state", "running") == []
+    assert len(as_json("jobs", "list", "--limit", "1")) == 1
+    table = cli("jobs", "list").stdout.splitlines()
+    assert table[0].split()[:3] == ["JOB_ID", "STATE", "REASON"]
+    assert any(line.startswith(recorded.job_id) and "SUCCEEDED" in line for line in table)
+
+    status = as_json("jobs", "status", recorded.job_id)
+    assert status["state"] == "SUCCEEDED" and status["func"] == recorded.func_name
+    assert "adding 2 3" in cli("jobs", "logs", recorded.job_id).stdout
+    assert as_json("jobs", "logs", recorded.job_id)["logs"].count("adding 2 3") == 1
+    assert as_json("jobs", "result", recorded.job_id)["value"] == {"sum": 5}
+    assert "'sum': 9" in cli("jobs", "result", by_output.job_id).stdout
+
+    done = as_json("jobs", "cleanup", recorded.job_id)
+    assert done[0]["action"] == "deleted" and done[0]["objects"] > 0
+    assert not store.exists(f"{recorded.job_id}/handle.json")
+    assert [r["job_id"] for r in as_json("jobs", "list")] == [by_output.job_id]
+    gone = cli("jobs", "status", recorded.job_id, ok=False)
+    assert gone.returncode == 1 and f"no kinetic job '{recorded.job_id}'" in gone.stderr
+
+
+def test_cleanup_older_than(config: KineticConfig):
+    handle = submit(config, add, 1, 1)
+    assert finished(config, handle) is JobStatus.SUCCEEDED
+    assert as_json("jobs", "cleanup", "--older-than", "1d") == []  # created just now
+    store = config.store()
+    old = json.loads(store.read_bytes(f"{handle.job_id}/handle.json"))
+    old["created_at"] = "2020-01-01T00:00:00Z"
+    store.write_bytes(f"{handle.job_id}/handle.json", json.dumps(old).encode())
+    dry = as_json("jobs", "cleanup", "--older-than", "1d", "--dry-run")
+    assert [(r["job_id"], r["action"]) for r in dry] == [(handle.job_id, "would delete")]
+    assert store.exists(f"{handle.job_id}/handle.json")
+    rows = as_json("jobs", "cleanup", "--older-than", "1d")
+    assert [(r["job_id"], r["action"]) for r in rows] == [(handle.job_id, "deleted")]
+    assert store.list(f"{handle.job_id}/") == []
+    both = cli("jobs", "cleanup", handle.job_id, "--older-than", "1d", ok=False)
+    assert both.returncode == 1 and "either a JOB id or --older-than" in both.stderr
+
+
+def test_cancel_and_follow(config: KineticConfig, tmp_path: Path):
+    release = tmp_path / "release"
+    waiting = submit(config, wait_release, str(release))
+    backend = LocalBackend(config.bucket_name)
+    wait_for(lambda: "waiting" in backend.read_logs(waiting)[0], "the job to start")
+    early = cli("jobs", "result", waiting.job_id, ok=False)
+    assert early.returncode == 1 and "pass --wait" in early.stderr
+    running = cli("jobs", "list", "--state", "RUNNING", "-o", "json").stdout
+    assert [r["job_id"] for r in json.loads(running)] == [waiting.job_id]
+    out = as_json("jobs", "cancel", waiting.job_id)
+    assert out["cancel_requested"] is True
+    assert (out["state"], out["reason"]) == ("FAILED", "cancelled")
+    assert config.store().exists(f"{waiting.job_id}/cancel-requested")
+    failed = cli("jobs", "result", waiting.job_id, ok=False)
+    assert failed.returncode == 1 and f"kinetic job {waiting.job_id} failed" in failed.stderr
+
+    follow = submit(config, wait_release, str(release))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airflow_provider_kinetic.cli", "jobs", "logs", follow.job_id,
+         "--follow", "--poll-interval", "0.05", "--conn-id", CONN],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        lines = iter(proc.stdout.readline, "")  # ends if the command exits early
+        assert "waiting" in (line.strip() for line in lines)  # printed while the job runs
+        assert backend.status(follow).status is JobStatus.RUNNING
+        release.touch()
+        rest, _ = proc.communicate(timeout=DEADLINE_S)
+        assert proc.returncode == 0  # --follow ends with the job
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert finished(config, follow) is JobStatus.SUCCEEDED
+    assert cli("jobs", "result", follow.job_id).stdout.strip() == "released"
+
+
+def test_data_ls_and_gc(config: KineticConfig):
+    store = config.store()
+    for digest in ("a" * 64, "b" * 64, "c" * 64):
+        store.write_bytes(f"{cache_key(digest)}/file.txt", b"x" * 10)
+    store.write_bytes(marker_key("a" * 64), b"")  # old and complete
+    store.write_bytes(marker_key("b" * 64), b"")  # fresh and complete; "c": no marker
+    old = time.time() - 10 * 86400
+    os.utime(store.uri(marker_key("a" * 64))[len("file://") :], (old, old))
+
+    rows = {r["hash"]: r for r in as_json("data", "ls")}
+    assert set(rows) == {"a" * 64, "b" * 64, "c" * 64}
+    assert rows["a" * 64]["age_s"] > 9 * 86400 and rows["b" * 64]["age_s"] < 3600
+    assert rows["c" * 64]["complete"] is False and rows["a" * 64]["bytes"] == 10
+    assert "incomplete" in cli("data", "ls").stdout
+
+    dry = as_json("data", "gc", "--older-than", "7d", "--dry-run")
+    assert [(r["hash"], r["action"]) for r in dry] == [("a" * 64, "would delete")]
+    assert store.exists(marker_key("a" * 64))
+    gc = as_json("data", "gc", "--older-than", "7d", airflow=True)
+    assert [(r["hash"], r["action"]) for r in gc] == [("a" * 64, "deleted")]
+    assert not store.exists(marker_key("a" * 64))
+    assert store.list(cache_key("a" * 64) + "/") == []
+    assert store.exists(marker_key("b" * 64)) and store.exists(f"{cache_key('c' * 64)}/file.txt")
+
+    bad = cli("data", "gc", "--older-than", "7 days", ok=False)
+    assert bad.returncode == 1 and "bad age '7 days'" in bad.stderr
+
+
+def test_accelerators_through_airflow():
+    rows = as_json("accelerators", airflow=True)
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["h100"]["kind"] == "gpu" and by_name["h100"]["gke"] == "nvidia-h100-80gb"
+    assert by_name["v5litepod"]["topologies"]["4"] == "2x2"
+    table = cli("accelerators", airflow=True).stdout
+    header = next(line for line in table.splitlines() if line.startswith("KIND"))
+    assert header.split() == ["KIND", "NAME", "GKE", "SIZES", "EXAMPLE"]
+    assert "v6e" in table
