@@ -358,3 +358,56 @@ def test_backfill_of_the_daily_retraining_over_three_dates(tmp_path: Path):
         assert len(outputs) == 3  # one output dir per run
         for day in dates:  # each run's Data path rendered with its own ds
             assert sum(f"/{day}/" in text for text in rendered) == 1, rendered
+
+
+def test_task_log_shows_the_job_log_while_deferred(tmp_path: Path):
+    """The job prints a line per second for 20 s; the task log read through the REST API
+    while the task is still deferred already holds the early lines."""
+    dag_id, run_id = "kinetic_live", "live_run"
+    with run_standalone(tmp_path, REPO / "tests" / "dags" / "kinetic_live_dags.py") as s:
+        s.wait_for(
+            f"DAG {dag_id} to be parsed",
+            lambda: s.api("GET", f"/dags/{dag_id}").status_code == 200,
+            RUN_DEADLINE_S,
+        )
+        assert s.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}).status_code == 200
+        resp = s.api(
+            "POST",
+            f"/dags/{dag_id}/dagRuns",
+            json={"dag_run_id": run_id, "logical_date": LOGICAL_DATE, "conf": {}},
+        )
+        assert resp.status_code == 200, resp.text
+        ti_path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/tick"
+
+        def early_lines_while_deferred() -> list[str] | None:
+            if s.json(ti_path)["state"] != "deferred":
+                return None
+            resp = s.api(
+                "GET",
+                ti_path + "/logs/1",
+                params={"full_content": True},
+                headers={"Accept": "application/json"},
+            )
+            if resp.status_code != 200:
+                return None
+            events = [str(e.get("event")) for e in resp.json()["content"]]
+            ticks = [e for e in events if "] tick " in e]
+            return ticks if len(ticks) >= 3 else None
+
+        ticks = s.wait_for(
+            "job lines in the log of the deferred task", early_lines_while_deferred, 60
+        )
+        assert ticks[0].endswith("tick 0") and s.json(ti_path)["state"] == "deferred"
+
+        def finished() -> str | None:
+            state = s.json(f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            return state if state in ("success", "failed") else None
+
+        assert s.wait_for("the run to finish", finished, RUN_DEADLINE_S) == "success"
+        resp = s.api(
+            "GET", ti_path + "/logs/1", params={"full_content": True},
+            headers={"Accept": "application/json"},
+        )  # fmt: skip
+        events = [str(e.get("event")) for e in resp.json()["content"]]
+        lines = [e.rsplit("] ", 1)[1] for e in events if "] tick " in e]
+        assert lines == [f"tick {i}" for i in range(20)]  # every line once, in order
