@@ -25,15 +25,33 @@ LOCAL_MOUNTS_ENV = "KINETIC_LOCAL_MOUNTS"
 
 @contextlib.contextmanager
 def _locked(mount: str) -> Iterator[str]:
+    """Hold the mount path's lock; the last user removes the lock file (and the state
+    dir when empty), so nothing is left in the temp dir between jobs."""
     state = os.path.join(tempfile.gettempdir(), STATE_DIR)
-    os.makedirs(state, mode=0o700, exist_ok=True)
     base = os.path.join(state, hashlib.sha256(mount.encode()).hexdigest()[:32])
-    with open(base + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    while True:
+        os.makedirs(state, mode=0o700, exist_ok=True)
         try:
-            yield base + ".json"
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock = open(base + ".lock", "a")  # noqa: SIM115 - closed below
+        except FileNotFoundError:  # the state dir went away in between
+            continue
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:  # the file we locked must still be the one at the path
+            same = os.path.samestat(os.fstat(lock.fileno()), os.stat(base + ".lock"))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        lock.close()
+    try:
+        yield base + ".json"
+    finally:
+        if not os.path.exists(base + ".json"):  # no user left
+            os.unlink(base + ".lock")
+            with contextlib.suppress(OSError):
+                os.rmdir(state)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
 
 
 def acquire(mount: str, target: str) -> None:

@@ -10,6 +10,7 @@ exits 0 only when the function succeeded and its result was stored.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import logging
 import os
@@ -279,16 +280,32 @@ def run(argv: list[str]) -> int:
     result_key = os.environ.pop(RESULT_KEY_ENV, None)
     workdir = tempfile.mkdtemp(prefix="kinetic-run-")
     links: list[tuple[str, str]] = []
+
+    def cancelled(_signum: int, _frame: Any) -> None:
+        # A cancel sends SIGTERM: clean up and leave at once, writing no result (the
+        # backend reports the job cancelled); Python's default would skip the cleanup.
+        _clean_up(workdir, links)
+        os._exit(143)
+
+    signal.signal(signal.SIGTERM, cancelled)
     try:
         return _run(ns, workdir, result_key, links)
     finally:
-        for mount, source in links:  # the local backend's volume links
-            try:
-                locallinks.release(mount, source)
-            except OSError as exc:
-                log.warning("could not remove the volume link %s: %s", mount, exc)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _clean_up(workdir, links)
+
+
+def _clean_up(workdir: str, links: list[tuple[str, str]]) -> None:
+    """Remove the work dir and this job's uses of volume links (local backend)."""
+    for mount, source in links:
+        try:
+            locallinks.release(mount, source)
+        except OSError as exc:
+            log.warning("could not remove the volume link %s: %s", mount, exc)
+    links.clear()
+    with contextlib.suppress(OSError):
         os.chdir(tempfile.gettempdir())  # the work dir may be the cwd (context plan)
-        shutil.rmtree(workdir, ignore_errors=True)
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _run(

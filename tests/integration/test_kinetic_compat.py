@@ -63,8 +63,9 @@ def count_files(path: str, scale: int) -> int:
     return scale * len(os.listdir(path))
 
 
-def kinetic_runner(args: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GOOGLE_CLOUD_PROJECT": "test"}
+def kinetic_runner(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
+    """kinetic's runner keeps its work dir: give it the test's own temp dir."""
+    env = {**os.environ, "GOOGLE_CLOUD_PROJECT": "test", "TMPDIR": str(tmp)}
     return subprocess.run(
         [sys.executable, str(KINETIC / "runner" / "remote_runner.py"), *args],
         env=env,
@@ -134,13 +135,13 @@ def test_kinetic_runner_executes_our_job(fake_gcs, gcs_bucket, tmp_path):
     # and the handle says so; jobs for our runner always sign.
     assert handle.result_auth == "none" and not spec.secrets
     assert spec.command == ["python3", "-u", "/app/remote_runner.py"]
-    proc = kinetic_runner(spec.args)
+    proc = kinetic_runner(spec.args, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = cloudpickle.loads(store.read_bytes(f"{handle.job_id}/result.pkl"))
     assert result["success"] is True and result["result"] == 21
 
 
-def test_kinetic_runner_refuses_a_batch_child_loudly(fake_gcs, gcs_bucket):
+def test_kinetic_runner_refuses_a_batch_child_loudly(fake_gcs, gcs_bucket, tmp_path):
     store = GcsStore(gcs_bucket, client=fake_gcs.client())
     config = KineticConfig(backend="gke", bucket=gcs_bucket, project="p", zone="z", cluster="c")
     state, objects, local = plan_batch(
@@ -157,7 +158,7 @@ def test_kinetic_runner_refuses_a_batch_child_loudly(fake_gcs, gcs_bucket):
     backend = Recording()
     batchrun.launch(state, config, backend, store)
     child = backend.specs[0]
-    proc = kinetic_runner(child.args)
+    proc = kinetic_runner(child.args, tmp_path)
     assert proc.returncode != 0
     result = cloudpickle.loads(store.read_bytes(f"{child.job_id}/result.pkl"))
     assert result["success"] is False
