@@ -134,7 +134,15 @@ def provider_info(version: str) -> dict[str, Any]:
         "operators": modules("operators.run", "operators.map"),
         "sensors": modules("sensors.job"),
         "triggers": modules("triggers.job", "triggers.batch"),
-        "extra-links": [f"{PACKAGE}.links.KineticJobLink"],
+        "extra-links": [
+            f"{PACKAGE}.links.{name}"
+            for name in (
+                "KineticJobLink",
+                "KineticLogsLink",
+                "KineticOutputLink",
+                "KineticBatchLink",
+            )
+        ],
         "cli": [f"{PACKAGE}.cli.get_kinetic_cli_commands"],
         "config": {"kinetic": {"description": "airflow-provider-kinetic", "options": CONFIG}},
         "task-decorators": [

@@ -36,6 +36,7 @@ from airflow_provider_kinetic.core.taskrecord import (
 from airflow_provider_kinetic.exceptions import KineticBatchFailed, KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key, result_key_for_job
+from airflow_provider_kinetic.links import KineticBatchLink
 from airflow_provider_kinetic.operators.common import (
     XCOM_BATCH,
     XCOM_OUTPUT_DIR,
@@ -85,6 +86,7 @@ class KineticMapOperator(KineticOperatorBase):
         "capture_env_vars",
     )
     ui_color = "#d2e3fc"
+    operator_extra_links = (KineticBatchLink(),)
 
     def __init__(
         self,
@@ -160,6 +162,11 @@ class KineticMapOperator(KineticOperatorBase):
         state.deadline = deadline(context, self.execution_timeout)
         self._write_record(context, store, state)
         context["ti"].xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(state.template.output_dir))
+        url = backend_class(state.backend).group_logs_url(
+            state.group_id, config.project or "", config.cluster or "", config.namespace
+        )
+        if url:
+            context["ti"].xcom_push(key=KineticBatchLink.key, value=url)
         return self._advance(context, hook, state)
 
     def _resume(self, context: Any, hook: KineticHook, store: ObjectStore) -> BatchState | None:

@@ -34,7 +34,12 @@ from airflow_provider_kinetic.core.taskrecord import (
 from airflow_provider_kinetic.exceptions import KineticJobCancelled, KineticJobFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key
-from airflow_provider_kinetic.links import KineticJobLink, job_url
+from airflow_provider_kinetic.links import (
+    KineticJobLink,
+    KineticLogsLink,
+    KineticOutputLink,
+    job_links,
+)
 from airflow_provider_kinetic.operators.common import (
     XCOM_JOB,
     XCOM_OUTPUT_DIR,
@@ -97,7 +102,7 @@ class KineticRunOperator(KineticOperatorBase):
     )
     template_fields_renderers = {"op_args": "py", "op_kwargs": "py"}
     ui_color = "#e8f0fe"
-    operator_extra_links = (KineticJobLink(),)
+    operator_extra_links = (KineticJobLink(), KineticLogsLink(), KineticOutputLink())
     MAX_REDEFER_ATTEMPTS = 3
 
     def __init__(
@@ -200,7 +205,8 @@ class KineticRunOperator(KineticOperatorBase):
         ti = context["ti"]
         ti.xcom_push(key=XCOM_JOB, value=handle.to_dict())
         ti.xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(handle.output_dir))
-        ti.xcom_push(key=KineticJobLink().xcom_key, value=job_url(handle))
+        for key, url in job_links(handle).items():
+            ti.xcom_push(key=key, value=url)
         self.log.info("kinetic job %s: output dir %s", handle.job_id, handle.output_dir)
 
     def _defer(

@@ -169,3 +169,25 @@ def test_output_dirs_travel_as_directory_uris():
     assert Data(directory_uri("gs://b/outputs/x")).is_dir
     assert directory_uri("file:///r/outputs/x") == "file:///r/outputs/x"
     assert directory_uri(None) is None
+
+
+def test_gke_jobs_get_https_links_for_logs_and_outputs_local_jobs_do_not():
+    from urllib.parse import unquote
+
+    from airflow_provider_kinetic.links import job_links
+
+    gke = records.handle(
+        "job-1", "b", "gke", zone="z", cluster_name="c1", project="p", namespace="ml",
+        output_dir="gs://b/outputs/d/r/t/-1",
+    )  # fmt: skip
+    links = job_links(gke)
+    assert set(links) == {"kinetic_job_link", "kinetic_logs_link", "kinetic_output_link"}
+    assert all(url.startswith("https://console.cloud.google.com/") for url in links.values())
+    logs = unquote(links["kinetic_logs_link"])
+    assert 'resource.labels.cluster_name="c1"' in logs and 'labels."k8s-pod/job-id"="job-1"' in logs
+    assert links["kinetic_output_link"].endswith("/storage/browser/b/outputs/d/r/t/-1/?project=p")
+    group = GkeBackend.group_logs_url("grp-00000001", "p", "c1", "ml")
+    assert 'labels."k8s-pod/kinetic-group-id"="grp-00000001"' in unquote(group)
+    local = records.handle("job-2", "/r", output_dir="file:///r/outputs/x")
+    assert set(job_links(local)) == {"kinetic_job_link"}  # a file:// page is not rendered
+    assert LocalBackend.group_logs_url("grp-1", "", "", "default") is None

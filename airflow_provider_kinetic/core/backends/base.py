@@ -103,6 +103,18 @@ class Backend(abc.ABC):
         """Where a person looks at the job."""
         return f"file://{handle.bucket_name}/{handle.job_id}/"
 
+    @classmethod
+    def logs_url(cls, handle: JobHandle) -> str | None:
+        """A web page with the job's logs, if the platform has one."""
+        return None
+
+    @classmethod
+    def group_logs_url(
+        cls, group_id: str, project: str, cluster: str, namespace: str
+    ) -> str | None:
+        """A web page with the logs of every child of a batch, if the platform has one."""
+        return None
+
     @abc.abstractmethod
     def submit(self, spec: JobSpec) -> None:
         """Create the job; raises if it could not be created."""

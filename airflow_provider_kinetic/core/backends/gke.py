@@ -20,6 +20,7 @@ import inspect
 import json
 import logging
 import threading
+import urllib.parse
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -183,6 +184,19 @@ class GkeBackend(Backend):
     @classmethod
     def object_name(cls, job_id: str) -> str:
         return job_name(job_id)
+
+    @classmethod
+    def logs_url(cls, handle: JobHandle) -> str | None:
+        """Cloud Logging, filtered to the job's containers (pods carry ``job-id``)."""
+        return _logging_url(
+            handle.project, handle.cluster_name, handle.namespace, "job-id", handle.job_id
+        )
+
+    @classmethod
+    def group_logs_url(
+        cls, group_id: str, project: str, cluster: str, namespace: str
+    ) -> str | None:
+        return _logging_url(project, cluster, namespace, GROUP_LABEL, label_value(group_id))
 
     @classmethod
     def console_url(cls, handle: JobHandle) -> str:
@@ -483,6 +497,19 @@ def async_configuration_like(client: k8s.ApiClient) -> Any:
     if token:
         cfg.api_key = {"BearerToken": token}
     return cfg
+
+
+def _logging_url(project: str, cluster: str, namespace: str, label: str, value: str) -> str:
+    """A Cloud Logging query URL for the containers whose pods carry ``label=value``."""
+    query = "\n".join(
+        [
+            'resource.type="k8s_container"',
+            f'resource.labels.cluster_name="{cluster}"',
+            f'resource.labels.namespace_name="{namespace}"',
+            f'labels."k8s-pod/{label}"="{value}"',
+        ]
+    )
+    return f"{CONSOLE}/logs/query;query={urllib.parse.quote(query)}?project={project}"
 
 
 def _labels(obj: dict[str, Any]) -> dict[str, str]:
