@@ -62,12 +62,6 @@ def load_result(ref: dict[str, Any]) -> Any:
     return payload.get("result")
 
 
-def contains_result_refs(obj: Any) -> bool:
-    found = []
-    map_leaves(obj, lambda x: found.append(x) or x if is_result_ref(x) else KEEP)
-    return bool(found)
-
-
 def resolve_result_refs(obj: Any, cache: dict[str, Any] | None = None) -> Any:
     """``obj`` with every reference replaced by its object (each URI loaded once)."""
     cache = {} if cache is None else cache

@@ -13,7 +13,7 @@ from airflow.providers.common.compat.sdk import BaseOperator, XCom, conf, mask_s
 
 from airflow_provider_kinetic.core.accelerators import parse_accelerator, with_spot
 from airflow_provider_kinetic.core.handles import artifact_key
-from airflow_provider_kinetic.core.resultref import REF_KEY, make_result_ref
+from airflow_provider_kinetic.core.resultref import REF_KEY, is_result_ref, make_result_ref
 from airflow_provider_kinetic.core.schemes import scheme_for
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.submit import JobRequest, capture_env
@@ -84,7 +84,7 @@ def delete_artifacts(store: ObjectStore, job_ids: list[str], delivered: Any, log
 
 
 def _refs(value: Any) -> list[dict[str, Any]]:
-    if isinstance(value, dict) and REF_KEY in value:
+    if is_result_ref(value):
         return [value]
     if isinstance(value, list):
         return [r for v in value for r in _refs(v)]

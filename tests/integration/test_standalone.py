@@ -135,6 +135,33 @@ class Standalone:
         assert resp.status_code == 200, f"GET {path}: {resp.status_code} {resp.text}"
         return resp.json()
 
+    def unpause(self, dag_id: str) -> None:
+        """Wait until ``dag_id`` is parsed, then unpause it."""
+        self.wait_for(
+            f"DAG {dag_id} to be parsed",
+            lambda: self.api("GET", f"/dags/{dag_id}").status_code == 200,
+            RUN_DEADLINE_S,
+        )
+        resp = self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+        assert resp.status_code == 200 and resp.json()["is_paused"] is False, resp.text
+
+    def trigger(self, dag_id: str, run_id: str, conf: dict[str, Any] | None = None) -> None:
+        resp = self.api(
+            "POST",
+            f"/dags/{dag_id}/dagRuns",
+            json={"dag_run_id": run_id, "logical_date": LOGICAL_DATE, "conf": conf or {}},
+        )
+        assert resp.status_code == 200, resp.text
+
+    def wait_finished(self, dag_id: str, run_id: str) -> str:
+        """The run's final state (success or failed)."""
+
+        def finished() -> str | None:
+            state = self.json(f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            return state if state in ("success", "failed") else None
+
+        return self.wait_for(f"run {run_id} to finish", finished, RUN_DEADLINE_S)
+
 
 @contextlib.contextmanager
 def run_standalone(
@@ -187,19 +214,8 @@ def test_retrain_daily_through_real_triggerer(tmp_path: Path):
 
 
 def _run_and_check(s: Standalone) -> None:
-    s.wait_for(
-        f"DAG {DAG_ID} to be parsed",
-        lambda: s.api("GET", f"/dags/{DAG_ID}").status_code == 200,
-        RUN_DEADLINE_S,
-    )
-    resp = s.api("PATCH", f"/dags/{DAG_ID}", json={"is_paused": False})
-    assert resp.status_code == 200 and resp.json()["is_paused"] is False, resp.text
-    resp = s.api(
-        "POST",
-        f"/dags/{DAG_ID}/dagRuns",
-        json={"dag_run_id": RUN_ID, "logical_date": LOGICAL_DATE, "conf": {}},
-    )
-    assert resp.status_code == 200, resp.text
+    s.unpause(DAG_ID)
+    s.trigger(DAG_ID, RUN_ID)
 
     run_path = f"/dags/{DAG_ID}/dagRuns/{RUN_ID}"
     triggers_seen: set[str] = set()
@@ -264,22 +280,8 @@ def test_clearing_a_deferred_task_runs_one_new_job(tmp_path: Path):
     adopted), one new job runs, and the task succeeds on its second try."""
     dag_id, run_id, marker = "kinetic_clear", "clear_run", tmp_path / "executions"
     with run_standalone(tmp_path, REPO / "tests" / "dags" / "kinetic_clear_dags.py") as s:
-        s.wait_for(
-            f"DAG {dag_id} to be parsed",
-            lambda: s.api("GET", f"/dags/{dag_id}").status_code == 200,
-            RUN_DEADLINE_S,
-        )
-        assert s.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}).status_code == 200
-        resp = s.api(
-            "POST",
-            f"/dags/{dag_id}/dagRuns",
-            json={
-                "dag_run_id": run_id,
-                "logical_date": LOGICAL_DATE,
-                "conf": {"marker": str(marker)},
-            },
-        )
-        assert resp.status_code == 200, resp.text
+        s.unpause(dag_id)
+        s.trigger(dag_id, run_id, {"marker": str(marker)})
         ti_path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/work"
 
         def deferred_and_running() -> bool:
@@ -297,11 +299,7 @@ def test_clearing_a_deferred_task_runs_one_new_job(tmp_path: Path):
         )  # fmt: skip
         assert resp.status_code == 200, resp.text
 
-        def finished() -> str | None:
-            state = s.json(f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
-            return state if state in ("success", "failed") else None
-
-        assert s.wait_for("the cleared run to finish", finished, RUN_DEADLINE_S) == "success"
+        assert s.wait_finished(dag_id, run_id) == "success"
         ti = s.json(ti_path)
         assert ti["state"] == "success" and ti["try_number"] == 2
         value = s.api(
@@ -322,12 +320,7 @@ def test_backfill_of_the_daily_retraining_over_three_dates(tmp_path: Path):
     output dir and its own rendered ``Data("/.../{{ ds }}/")`` path."""
     dates = ["2026-11-10", "2026-11-11", "2026-11-12"]
     with run_standalone(tmp_path) as s:
-        s.wait_for(
-            f"DAG {DAG_ID} to be parsed",
-            lambda: s.api("GET", f"/dags/{DAG_ID}").status_code == 200,
-            RUN_DEADLINE_S,
-        )
-        assert s.api("PATCH", f"/dags/{DAG_ID}", json={"is_paused": False}).status_code == 200
+        s.unpause(DAG_ID)
         env = _standalone_env(s.home, int(s.client.base_url.port))
         airflow = Path(sys.executable).parent / "airflow"
         done = subprocess.run(
@@ -365,18 +358,8 @@ def test_task_log_shows_the_job_log_while_deferred(tmp_path: Path):
     while the task is still deferred already holds the early lines."""
     dag_id, run_id = "kinetic_live", "live_run"
     with run_standalone(tmp_path, REPO / "tests" / "dags" / "kinetic_live_dags.py") as s:
-        s.wait_for(
-            f"DAG {dag_id} to be parsed",
-            lambda: s.api("GET", f"/dags/{dag_id}").status_code == 200,
-            RUN_DEADLINE_S,
-        )
-        assert s.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}).status_code == 200
-        resp = s.api(
-            "POST",
-            f"/dags/{dag_id}/dagRuns",
-            json={"dag_run_id": run_id, "logical_date": LOGICAL_DATE, "conf": {}},
-        )
-        assert resp.status_code == 200, resp.text
+        s.unpause(dag_id)
+        s.trigger(dag_id, run_id)
         ti_path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/tick"
 
         def early_lines_while_deferred() -> list[str] | None:
@@ -399,11 +382,7 @@ def test_task_log_shows_the_job_log_while_deferred(tmp_path: Path):
         )
         assert ticks[0].endswith("tick 0") and s.json(ti_path)["state"] == "deferred"
 
-        def finished() -> str | None:
-            state = s.json(f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
-            return state if state in ("success", "failed") else None
-
-        assert s.wait_for("the run to finish", finished, RUN_DEADLINE_S) == "success"
+        assert s.wait_finished(dag_id, run_id) == "success"
         resp = s.api(
             "GET", ti_path + "/logs/1", params={"full_content": True},
             headers={"Accept": "application/json"},
