@@ -9,203 +9,23 @@ session's Airflow environment is left alone.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-import pytest
+from tests.fixtures.standalone import (
+    REPO,
+    RUN_DEADLINE_S,
+    Standalone,
+    run_standalone,
+    standalone_env,
+)
 
-REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "retrain_daily"
 RUN_ID = "standalone_rest_run"
 TRIGGER = "airflow_provider_kinetic.triggers.job.KineticJobTrigger"
-LOGICAL_DATE = "2026-11-15T00:00:00Z"
-START_DEADLINE_S = 180.0
-RUN_DEADLINE_S = 300.0
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _standalone_env(home: Path, port: int) -> dict[str, str]:
-    """A clean environment: none of the test session's AIRFLOW_*/KINETIC_* settings."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("AIRFLOW_", "_AIRFLOW", "KINETIC_"))
-    }
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    env.update(
-        {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__API__PORT": str(port),
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
-            # Only our REST-triggered run: no cron run when the DAG is unpaused.
-            "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
-            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
-            "KINETIC_EXAMPLE_DATA_ROOT": str(home / "example-data"),
-            "NO_COLOR": "1",
-            "PYTHONUNBUFFERED": "1",  # the log file is complete when we read it
-        }
-    )
-    return env
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any non-zombie process of the process group is left (Linux /proc)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
-
-
-def _stop_group(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
-    """SIGTERM standalone's whole process group; SIGKILL whatever outlives the grace."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    end = time.monotonic() + grace_s
-    while time.monotonic() < end and (proc.poll() is None or _group_alive(proc.pid)):
-        time.sleep(0.2)
-    if _group_alive(proc.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-
-
-class Standalone:
-    """A running ``airflow standalone`` plus an authenticated REST client."""
-
-    def __init__(self, home: Path, port: int, log_path: Path) -> None:
-        self.home, self.log_path = home, log_path
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10.0)
-
-    def tail(self, lines: int = 150) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def wait_for(self, what: str, check: Callable[[], Any], deadline_s: float) -> Any:
-        """Poll ``check`` every 0.5 s until it returns a truthy value or the deadline passes."""
-        end = time.monotonic() + deadline_s
-        while time.monotonic() < end:
-            try:
-                result = check()
-            except httpx.TransportError:
-                result = None
-            if result:
-                return result
-            time.sleep(0.5)
-        pytest.fail(f"timed out after {deadline_s:.0f}s waiting for {what}")
-
-    def login(self) -> None:
-        passwords = self.home / "simple_auth_manager_passwords.json.generated"
-        password = json.loads(passwords.read_text())["admin"]
-        resp = self.client.post("/auth/token", json={"username": "admin", "password": password})
-        assert resp.status_code in (200, 201), resp.text
-        self.client.headers["Authorization"] = f"Bearer {resp.json()['access_token']}"
-
-    def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        return self.client.request(method, "/api/v2" + path, **kwargs)
-
-    def json(self, path: str) -> Any:
-        resp = self.api("GET", path)
-        assert resp.status_code == 200, f"GET {path}: {resp.status_code} {resp.text}"
-        return resp.json()
-
-    def unpause(self, dag_id: str) -> None:
-        """Wait until ``dag_id`` is parsed, then unpause it."""
-        self.wait_for(
-            f"DAG {dag_id} to be parsed",
-            lambda: self.api("GET", f"/dags/{dag_id}").status_code == 200,
-            RUN_DEADLINE_S,
-        )
-        resp = self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
-        assert resp.status_code == 200 and resp.json()["is_paused"] is False, resp.text
-
-    def trigger(self, dag_id: str, run_id: str, conf: dict[str, Any] | None = None) -> None:
-        resp = self.api(
-            "POST",
-            f"/dags/{dag_id}/dagRuns",
-            json={"dag_run_id": run_id, "logical_date": LOGICAL_DATE, "conf": conf or {}},
-        )
-        assert resp.status_code == 200, resp.text
-
-    def wait_finished(self, dag_id: str, run_id: str) -> str:
-        """The run's final state (success or failed)."""
-
-        def finished() -> str | None:
-            state = self.json(f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
-            return state if state in ("success", "failed") else None
-
-        return self.wait_for(f"run {run_id} to finish", finished, RUN_DEADLINE_S)
-
-
-@contextlib.contextmanager
-def run_standalone(
-    tmp_path: Path, dag_file: Path = REPO / "dags_examples" / "retrain_daily.py"
-) -> Iterator[Standalone]:
-    """Start standalone in its own session; always kill the whole group, and print
-    the tail of its log when anything inside the ``with`` block fails."""
-    home = tmp_path / "standalone-home"
-    (home / "dags").mkdir(parents=True)
-    shutil.copy(dag_file, home / "dags")
-    port = _free_port()
-    log_path = tmp_path / "standalone.log"
-    airflow = Path(sys.executable).parent / "airflow"
-    with log_path.open("wb") as log_file:
-        proc = subprocess.Popen(
-            [str(airflow), "standalone"],
-            cwd=tmp_path,
-            env=_standalone_env(home, port),
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    server = Standalone(home, port, log_path)
-    try:
-
-        def healthy() -> bool:
-            if proc.poll() is not None:
-                pytest.fail(f"airflow standalone exited with {proc.returncode}")
-            resp = server.client.get("/api/v2/monitor/health")
-            parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
-            return resp.status_code == 200 and all(
-                (resp.json().get(part) or {}).get("status") == "healthy" for part in parts
-            )
-
-        server.wait_for("standalone health check", healthy, START_DEADLINE_S)
-        server.login()
-        yield server
-    except BaseException:
-        print(f"\n----- tail of {log_path} -----\n{server.tail()}\n-----", flush=True)
-        raise
-    finally:
-        server.client.close()
-        _stop_group(proc)
 
 
 def test_retrain_daily_through_real_triggerer(tmp_path: Path):
@@ -321,7 +141,7 @@ def test_backfill_of_the_daily_retraining_over_three_dates(tmp_path: Path):
     dates = ["2026-11-10", "2026-11-11", "2026-11-12"]
     with run_standalone(tmp_path) as s:
         s.unpause(DAG_ID)
-        env = _standalone_env(s.home, int(s.client.base_url.port))
+        env = standalone_env(s.home, int(s.client.base_url.port))
         airflow = Path(sys.executable).parent / "airflow"
         done = subprocess.run(
             [str(airflow), "backfill", "create", "--dag-id", DAG_ID,
