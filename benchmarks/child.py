@@ -1,8 +1,10 @@
-"""Times one content hash in a fresh process: ``child.py {ours|kinetic} PATH``.
+"""Times one content hash in a fresh process: ``child.py {ours|kinetic|lstat} PATH``.
 
 Prints one JSON line: the seconds the hash took (imports excluded: a DAG run's worker
 has them loaded), the hash, and for ours how many files were read (0 = a stat cache
-hit).  Ours uses the stat cache in ``$KINETIC_STATCACHE_DIR``.
+hit).  Ours uses the stat cache in ``$KINETIC_STATCACHE_DIR``.  ``lstat`` times no
+hash but the floor of any re-hash that must notice a changed file: one ``os.lstat``
+per file, by name relative to an open directory, the names listed beforehand.
 """
 
 from __future__ import annotations
@@ -20,18 +22,31 @@ def main() -> int:
     side, path = sys.argv[1], sys.argv[2]
     read = [0]
     if side == "ours":
-        from airflow_provider_kinetic.core import schemes, treehash  # noqa: F401 - loaded
+        from airflow_provider_kinetic.core import schemes, treehash, treewalk  # noqa: F401
         from airflow_provider_kinetic.core.data import Data
 
-        real = treehash.file_digest
+        real = treewalk._digest_open  # every file read goes through it
 
         def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
             read[0] += 1
             return real(*args, **kwargs)
 
-        treehash.file_digest = counting
+        treewalk._digest_open = counting
         start = time.perf_counter()
         digest = Data(path).content_hash()
+    elif side == "lstat":
+        import os
+
+        dirs = [(d, sorted(f)) for d, _, f in os.walk(path)]
+        fds = [
+            (os.open(d, os.O_RDONLY | os.O_DIRECTORY), [os.fsencode(n) for n in f]) for d, f in dirs
+        ]
+        lstat = os.lstat
+        start = time.perf_counter()
+        for fd, names in fds:
+            for name in names:
+                lstat(name, dir_fd=fd)
+        digest = ""
     else:
         import kinetic_ref
 

@@ -8,7 +8,11 @@ d2 ...)`` in kinetic's walk order (``core/treewalk.py``); a single file's is
 One pass over the tree: each directory is listed and its entries ``lstat``-ed once;
 with a :class:`~airflow_provider_kinetic.core.statcache.StatCache`, a directory whose
 names and stat facts all equal the record's reuses its digests without opening a
-file, and in a changed directory only the files whose facts changed are read.  Small
+file, and in a changed directory only the files whose facts changed are read.  A
+re-hash of unchanged data is then one ``lstat`` per file, which sets its floor: a
+directory of files only whose own facts are the record's is not listed, and its
+``lstat`` results are compared with the record in one go (:func:`_unchanged`); when
+every directory is unchanged the hash stored with the record is the answer.  Small
 files are read (relative to the open directory) and hashed right away, in this
 thread: per-file Python work dominates them and threads would only fight over the
 GIL.  Files of ``THREAD_FILE`` bytes or more go to a thread pool meanwhile (reading
@@ -17,18 +21,21 @@ and hashing release the GIL), so a tree of big files uses every core.
 
 from __future__ import annotations
 
+import errno
 import gc
 import hashlib
 import logging
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from operator import attrgetter
 from stat import S_ISDIR, S_ISREG
 
 from airflow_provider_kinetic.core.statcache import (
     NEVER,
     DirRecord,
     DirView,
+    RecordError,
     Sig,
     StatCache,
     TreeRecord,
@@ -36,6 +43,7 @@ from airflow_provider_kinetic.core.statcache import (
 )
 from airflow_provider_kinetic.core.treewalk import (
     DataPathError,
+    DataReadError,
     DirScan,
     Facts,
     FreshDir,
@@ -77,7 +85,8 @@ class _Hasher:
     def __init__(self, label: str, base: str, record: TreeRecord | None, verify: bool):
         self.label, self.base, self.record, self.verify = label, base, record, verify
         self.scans: list[DirScan] = []
-        self.blobs: list[bytes | list[bytes | None]] = []
+        #: Per directory: its digests, or the record's view whose digests stand.
+        self.blobs: list[bytes | DirView | list[bytes | memoryview | None]] = []
         self.unstable: set[tuple[int, int]] = set()
         self.changed = record is None
         self.pending: list[tuple[int, int, Future[tuple[bytes, bool]]]] = []
@@ -89,24 +98,19 @@ class _Hasher:
         old = self._old(scan)
         unchanged = old is not None and old.names == scan.names
         if unchanged and old is not None and old.fingerprint == fingerprint(scan.sigs):
-            self.blobs.append(old.digests)  # nothing in this directory changed
+            self.blobs.append(old)  # nothing in this directory changed: its digests
             return
         self.changed = True
         known: dict[str, tuple[Sig, int]] = {}
-        if old is not None:
-            try:
-                sigs = old.sigs()
-            except Exception as exc:  # noqa: BLE001 - a damaged record is no record
-                log.debug("stat cache record for %s unusable: %s", self.label, exc)
-                self.record, old = None, None
-            else:
-                known = {n: (s, k) for k, (n, s) in enumerate(zip(old.names, sigs, strict=True))}
-        digests: list[bytes | None] = []
+        recorded = memoryview(b"")
+        if old is not None:  # RecordError here: content_hash starts over without it
+            sigs, recorded = old.sigs(), old.digests
+            known = {n: (s, k) for k, (n, s) in enumerate(zip(old.names, sigs, strict=True))}
+        digests: list[bytes | memoryview | None] = []
         for j, (name, sig) in enumerate(zip(scan.names, scan.sigs, strict=True)):
             hit = known.get(name)
             if hit is not None and hit[0] == sig:
-                assert old is not None
-                digests.append(old.digests[32 * hit[1] : 32 * hit[1] + 32])
+                digests.append(recorded[32 * hit[1] : 32 * hit[1] + 32])
                 continue
             relb = relpath_bytes(self.label, scan.rel, name)
             where = self.base + scan.rel + name
@@ -122,6 +126,11 @@ class _Hasher:
             if not stable:
                 self.unstable.add((i, j))
         self.blobs.append(digests)
+
+    def reuse(self, scan: DirScan, old: DirView) -> None:
+        """A directory :func:`_unchanged` vouched for: its recorded digests stand."""
+        self.scans.append(scan)
+        self.blobs.append(old)
 
     def fresh(self, done: FreshDir) -> None:
         """A directory ``fresh_dir`` hashed itself (nothing cached); its big and
@@ -147,8 +156,9 @@ class _Hasher:
         fut = self.pool.submit(file_digest, path, relb, sig, self.label, None, self.verify, path)
         self.pending.append((i, j, fut))
 
-    def finish(self) -> list[bytes]:
-        """Wait for pooled digests; every directory's digests as one blob."""
+    def finish(self) -> list[bytes | memoryview]:
+        """Wait for pooled digests; every directory's digests as one blob (a record's
+        digests are read here, if at all: RecordError when they prove unusable)."""
         try:
             for i, j, fut in self.pending:
                 digest, stable = fut.result()
@@ -157,7 +167,10 @@ class _Hasher:
                     self.unstable.add((i, j))
         finally:
             self.close()
-        return [b if isinstance(b, bytes) else b"".join(b) for b in self.blobs]  # type: ignore[misc]
+        return [
+            b.digests if isinstance(b, DirView) else b if isinstance(b, bytes) else b"".join(b)  # type: ignore[misc]
+            for b in self.blobs
+        ]
 
     def close(self) -> None:
         if self.pool is not None:
@@ -167,11 +180,67 @@ class _Hasher:
             self.pool = None
 
 
+#: A file's signature from its ``lstat``, taken by C code (no bytecode per file).
+_SIG_OF = attrgetter("st_ino", "st_size", "st_mtime_ns", "st_ctime_ns")
+
+
+def lstat_sigs(fd: int, names: list[bytes] | list[str]) -> list[Sig] | None:
+    """The ``lstat`` signatures of ``names`` (relative to ``fd``, links not followed),
+    or None when one is gone.  Unlike :func:`stat_dir` it checks no entry type, so it
+    may only vouch for a directory when its result *equals* signatures recorded for
+    regular files: an entry whose inode, size, mtime and ctime all equal a regular
+    file's is that file (an inode's type never changes, and an inode number reused by
+    a new file comes with a new ctime)."""
+    lstat = os.lstat
+    try:
+        return list(map(_SIG_OF, [lstat(name, dir_fd=fd) for name in names]))
+    except OSError:
+        return None
+
+
+def _unchanged(
+    fd: int, path: str, rel: str, label: str, facts: Facts | None, old: DirView | None
+) -> DirScan | bool:
+    """The fast path of a re-hash, for a directory of files only whose own facts are
+    the record's (so its listing is too): one ``lstat`` per file and one comparison.
+
+    Returns the directory's scan when every file's signature is the record's; else
+    whether the recorded listing may still be used (False: a file vanished meanwhile,
+    so :func:`stat_dir` must list the directory again)."""
+    same = old is not None and facts is not None and old.facts == facts and old.dev == facts[0]
+    if not same or old is None or facts is None or not old.files_only:
+        return same
+    sigs = lstat_sigs(fd, old.os_entries)
+    if sigs is None or fingerprint(sigs) != old.fingerprint:
+        return sigs is not None
+
+    def recorded() -> list[Sig]:
+        """The signatures, read only if used: the record's (equal to the files') while
+        it is open, as for a save; after the hash (an upload's file list, the record
+        closed) or if they prove unreadable, the files' own, taken again."""
+        try:
+            return old.sigs()
+        except RecordError:
+            again = open_dir(path, rel, label)
+            try:
+                sigs = lstat_sigs(again, old.os_entries)
+            finally:
+                os.close(again)
+            if sigs is None:
+                raise DataReadError(
+                    errno.ENOENT, f"Data path {label!r}: {path!r} changed"
+                ) from None
+            return sigs
+
+    return DirScan(rel, facts[0], lambda: old.names, recorded, lambda: old.entries, facts)
+
+
 def _walk(root: str, label: str, hasher: _Hasher, facts: Facts) -> None:
     """Kinetic's order (pre-order, sorted).  With no record at all (a first hash) each
     directory is listed and hashed by ``fresh_dir``; otherwise every entry is
     ``lstat``-ed first so unchanged directories are recognised without reading a
-    file, and a directory whose own facts are the record's is not even listed."""
+    file (by :func:`_unchanged` where it can), and a directory whose own facts are
+    the record's is not even listed."""
     stack: list[tuple[str, str, Facts | None]] = [("", root, facts)]
     while stack:
         rel, path, dfacts = stack.pop()
@@ -183,8 +252,11 @@ def _walk(root: str, label: str, hasher: _Hasher, facts: Facts) -> None:
                 subdirs = done.subdirs
             else:
                 old = hasher.record.dirs.get(rel)
-                same = old is not None and dfacts is not None and old.facts == dfacts
-                entries = old.entries if same and old is not None else None
+                quick = _unchanged(fd, path, rel, label, dfacts, old)
+                if isinstance(quick, DirScan) and old is not None:
+                    hasher.reuse(quick, old)
+                    continue  # files only: no subdirectories to visit
+                entries = old.entries if quick and old is not None else None
                 scan, subdirs = stat_dir(fd, path, rel, label, dfacts, entries)
                 hasher.directory(scan, fd)
         finally:
@@ -210,6 +282,20 @@ def content_hash(path: str, label: str, cache: StatCache | None) -> TreeHash:
     else:
         raise _special(label, path, st.st_mode, is_root=True)
     record = cache.load(path, st.st_dev, kind) if cache else None
+    try:
+        return _hash(path, label, cache, limit, st, kind, root, record)
+    except RecordError as exc:  # its digests proved unusable: hash as without it
+        log.debug("stat cache record for %s unusable: %s", label, exc)
+        return _hash(path, label, cache, limit, st, kind, root, None)
+    finally:
+        if record is not None:
+            record.close()
+
+
+def _hash(
+    path: str, label: str, cache: StatCache | None, limit: int, st: os.stat_result,
+    kind: str, root: str, record: TreeRecord | None,
+) -> TreeHash:  # fmt: skip
     hasher = _Hasher(label, root if root.endswith(os.sep) else root + os.sep, record, bool(cache))
     collecting = gc.isenabled()
     gc.disable()  # the walk allocates a tuple per file and keeps them all: skip GC passes
@@ -220,6 +306,8 @@ def content_hash(path: str, label: str, cache: StatCache | None) -> TreeHash:
             sig = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_dev)
             name = os.path.basename(path)
             hasher.directory(DirScan("", st.st_dev, [name], [sig], [name]), None)
+        if record is not None and not hasher.changed and _same_dirs(hasher, record):
+            return TreeHash(record.hexdigest, root, hasher.scans)  # every digest is the record's
         blobs = hasher.finish()
     finally:
         hasher.close()
@@ -227,6 +315,7 @@ def content_hash(path: str, label: str, cache: StatCache | None) -> TreeHash:
             gc.enable()
     combined = hashlib.sha256(b"dir:" if kind == "dir" else b"file:")
     combined.update(b"".join(blobs))
+    hexdigest = combined.hexdigest()
     if cache is not None and hasher.changed:
         dirs = []
         for i, (scan, blob) in enumerate(zip(hasher.scans, blobs, strict=True)):
@@ -238,5 +327,15 @@ def content_hash(path: str, label: str, cache: StatCache | None) -> TreeHash:
             if facts is not None and (facts[2] >= limit or facts[3] >= limit):
                 facts = None  # racy: a change now might not move its timestamps
             dirs.append(DirRecord(scan.rel, scan.dev, scan.names, sigs, blob, scan.entries, facts))
-        cache.save(path, st.st_dev, kind, dirs)
-    return TreeHash(combined.hexdigest(), root, hasher.scans)
+        cache.save(path, st.st_dev, kind, dirs, hexdigest)
+    return TreeHash(hexdigest, root, hasher.scans)
+
+
+def _same_dirs(hasher: _Hasher, record: TreeRecord) -> bool:
+    """The walk met exactly the record's directories, in its order (none added or
+    removed), so the hash of their digests is the one stored with the record."""
+    return (
+        bool(record.hexdigest)
+        and len(hasher.scans) == len(record.dirs)
+        and all(scan.rel == rel for scan, rel in zip(hasher.scans, record.dirs, strict=True))
+    )

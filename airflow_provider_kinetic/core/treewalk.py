@@ -10,9 +10,9 @@ by the size the walk saw, and an ``fstat`` of the open file confirms a regular f
 before more than that is read.
 
 Each directory is listed once and each entry stat-ed once, relative to an open
-directory descriptor (no ``relpath``/``abspath`` per file): on a stat cache hit that
-loop (:func:`stat_dir`) is all the work there is, so it records regular files only
-and leaves the rare other entries to :func:`_sort_out`.  A first hash
+directory descriptor (no ``relpath``/``abspath`` per file): on a stat cache check
+that loop (:func:`stat_dir`) is all the work there is, so it records regular files
+only and leaves the rare other entries to :func:`_sort_out`.  A first hash
 (:func:`fresh_dir`) takes entry types from the listing and each file's facts from the
 ``fstat`` of the descriptor it reads, one system call fewer per file.
 """
@@ -26,6 +26,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from stat import S_ISDIR, S_ISLNK, S_ISREG, filemode
+from typing import Any
 
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.statcache import Sig
@@ -62,17 +63,33 @@ def dir_facts(st: os.stat_result) -> Facts:
     return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
 
 
-@dataclass
+def _lazy(slot: str) -> Any:
+    """A ``DirScan`` attribute that may be given as a function, called on first read."""
+
+    def get(self: DirScan) -> Any:
+        if callable(value := getattr(self, slot)):
+            setattr(self, slot, value := value())
+        return value
+
+    return property(get)
+
+
 class DirScan:
     """One directory as walked now: its files (sorted) and their stat signatures, its
-    whole sorted listing and its own facts (``None`` when unknown)."""
+    whole sorted listing and its own facts (``None`` when unknown).  ``names``, ``sigs``
+    and ``entries`` may be functions, called on first read (a directory found equal to
+    its stat cache record takes them from the record only if they are asked for)."""
 
-    rel: str  # "" for the root, else "a/b/"
-    dev: int
-    names: list[str]
-    sigs: list[Sig]
-    entries: list[str]
-    facts: Facts | None = None
+    __slots__ = ("_entries", "_names", "_sigs", "dev", "facts", "rel")
+    names: list[str] = _lazy("_names")
+    sigs: list[Sig] = _lazy("_sigs")
+    entries: list[str] = _lazy("_entries")
+
+    def __init__(
+        self, rel: str, dev: int, names: Any, sigs: Any, entries: Any, facts: Facts | None = None
+    ) -> None:
+        self.rel, self.dev, self.facts = rel, dev, facts  # rel: "" for the root, else "a/b/"
+        self._names, self._sigs, self._entries = names, sigs, entries
 
 
 def _kind(mode: int) -> str:
@@ -108,17 +125,12 @@ def open_dir(path: str, rel: str, label: str) -> int:
 
 
 def stat_dir(
-    fd: int,
-    path: str,
-    rel: str,
-    label: str,
-    facts: Facts | None = None,
+    fd: int, path: str, rel: str, label: str, facts: Facts | None = None,
     entries: list[str] | None = None,
-) -> tuple[DirScan, list[tuple[str, Facts]]]:
+) -> tuple[DirScan, list[tuple[str, Facts]]]:  # fmt: skip
     """One directory's files and their stat signatures (one ``lstat`` per entry), and
-    its subdirectories with their facts: the whole work of a stat cache hit.
-    ``entries``: the directory's sorted listing when it is known to be unchanged (the
-    listing is then not read again)."""
+    its subdirectories with their facts (a stat cache check where the fast one cannot
+    vouch).  ``entries``: its sorted listing when known to be unchanged (not re-read)."""
     lstat, fmt, reg = os.lstat, _FMT, _REG
     subdirs: list[tuple[str, Facts]] = []
     try:

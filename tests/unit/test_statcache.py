@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import pickle
+import struct
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_kinetic.core import statcache, treewalk
-from airflow_provider_kinetic.core.data import Data, content_hash_of
+from airflow_provider_kinetic.core.data import Data, content_hash_of, content_hash_tree
 from airflow_provider_kinetic.core.statcache import NEVER, DirRecord, StatCache
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,7 +117,7 @@ def test_single_file_is_cached(kinetic, cache, reads, tmp_path):
     assert check(kinetic, path, cache) == first and reads == []
     fs_clock_past(path, tmp_path)
     with open(path, "r+b") as f:
-        f.write(b"\x00")
+        f.write(bytes([path.read_bytes()[0] ^ 0xFF]))  # a byte that really differs
     assert check(kinetic, path, cache) != first
 
 
@@ -299,19 +300,24 @@ def test_new_process_hit_reads_nothing(kinetic, cache, tmp_path):
     assert json.loads(out.stdout) == [expected, 0]
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncate", "flip-digest", "flip-signature"])
+@pytest.mark.parametrize(
+    "damage", ["garbage", "truncate", "flip-listing", "flip-digest", "flip-signature"]
+)
 def test_damaged_record_falls_back_to_hashing(kinetic, cache, tmp_path, damage):
     root = tree(tmp_path)
     first = check(kinetic, root, cache)
     (root / "top.txt").write_bytes(b"changed")  # so a partial hit must decode signatures
     path = Path(cache.path_for(str(root), root.stat().st_dev))
     blob = bytearray(path.read_bytes())
+    first_part = 48 + sum(struct.unpack_from("<5Q", blob, 8)[:3]) + 4  # then digests
     if damage == "garbage":
         blob = bytearray(b"not a record")
     elif damage == "truncate":
         blob = blob[: len(blob) // 2]
+    elif damage == "flip-listing":
+        blob[first_part - 10] ^= 0xFF  # the listings end the first part
     elif damage == "flip-digest":
-        blob[len(blob) // 2] ^= 0xFF  # digests sit in the middle part
+        blob[first_part + 40] ^= 0xFF
     else:
         blob[-10] ^= 0xFF  # the signatures are last
     path.write_bytes(bytes(blob))
@@ -398,3 +404,111 @@ def test_unchanged_directories_are_not_listed_again(kinetic, cache, tmp_path, mo
     (root / "shard-1" / "late.bin").write_bytes(b"late")
     assert check(kinetic, root, cache) != first
     assert len(listed) == 1  # only the changed directory was listed
+
+
+def test_directories_of_files_only_take_the_fast_path(kinetic, cache, reads, tmp_path, monkeypatch):
+    """A re-hash vouches for a directory of files only with one ``lstat`` per file:
+    the full per-entry scan runs only where there are subdirectories."""
+    from airflow_provider_kinetic.core import treehash
+
+    root = tree(tmp_path)
+    write(root, {"shard-0/\u00e9t\u00e9.bin": b"non-ASCII name"})
+    first = check(kinetic, root, cache)
+    scanned: list[str] = []
+    real = treehash.stat_dir
+
+    def spy(fd, path, rel, *args):  # type: ignore[no-untyped-def]
+        scanned.append(rel)
+        return real(fd, path, rel, *args)
+
+    monkeypatch.setattr(treehash, "stat_dir", spy)
+    reads.clear()
+    hit = content_hash_tree(str(root), stat_cache=cache)
+    assert hit.hexdigest == first == kinetic.Data(str(root)).content_hash()
+    assert reads == [] and sorted(scanned) == ["", "deep/"]
+    # The upload's file list, taken from the record on a hit, is the walk's.
+    assert hit.files() == content_hash_tree(str(root), stat_cache=None).files()
+
+
+def test_fast_path_declines_a_symlinked_file(kinetic, cache, reads, tmp_path):
+    """In a directory of files only, a symlinked file's recorded signature is its
+    target's: the fast check cannot match it, and the full scan still finds the
+    directory unchanged, or a retargeted link changed."""
+    root = tree(tmp_path)
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_bytes(b"AAAA")
+    b.write_bytes(b"BBBB")
+    os.utime(b, ns=(a.stat().st_atime_ns, a.stat().st_mtime_ns))
+    os.symlink(a, root / "shard-1" / "link.txt")
+    first = check(kinetic, root, cache)
+    reads.clear()
+    assert check(kinetic, root, cache) == first and reads == []
+    fs_clock_past(root / "shard-1", tmp_path)
+    (root / "shard-1" / "link.txt").unlink()
+    os.symlink(b, root / "shard-1" / "link.txt")
+    assert check(kinetic, root, cache) != first
+    assert reads == ["shard-1/link.txt"]
+
+
+def test_file_removed_during_the_fast_check(kinetic, cache, tmp_path, monkeypatch):
+    """A concurrent writer removes a file after its directory's facts were compared:
+    the directory is listed again and the hash is the tree's as it is now."""
+    from airflow_provider_kinetic.core import treehash
+
+    root = tree(tmp_path)
+    first = check(kinetic, root, cache)
+    victim = root / "shard-1" / "part-004.bin"
+    real = treehash.lstat_sigs
+
+    def racing(fd, names):  # type: ignore[no-untyped-def]
+        if victim.name in map(os.fsdecode, names):
+            victim.unlink()  # after the directory's facts matched, before its lstats
+        return real(fd, names)
+
+    monkeypatch.setattr(treehash, "lstat_sigs", racing)
+    assert check(kinetic, root, cache) != first  # no error, no stale hash
+    assert not victim.exists()
+    monkeypatch.undo()
+    view = cache.load(str(root), root.stat().st_dev, "dir").dirs["shard-1/"]  # type: ignore[union-attr]
+    assert "part-004.bin" not in view.names and "part-004.bin" not in view.entries
+
+
+def test_stored_tree_hash_needs_the_same_directories(kinetic, cache, reads, tmp_path):
+    """The hash stored with a record is returned only when the walk met exactly its
+    directories: removing a subtree leaves every remaining directory unchanged (its
+    parent has no files), yet the hash must change."""
+    root = tree(tmp_path)
+    first = check(kinetic, root, cache)
+    record = cache.load(str(root), root.stat().st_dev, "dir")
+    assert record is not None and record.hexdigest == first
+    fs_clock_past(root / "deep", tmp_path)
+    (root / "deep" / "er" / "x.txt").unlink()
+    (root / "deep" / "er").rmdir()
+    reads.clear()
+    assert check(kinetic, root, cache) != first
+    assert reads == []
+
+
+def test_damaged_digests_are_read_only_when_needed(kinetic, cache, reads, tmp_path):
+    """A record's second part (digests, signatures) is read only where something
+    changed or an upload asks for the file list; damaged, it means hashing as if
+    there were no record, and a file list taken from the files again."""
+    root = tree(tmp_path)
+    first = check(kinetic, root, cache)
+    path = Path(cache.path_for(str(root), root.stat().st_dev))
+    blob = bytearray(path.read_bytes())
+    first_part = 48 + sum(struct.unpack_from("<5Q", blob, 8)[:3]) + 4
+    blob[first_part + 5] ^= 0xFF  # a byte of the first digest
+    path.write_bytes(bytes(blob))
+    reads.clear()
+    hit = content_hash_tree(str(root), stat_cache=cache)
+    assert hit.hexdigest == first and reads == []  # the stored hash: no digest needed
+    assert hit.files() == content_hash_tree(str(root), stat_cache=None).files()
+    x = root / "deep" / "er" / "x.txt"
+    fs_clock_past(x, tmp_path)
+    x.write_bytes(b"y")  # the root, listed first, is still found unchanged
+    reads.clear()
+    assert check(kinetic, root, cache) != first
+    assert len(reads) == 33  # the damage showed: everything hashed anew
+    record = cache.load(str(root), root.stat().st_dev, "dir")
+    assert record is not None and len(record.dirs[""].sigs()) == 2  # rewritten, whole
