@@ -17,7 +17,7 @@ from table import Row
 
 from airflow_provider_kinetic.core import batchrun
 from airflow_provider_kinetic.core.backends.local import LocalBackend
-from airflow_provider_kinetic.core.batch import PAYLOAD_CACHE, plan_batch
+from airflow_provider_kinetic.core.batch import plan_batch
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.core.submit import JobRequest
@@ -75,9 +75,11 @@ def batch(root: Path, n: int, max_concurrent: int = 16, timeout_s: float = 1800.
     wall = time.perf_counter() - start
     values, failures = batchrun.gather(state, store)
     writes = Counter(store.writes)
-    shared = [k for k in writes if k.startswith(PAYLOAD_CACHE) or k.endswith("/inputs.pkl")]
+    # The batch's shared objects are the ones the plan made (function, context, inputs;
+    # a requirements file where an image is prebuilt), whatever their keys.
+    shared = sorted(objects)
     ok_values = not failures and values == [i + 1 for i in range(n)]
-    once = len(shared) == 3 and all(writes[k] == 1 for k in shared)
+    once = len(shared) >= 3 and all(writes[k] == 1 for k in shared)
     within = len(store.writes) <= n + EXTRA_WRITES
     return Row(
         f"batch of {n:,} trivial inputs, local, max_concurrent {max_concurrent}",

@@ -1,10 +1,13 @@
 """Submit now, wait later: three jobs start side by side, sensors wait for them and
-return their results, a plain task combines them.
+return their results, a plain task combines them; a batch of the same function is
+submitted the same way and waited for with one batch sensor.
 
 ``KineticRunOperator(wait_for_completion=False)`` returns the job's handle as soon as
 the job exists; ``KineticJobSensor(return_result=True)`` waits (poke, reschedule or
 deferrable) and returns the job's value.  The slot of the submitting task is free
-while the jobs run.
+while the jobs run.  ``KineticMapOperator(wait_for_completion=False)`` returns the
+batch's handle once its first children run; ``KineticBatchSensor(return_result=True)``
+launches the rest, shows the children's logs and returns the results in input order.
 """
 
 from __future__ import annotations
@@ -12,7 +15,12 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, task
 
-from airflow_provider_kinetic import KineticJobSensor, KineticRunOperator
+from airflow_provider_kinetic import (
+    KineticBatchSensor,
+    KineticJobSensor,
+    KineticMapOperator,
+    KineticRunOperator,
+)
 
 
 def evaluate(lr: float) -> dict:
@@ -56,3 +64,26 @@ with DAG(
         return best
 
     pick_best(*results)
+
+    # The same sweep as one batch: submitted now, waited for by one (deferrable) sensor.
+    submit_sweep = KineticMapOperator(
+        task_id="submit_sweep",
+        python_callable=evaluate,
+        inputs=[0.1, 0.03, 0.01],
+        max_concurrent=2,
+        wait_for_completion=False,
+    )
+    wait_sweep = KineticBatchSensor(
+        task_id="wait_sweep",
+        batch=submit_sweep.output,
+        return_result=True,
+        poke_interval=0.5,
+        deferrable=True,
+    )
+    submit_sweep >> wait_sweep
+
+    @task
+    def best_of_sweep(sweep: list[dict]) -> dict:
+        return min(sweep, key=lambda r: r["loss"])
+
+    best_of_sweep(wait_sweep.output)

@@ -42,6 +42,25 @@ def save_plan(store: ObjectStore, state: BatchState, secret: bytes) -> None:
     )
 
 
+def live_key(group_id: str) -> str:
+    return f"_groups/{group_id}/live.json"
+
+
+def save_live(store: ObjectStore, state: BatchState, secret: bytes) -> None:
+    """The batch's current state (sealed), for a driver in another process: a batch
+    submitted with ``wait_for_completion=False`` is driven by ``KineticBatchSensor``,
+    whose pokes (reschedule mode) or retries start from this.  Written when the
+    state changes, not per poll."""
+    store.write_bytes(
+        live_key(state.group_id), seal(secret, state.to_dict()), content_type="application/json"
+    )
+
+
+def load_live(store: ObjectStore, group_id: str, secret: bytes) -> BatchState:
+    """The state :func:`save_live` wrote (``ObjectNotFound`` if none)."""
+    return BatchState.from_dict(unseal(secret, store.read_bytes(live_key(group_id)), group_id))
+
+
 def _latest_launch(store: ObjectStore, group_id: str, index: int) -> int:
     launch = 0
     while store.exists(

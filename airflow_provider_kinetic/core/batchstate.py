@@ -51,6 +51,13 @@ class BatchState:
     stopped: bool = False
     manifest_at: float = 0.0
     manifest_dirty: bool = False
+    #: Live logs: input index -> [job id, offset shown so far] of each active child
+    #: (``core.batchlogs``; bounded by ``max_concurrent``).
+    log_offsets: dict[int, list[Any]] = field(default_factory=dict)
+    #: The last log lines of failed children, for the failure summary (bounded).
+    log_tails: dict[int, list[str]] = field(default_factory=dict)
+    #: Polls that read children's logs so far: which running children are read next.
+    log_turn: int = 0
     #: Epoch seconds of the task's execution_timeout (None: no deadline).
     deadline: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -72,6 +79,8 @@ class BatchState:
         "preemptions",
         "done",
         "submit_errors",
+        "log_offsets",
+        "log_tails",
     )
 
     def to_dict(self) -> dict[str, Any]:

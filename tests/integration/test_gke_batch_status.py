@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_kinetic.core import batchlogs
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.backends import k8s_status as ks
 from airflow_provider_kinetic.core.backends.gke import GkeBackend
@@ -212,11 +213,18 @@ async def test_batch_trigger_step_costs_the_same_for_5_or_500(
     )
     state.active = dict(enumerate(handles))
     state = state.to_dict()
-    trigger = KineticBatchTrigger(state=state, config=config_to_json(config), poll_interval=0.01)
+    quiet = {"config": config_to_json(config), "poll_interval": 0.01, "log_bytes_per_poll": 0}
+    trigger = KineticBatchTrigger(state=state, **quiet)
     event, sent = await counted(api, anext(trigger.run()))
     assert sent == [(JOBS, SELECTOR % group_id), (PODS, SELECTOR % group_id)]
     payload = event.payload
     assert payload["status"] == "changed" and payload["state"] == state
+    # Children's live logs add a bounded number of reads, however many children run.
+    trigger = KineticBatchTrigger(state=state, config=quiet["config"], poll_interval=0.01)
+    _, sent = await counted(api, anext(trigger.run()))
+    assert sent[:2] == [(JOBS, SELECTOR % group_id), (PODS, SELECTOR % group_id)]
+    reads = [path for path, _ in sent[2:] if path.endswith("/log")]
+    assert 0 < len(reads) <= batchlogs.CHILDREN_PER_POLL and len(sent) - 2 == 2 * len(reads)
     done = {j: s for j, s in expected(handles).items() if s[0].is_terminal}
     assert {j: (JobStatus(f["status"]), f["reason"]) for j, f in payload["finished"].items()} == (
         done
