@@ -138,7 +138,17 @@ class KineticConfig:
     zone: str | None = None
     cluster: str | None = None
     namespace: str = "default"
+    #: A custom image URI (older spelling of ``container_image=<URI>``).
     image: str | None = None
+    #: ``bundled`` | ``prebuilt`` | an image URI (``core/runtime/images.py``); unset:
+    #: ``image`` if set, else ``bundled`` on a cluster backend.
+    container_image: str | None = None
+    #: Where ``prebuilt`` images live: ``{base_image_repo}/base-{category}:{version}``.
+    base_image_repo: str | None = None
+    #: Bundled images' Artifact Registry repository (defaults: the zone's region, and
+    #: ``kn-{cluster}``); the project is ``project``.
+    artifact_registry_location: str | None = None
+    artifact_registry_repository: str | None = None
     service_account: str = "kinetic"
     runner_command: list[str] | None = None
     gcp_conn_id: str = "google_cloud_default"
@@ -155,6 +165,7 @@ class KineticConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self._check_images()
         # Raises for an unknown kind, listing the registered ones.
         cls = registry.backend_class(registry.store_kind(self.backend))
         cls.validate_config(self)
@@ -170,6 +181,24 @@ class KineticConfig:
             check_bucket_name(store.bucket, source)
         elif store.scheme == "file":
             prepare_local_root(store.bucket)
+
+    def _check_images(self) -> None:
+        """Image settings are checked here, before anything is planned or uploaded."""
+        from airflow_provider_kinetic.core.runtime.images import check_image_setting
+
+        check_image_setting(self.container_image, "connection")
+        if self.image:
+            check_image_setting(self.image, "connection 'image':")
+            if self.image in ("bundled", "prebuilt"):
+                raise KineticConfigError(
+                    f"image={self.image!r} is an image URI setting; write "
+                    f"container_image={self.image!r} for the {self.image} mode"
+                )
+        if self.image and self.container_image and self.image != self.container_image:
+            raise KineticConfigError(
+                f"both image={self.image!r} and container_image={self.container_image!r} "
+                "are set; keep container_image ('image' is its older spelling for a URI)"
+            )
 
     @property
     def bucket_name(self) -> str:

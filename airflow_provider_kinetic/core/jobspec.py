@@ -83,6 +83,8 @@ class SpecInputs:
     #: Env vars whose values are secret: delivered as a Kubernetes Secret (GKE) or a
     #: 0600 file (local), never written into a manifest, spec file, store or log.
     secrets: dict[str, str] = field(default_factory=dict)
+    #: Requirements the runner installs before the call (prebuilt images).
+    requirements_uri: str | None = None
 
 
 def secret_name(job_id: str) -> str:
@@ -104,6 +106,9 @@ class JobSpec:
     fuse: list[FuseMount]
     ttl_seconds: int
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    #: Requirement lines of the task: the local backend runs the job in a venv built
+    #: from them (``backends.local_venv``); pods get them through their image.
+    requirements: list[str] = field(default_factory=list)
 
     @property
     def command(self) -> list[str]:
@@ -165,6 +170,7 @@ def build_job_spec(inp: SpecInputs) -> JobSpec:
         inp.payload_uri,
         "--result-gcs",
         inp.result_uri,
+        *(["--requirements-gcs", inp.requirements_uri] if inp.requirements_uri else []),
         "--payload-sha256",
         inp.payload_sha256,
         "--context-sha256",

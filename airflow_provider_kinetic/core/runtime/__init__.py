@@ -1,0 +1,6 @@
+"""What a job runs *in*: its requirements and its container image.
+
+Airflow-free, like the rest of ``core``: the operators resolve requirements and the
+image plan here once per task, and only the Airflow layer
+(``hooks/image_build.py``) talks to Artifact Registry and Cloud Build.
+"""

@@ -1,0 +1,340 @@
+"""Which container image a job runs in, decided once per task and without I/O.
+
+``container_image`` (operator option, else connection extra) is one of:
+
+* a URI (anything else): used as is; the connection's older ``image`` extra means
+  the same;
+* ``"prebuilt"``: ``{base_image_repo}/base-{cpu|gpu|tpu}:{package version}``, images
+  published from ``docker/`` (README "Runtime images"); the job's requirements are
+  uploaded as ``{job_id}/requirements.txt`` and installed at pod start
+  (``--requirements-gcs``);
+* ``"bundled"`` (the default on a cluster backend when nothing is configured): an
+  image built from :func:`render_dockerfile` with the requirements baked in, in an
+  Artifact Registry repository, tagged ``{category}-{sha256(inputs)[:12]}``.  The
+  inputs are everything that makes the image: base image, category, this package's
+  version and files, the filtered requirements and the Dockerfile itself; so equal
+  inputs find the image already built, and cpu/gpu/tpu images never collide.
+
+The same :func:`render_dockerfile` writes ``docker/Dockerfile.{category}`` (the
+prebuilt images; a test checks the files are current).  The local backend runs
+jobs on this machine and ignores images altogether (``mode="local"``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+import sys
+import tarfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_kinetic.core.errors import KineticError
+from airflow_provider_kinetic.core.runtime import wheel
+from airflow_provider_kinetic.core.runtime.requirements import Requirements, resolve_requirements
+
+MODES = ("bundled", "prebuilt")
+CATEGORIES = ("cpu", "gpu", "tpu")
+UV_IMAGE = "ghcr.io/astral-sh/uv:0.11.1"
+#: Python of the published prebuilt images (the oldest this package supports).
+PUBLISHED_PYTHON = "3.11"
+#: kinetic's package name inside the repository: ``.../{repo}/base:{tag}``.
+BUNDLED_PACKAGE = "base"
+DIST_DIR = "/tmp/kinetic-dist"
+#: The JAX build each category needs (and the find-links the TPU wheels live on).
+JAX_SPECS = {"cpu": ["jax"], "gpu": ["jax[cuda12]"], "tpu": ["jax[tpu]>=0.4.6"]}
+LIBTPU_FIND_LINKS = "https://storage.googleapis.com/jax-releases/libtpu_releases.html"
+RUNTIME_PACKAGES = ["cloudpickle", "google-cloud-storage"]
+#: kinetic's runner path (``KINETIC_RUNNER_COMMAND``) starts this package's runner.
+RUNNER_SHIM = (
+    '"""kinetic\'s runner path; runs airflow-provider-kinetic\'s runner."""\n\n'
+    "import runpy\n\n"
+    'runpy.run_module("airflow_provider_kinetic.runner", run_name="__main__", alter_sys=True)\n'
+)
+_URI = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
+_REPO = re.compile(r"^[a-z]([a-z0-9-]*[a-z0-9])?$")
+
+
+class ImageConfigError(KineticError, ValueError):
+    """A container image setting that cannot work; names the value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class RegistryTarget:
+    """An Artifact Registry Docker repository: where bundled images live."""
+
+    project: str
+    location: str
+    repository: str
+
+    @property
+    def image(self) -> str:
+        """The image path without tag."""
+        host = f"{self.location}-docker.pkg.dev"
+        return f"{host}/{self.project}/{self.repository}/{BUNDLED_PACKAGE}"
+
+    def tag_name(self, tag: str) -> str:
+        """The tag's resource name (Artifact Registry ``get_tag``)."""
+        return (
+            f"projects/{self.project}/locations/{self.location}/repositories/"
+            f"{self.repository}/packages/{BUNDLED_PACKAGE}/tags/{tag}"
+        )
+
+
+@dataclass
+class ImagePlan:
+    """The image a task's jobs run in, and what has to happen for it to exist."""
+
+    mode: str  # bundled | prebuilt | custom | local
+    uri: str | None
+    category: str
+    tag: str | None = None
+    dockerfile: str | None = None
+    requirements: Requirements = field(default_factory=Requirements)
+    #: The requirements are uploaded with the job and installed at pod start.
+    needs_requirements_upload: bool = False
+    registry: RegistryTarget | None = None
+
+    def describe(self) -> str:
+        """One line for logs and dry runs."""
+        if self.mode == "local":
+            return "local backend: no image (the job runs on this machine)"
+        n = len(self.requirements.installable)
+        reqs = f"{n} requirement(s)" + (
+            " installed at start" if self.needs_requirements_upload and n else ""
+        )
+        return f"{self.mode} image {self.uri} ({reqs})"
+
+
+def python_minor() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def _quote(spec: str) -> str:
+    return f"'{spec}'" if any(c in spec for c in "[]<>=!~; ") else spec
+
+
+def render_dockerfile(category: str, python: str, with_requirements: bool) -> str:
+    """The runner image for ``category``: Python ``python``, uv, the category's JAX,
+    the runtime packages, this package (no deps: no Airflow in the image) and, for
+    a bundled image, the job's requirements."""
+    check_category(category)
+    jax = " ".join(_quote(s) for s in JAX_SPECS[category])
+    links = f" --find-links {LIBTPU_FIND_LINKS}" if category == "tpu" else ""
+    lines = [
+        "# Generated by airflow_provider_kinetic.core.runtime.images.render_dockerfile;",
+        "# regenerate instead of editing (tests/unit/test_images.py checks docker/).",
+        f"ARG PYTHON_VERSION={python}",
+        "FROM python:${PYTHON_VERSION}-slim",
+        f"COPY --from={UV_IMAGE} /uv /uvx /usr/local/bin/",
+        "RUN apt-get update && apt-get install -y --no-install-recommends build-essential"
+        " && rm -rf /var/lib/apt/lists/*",
+        f"RUN uv pip install --system{links} {jax} {' '.join(RUNTIME_PACKAGES)}",
+        f"COPY dist/ {DIST_DIR}/",
+        f"RUN uv pip install --system --no-deps {DIST_DIR}/{wheel.PACKAGE}-*.whl",
+    ]
+    if with_requirements:
+        lines += [
+            "COPY requirements.txt /tmp/requirements.txt",
+            "RUN uv pip install --system -r /tmp/requirements.txt",
+        ]
+    lines += [
+        "COPY remote_runner.py /app/remote_runner.py",
+        "WORKDIR /app",
+        "ENV KERAS_BACKEND=jax",
+        'CMD ["python3"]',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def check_category(category: str) -> str:
+    if category not in CATEGORIES:
+        raise ImageConfigError(
+            f"accelerator category {category!r}: allowed values are {', '.join(CATEGORIES)}"
+        )
+    return category
+
+
+def bundled_hash(category: str, python: str, requirements: Requirements, dockerfile: str) -> str:
+    """SHA-256 over every input of a bundled image (see module docstring)."""
+    blob = "\n".join(
+        [
+            f"base_image=python:{python}-slim",
+            f"category={category}",
+            f"package={wheel.PACKAGE}=={wheel.package_version()}",
+            f"package_files={wheel.package_sha256()}",
+            "requirements:",
+            requirements.text,
+            "dockerfile:",
+            dockerfile,
+        ]
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def check_image_setting(value: Any, where: str) -> str | None:
+    """``value`` if it is a usable ``container_image`` (mode or URI), else an error."""
+    if value is None or value == "":
+        return None
+    # A bare word is refused: it is far more likely a misspelt mode than an image.
+    if isinstance(value, str) and (
+        value in MODES or (_URI.fullmatch(value) and any(c in value for c in "/:"))
+    ):
+        return value
+    raise ImageConfigError(
+        f"{where} container_image={value!r}: allowed values are 'bundled', 'prebuilt' "
+        "or an image URI with a registry path or tag, such as "
+        "'us-docker.pkg.dev/my-project/my-repo/runner:1'"
+    )
+
+
+def registry_target(
+    project: str | None, location: str | None, repository: str | None, zone: str | None,
+    cluster: str | None,
+) -> RegistryTarget:  # fmt: skip
+    """The bundled images' repository: explicit settings, else derived from the
+    cluster (kinetic's ``kn-{cluster}`` in the cluster's region)."""
+    if not project:
+        raise ImageConfigError(
+            "a bundled image needs a GCP project for its Artifact Registry repository: "
+            "set the connection's 'project', or container_image='prebuilt' / an image URI"
+        )
+    location = location or (zone.rsplit("-", 1)[0] if zone and zone.count("-") >= 2 else zone)
+    if not location:
+        raise ImageConfigError(
+            "a bundled image needs an Artifact Registry location: set the connection's "
+            "'artifact_registry_location' (e.g. 'us-central1') or 'zone'"
+        )
+    repository = repository or (f"kn-{cluster}" if cluster else "kinetic")
+    if not _REPO.fullmatch(repository):
+        raise ImageConfigError(
+            f"artifact_registry_repository={repository!r}: lowercase letters, digits and "
+            "'-', starting with a letter"
+        )
+    return RegistryTarget(project, location, repository)
+
+
+def plan_image(
+    *,
+    container_image: str | None,
+    requirements: Any,
+    entry_file: str | None,
+    category: str,
+    local: bool,
+    config: Any,
+    python: str | None = None,
+) -> ImagePlan:
+    """Resolve the image and requirements of a task's jobs (no I/O beyond reading
+    requirement files and this package's files).
+
+    ``container_image``: the operator's option (``None``: the connection's);
+    ``config``: a ``KineticConfig`` (``container_image``, ``image``,
+    ``base_image_repo``, ``artifact_registry_*``, ``project``/``zone``/``cluster``).
+    """
+    check_category(category)
+    explicit = requirements is not None
+    if local:
+        reqs = resolve_requirements(requirements, entry_file, category, "local")
+        return ImagePlan("local", None, category, requirements=reqs)
+    setting = check_image_setting(container_image, "operator") or config.container_image
+    setting = setting or config.image or "bundled"
+    if setting == "prebuilt":
+        reqs = resolve_requirements(requirements, entry_file, category, "prebuilt")
+        repo = (config.base_image_repo or "").rstrip("/")
+        if not repo:
+            raise ImageConfigError(
+                "container_image='prebuilt' needs the connection's 'base_image_repo' "
+                "(e.g. 'us-docker.pkg.dev/my-project/kinetic'), where "
+                "base-cpu/base-gpu/base-tpu images are published (README 'Runtime images')"
+            )
+        tag = wheel.package_version()
+        uri = f"{repo}/base-{category}:{tag}"
+        return ImagePlan("prebuilt", uri, category, tag, None, reqs, bool(reqs.installable))
+    if setting == "bundled":
+        reqs = resolve_requirements(requirements, entry_file, category, "bundled")
+        target = registry_target(
+            config.project,
+            config.artifact_registry_location,
+            config.artifact_registry_repository,
+            config.zone,
+            config.cluster,
+        )
+        py = python or python_minor()
+        dockerfile = render_dockerfile(category, py, with_requirements=True)
+        tag = f"{category}-{bundled_hash(category, py, reqs, dockerfile)[:12]}"
+        return ImagePlan(
+            "bundled", f"{target.image}:{tag}", category, tag, dockerfile, reqs, registry=target
+        )
+    # A custom image is taken to be complete; requirements given explicitly are
+    # installed at start (discovered ones are not: the image was built for this).
+    reqs = resolve_requirements(requirements if explicit else [], entry_file, category, "custom")
+    return ImagePlan("custom", setting, category, requirements=reqs,
+                     needs_requirements_upload=bool(reqs.installable))  # fmt: skip
+
+
+def build_context(plan: ImagePlan) -> dict[str, bytes]:
+    """The files of a bundled image's build (path in the context -> bytes)."""
+    if plan.mode != "bundled" or plan.dockerfile is None:
+        raise ValueError(f"only a bundled image is built here, not a {plan.mode} one")
+    return {
+        "Dockerfile": plan.dockerfile.encode(),
+        "requirements.txt": plan.requirements.text.encode(),
+        "remote_runner.py": RUNNER_SHIM.encode(),
+        f"dist/{wheel.wheel_name()}": wheel.build_wheel(),
+    }
+
+
+def context_tarball(files: dict[str, bytes]) -> bytes:
+    """A deterministic ``.tar.gz`` of ``files`` (Cloud Build's source archive)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(files):
+            info = tarfile.TarInfo(name)
+            info.size = len(files[name])
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(files[name]))
+    return buf.getvalue()
+
+
+def plan_for_request(request: Any, config: Any, kind: str) -> ImagePlan:
+    """The image plan of a ``JobRequest`` on backend ``kind``: the one the operator
+    resolved (``request.image_plan``), else resolved now.  Backends that run no
+    containers (local) get ``mode="local"``."""
+    if getattr(request, "image_plan", None) is not None:
+        return request.image_plan
+    from airflow_provider_kinetic.core.accelerators import parse_accelerator
+    from airflow_provider_kinetic.core.backends.registry import backend_class
+
+    return plan_image(
+        container_image=getattr(request, "container_image", None),
+        requirements=getattr(request, "requirements", None),
+        entry_file=getattr(request, "entry_file", None),
+        category=parse_accelerator(request.accelerator_spec).category,
+        local=not backend_class(kind).needs_cluster,
+        config=config,
+    )
+
+
+def write_prebuilt_context(folder: str, python: str = PUBLISHED_PYTHON) -> list[str]:
+    """Write the prebuilt images' build context: ``Dockerfile.{cpu,gpu,tpu}``, the
+    runner shim and ``dist/`` (this package's wheel; not committed).  Returns the
+    paths written.  ``docker/`` in the repository is this output (a test checks)."""
+    import os
+
+    written = []
+    os.makedirs(os.path.join(folder, "dist"), exist_ok=True)
+    files = {f"Dockerfile.{c}": render_dockerfile(c, python, False).encode() for c in CATEGORIES}
+    files["remote_runner.py"] = RUNNER_SHIM.encode()
+    files[f"dist/{wheel.wheel_name()}"] = wheel.build_wheel()
+    for name, data in files.items():
+        path = os.path.join(folder, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":  # python -m airflow_provider_kinetic.core.runtime.images docker/
+    for written_path in write_prebuilt_context(sys.argv[1] if len(sys.argv) > 1 else "docker"):
+        print(written_path)
