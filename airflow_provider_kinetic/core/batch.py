@@ -25,6 +25,7 @@ from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.handles import new_group_id, utc_now_iso
 from airflow_provider_kinetic.core.payload import UnpicklableArgumentError, find_data, replace_data
+from airflow_provider_kinetic.core.runtime.images import plan_for_request
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.submit import (
     JobRequest,
@@ -126,20 +127,23 @@ def plan_batch(
     group_id = new_group_id()
     inputs_key = f"_groups/{group_id}/inputs.pkl"
     batch_inputs = {"uri": store.uri(inputs_key), "sha256": hashlib.sha256(inputs_blob).hexdigest()}
+    image = plan_for_request(request, config, kind)  # bad image/requirements: raise here
+    requirements_key = f"{PAYLOAD_CACHE}/{image.requirements.sha256}.requirements.txt"
     # The shared part: function, op_kwargs, volumes (validated and packed once).
     packed = prepare(request, store, env, batch_inputs=batch_inputs, input_refs=bool(found))
     payload_sha = hashlib.sha256(packed.payload).hexdigest()
-    context_sha = hashlib.sha256(packed.context).hexdigest()
     template = template_for(
         request,
         packed,
         kind,
         payload_uri=store.uri(f"{PAYLOAD_CACHE}/{payload_sha}.pkl"),
-        context_uri=store.uri(f"{PAYLOAD_CACHE}/{context_sha}.zip"),
+        context_uri=store.uri(packed.context_key),  # shared with every job of this content
         output_dir=request.output_dir or store.uri(f"outputs/{group_id}"),
         captured=captured,
         group_id=group_id,
         signing_secret=signing_secret,
+        image=image,
+        requirements_uri=store.uri(requirements_key),
     )
     state = BatchState(
         group_id=group_id,
@@ -155,9 +159,11 @@ def plan_batch(
     )
     objects = {
         f"{PAYLOAD_CACHE}/{payload_sha}.pkl": packed.payload,
-        f"{PAYLOAD_CACHE}/{context_sha}.zip": packed.context,
+        packed.context_key: packed.context,
         inputs_key: inputs_blob,
     }
+    if template.requirements_uri:  # prebuilt: installed at every child's start
+        objects[requirements_key] = image.requirements.text.encode()
     local = packed.local_data + [d for d, _ in found if d.uploads]
     return state, objects, local
 

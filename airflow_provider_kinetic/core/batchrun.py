@@ -30,6 +30,7 @@ from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.handles import JobStatus
 from airflow_provider_kinetic.core.jobspec import JobSpec
 from airflow_provider_kinetic.core.results import collect, collect_with_blob, is_preemption
+from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.submit import create_job, make_private
 
@@ -45,7 +46,7 @@ def start_batch(
     """Upload data and shared objects (content-addressed: present = skipped), manifest."""
     datacache.upload_all(store, local)
     for key, blob in objects.items():
-        if key.startswith(PAYLOAD_CACHE) and store.exists(key):
+        if key.startswith((PAYLOAD_CACHE, CONTEXT_CACHE)) and store.exists(key):
             log.info("shared object %s already in the store", store.uri(key))
             continue
         store.write_bytes(key, blob)
@@ -80,6 +81,20 @@ def write_manifest(state: BatchState, store: ObjectStore) -> None:
 
 def manifest_key(group_id: str) -> str:
     return f"_groups/{group_id}/manifest.json"
+
+
+def batch_handle(state: BatchState, store: ObjectStore) -> dict[str, Any]:
+    """What stands for a submitted batch in XCom (``KineticBatchSensor`` waits on it):
+    the group id finds its saved state, the rest is for people."""
+    return {
+        "kind": "kinetic_batch",
+        "group_id": state.group_id,
+        "backend": state.backend,
+        "bucket": store.bucket,
+        "total": state.total,
+        "output_dir": state.template.output_dir,
+        "manifest_uri": store.uri(manifest_key(state.group_id)),
+    }
 
 
 def child_job_id(group_id: str, index: int, launch: int) -> str:

@@ -9,12 +9,9 @@ the DAGs folder is pickled *by value*: the pod has no DAG files.
 from __future__ import annotations
 
 import contextlib
-import io
-import json
 import os
 import platform
 import sys
-import zipfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -165,23 +162,15 @@ def pack_payload(
 
 
 def build_context_zip() -> bytes:
-    """A minimal, deterministic ``context.zip``: only ``.kinetic/plan.json``.
+    """A plan-only ``context.zip`` for a job without a DAG file (plain Python use).
 
-    Our code travels by value inside the payload, so the workspace is empty; the plan
-    keeps kinetic's runner (which insists on a context archive) happy.
+    The code travels by value inside the payload; the plan keeps kinetic's runner
+    (which insists on a context archive) happy.  With a DAG file the context is its
+    project directory (``core.runtime.context``).
     """
-    plan = {
-        "package_root": "/",
-        "entry_rel": ".",
-        "client_cwd_rel": None,
-        "sys_path_rel": [""],
-    }
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        info = zipfile.ZipInfo(".kinetic/plan.json", date_time=(1980, 1, 1, 0, 0, 0))
-        info.external_attr = 0o644 << 16
-        zf.writestr(info, json.dumps(plan, indent=2))
-    return buf.getvalue()
+    from airflow_provider_kinetic.core.runtime.context import minimal_context
+
+    return minimal_context()
 
 
 # ---- result ------------------------------------------------------------------------

@@ -29,6 +29,8 @@ from airflow_provider_kinetic.core.payload import (
     pack_payload,
     replace_data,
 )
+from airflow_provider_kinetic.core.runtime import context as job_context
+from airflow_provider_kinetic.core.runtime.images import ImagePlan, plan_for_request
 from airflow_provider_kinetic.core.signing import AUTH_HMAC, AUTH_NONE, encrypt_env
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.template import JobTemplate, function_output_dir
@@ -78,6 +80,19 @@ class JobRequest:
     extra_labels: dict[str, str] = field(default_factory=dict)
     #: Spot VMs; the same as a ``:spot`` suffix on ``accelerator`` (kinetic has both).
     spot: bool = False
+    #: The DAG file: its project directory becomes the job context (``core.runtime.context``);
+    #: None (plain Python without a DAG) sends a plan-only context.
+    entry_file: str | None = None
+    #: Extra glob patterns left out of the context (as lines of ``.kineticignore``).
+    context_excludes: list[str] = field(default_factory=list)
+    #: Size cap of the context in MB (``[kinetic] max_context_mb``); None: the default.
+    max_context_mb: float | None = None
+    #: ``bundled`` | ``prebuilt`` | an image URI; None: the connection's (core.runtime.images).
+    container_image: str | None = None
+    #: Requirement lines or a file path; None: discovered next to ``entry_file``.
+    requirements: list[str] | str | None = None
+    #: The image plan the operator already resolved (and built); None: resolved here.
+    image_plan: ImagePlan | None = None
 
     @property
     def accelerator_spec(self) -> str:
@@ -144,6 +159,15 @@ class PackedJob:
     context: bytes
     fuse: list[FuseMount]
 
+    @property
+    def context_sha256(self) -> str:
+        return hashlib.sha256(self.context).hexdigest()
+
+    @property
+    def context_key(self) -> str:
+        """The shared, content-addressed object every job with this context uses."""
+        return job_context.context_key(self.context_sha256)
+
 
 def ref_for_data(
     data: Data, store: ObjectStore, mount: str | None
@@ -166,6 +190,7 @@ def prepare(
     """
     accel = parse_accelerator(request.accelerator_spec)
     volumes = validate_volumes(request.volumes)
+    excludes = job_context.check_patterns(request.context_excludes)
     found = [(d, f"volumes[{p!r}]", p) for p, d in volumes.items()]
     found += [(d, w, None) for d, w in find_data(tuple(request.args), "op_args")]
     found += [(d, w, None) for d, w in find_data(dict(request.kwargs), "op_kwargs")]
@@ -199,7 +224,22 @@ def prepare(
         batch_inputs=batch_inputs,
     )
     local = [d for d, _, _ in found if d.uploads]
-    return PackedJob(accel, local, payload, build_context_zip(), fuse)
+    return PackedJob(accel, local, payload, build_context(request, excludes, local), fuse)
+
+
+def build_context(request: JobRequest, excludes: list[str], local: list[Data]) -> bytes:
+    """The DAG's project directory as the job context (local Data inside it is left out:
+    it travels through the data cache); a plan-only context without a DAG file."""
+    if request.entry_file is None:
+        return build_context_zip()
+    built = job_context.build_context(
+        request.entry_file,
+        excludes=excludes,
+        max_mb=request.max_context_mb,
+        skip=[d.local_path for d in local],
+        ceilings=request.by_value_roots,  # the DAGs folder: never climb out of it
+    )
+    return built.data
 
 
 def create_job(store: ObjectStore, backend: Backend, spec: JobSpec, handle: JobHandle) -> None:
@@ -242,8 +282,13 @@ def template_for(
     captured: dict[str, str],
     group_id: str | None = None,
     signing_secret: bytes | None = None,
+    image: ImagePlan | None = None,
+    requirements_uri: str | None = None,
 ) -> JobTemplate:
     """The one place a request's options become a job template (jobs and batches).
+
+    ``image``: the task's image plan (its URI is the job's image; its requirements are
+    installed from ``requirements_uri`` at start when the plan says so).
 
     With the deployment's ``signing_secret`` the job signs its result and the
     ``captured`` env travels encrypted, to become secrets of the job; without it
@@ -257,7 +302,7 @@ def template_for(
         payload_uri=payload_uri,
         payload_sha256=hashlib.sha256(packed.payload).hexdigest(),
         context_uri=context_uri,
-        context_sha256=hashlib.sha256(packed.context).hexdigest(),
+        context_sha256=packed.context_sha256,
         output_dir=output_dir,
         env={} if signed else dict(captured),
         sealed_env=encrypt_env(signing_secret, captured) if signed and captured else None,
@@ -268,6 +313,11 @@ def template_for(
         memory=request.memory_request,
         group_id=group_id,
         result_auth=AUTH_HMAC if signed else AUTH_NONE,
+        image=image.uri if image is not None else None,
+        requirements=list(image.requirements.lines) if image is not None else [],
+        requirements_uri=requirements_uri
+        if image is not None and image.needs_requirements_upload
+        else None,
     )
 
 
@@ -279,6 +329,7 @@ class PlannedJob:
     template: JobTemplate
     spec: JobSpec
     handle: JobHandle
+    image: ImagePlan | None = None
 
     @property
     def output_uri(self) -> str:
@@ -300,19 +351,22 @@ def plan_job(
     captured = capture_env(request.capture_env_vars)
     env_vars = {} if signing_secret is not None else dict(captured)  # secrets: not in payload
     env_vars["KINETIC_OUTPUT_DIR"] = function_output_dir(output_uri)
+    image = plan_for_request(request, config, kind)  # bad image/requirements: raise here
     packed = prepare(request, store, env_vars)
     template = template_for(
         request,
         packed,
         kind,
         payload_uri=store.uri(artifact_key(job_id, "payload.pkl")),
-        context_uri=store.uri(artifact_key(job_id, "context.zip")),
+        context_uri=store.uri(packed.context_key),
         output_dir=output_uri,
         captured=captured,
         signing_secret=signing_secret,
+        image=image,
+        requirements_uri=store.uri(artifact_key(job_id, "requirements.txt")),
     )
     spec = template.spec(config, store, job_id, signing_secret=signing_secret)
-    return PlannedJob(packed, template, spec, template.handle(config, store, spec))
+    return PlannedJob(packed, template, spec, template.handle(config, store, spec), image)
 
 
 def submit_job(
@@ -332,12 +386,14 @@ def submit_job(
         )
     # ---- side effects start here --------------------------------------------------
     datacache.upload_all(store, planned.packed.local_data)
-    for name, blob in (
-        ("payload.pkl", planned.packed.payload),
-        ("context.zip", planned.packed.context),
-    ):
-        store.write_bytes(artifact_key(job_id, name), blob)
-        make_private(store, artifact_key(job_id, name))
+    job_context.upload_context(store, planned.packed.context, planned.packed.context_sha256)
+    store.write_bytes(artifact_key(job_id, "payload.pkl"), planned.packed.payload)
+    make_private(store, artifact_key(job_id, "payload.pkl"))
+    if planned.template.requirements_uri:  # prebuilt: installed at pod start
+        assert planned.image is not None
+        key = artifact_key(job_id, "requirements.txt")
+        store.write_bytes(key, planned.image.requirements.text.encode())
+        make_private(store, key)
     create_job(store, backend, planned.spec, planned.handle)
     log.info("submitted %s (%s) on backend %s", job_id, planned.spec.name, backend.name)
     return planned.handle, planned.spec

@@ -73,6 +73,13 @@ class JobTemplate:
     #: Captured env values, encrypted with the deployment secret: they reach the job as
     #: secrets (Kubernetes Secret / 0600 file), never as plain env, payload or state.
     sealed_env: str | None = None
+    #: The job's image, resolved once per task (``core.runtime.images``); None: the
+    #: connection's ``image`` or kinetic's default name (the local backend ignores it).
+    image: str | None = None
+    #: The task's filtered requirement lines (the local backend builds its venv from them).
+    requirements: list[str] = field(default_factory=list)
+    #: Uploaded requirements the runner installs at start (``--requirements-gcs``).
+    requirements_uri: str | None = None
 
     # ---- per job ------------------------------------------------------------------
     def output_uri(self, index: int | None = None) -> str:
@@ -107,7 +114,7 @@ class JobTemplate:
         if self.group_id is not None:
             labels[GROUP_LABEL] = self.group_id
         accel = parse_accelerator(self.accelerator)
-        return build_job_spec(
+        spec = build_job_spec(
             SpecInputs(
                 job_id=job_id,
                 bucket=store.bucket,
@@ -117,7 +124,8 @@ class JobTemplate:
                 payload_sha256=self.payload_sha256,
                 context_sha256=self.context_sha256,
                 accelerator=accel,
-                image=config.image or DEFAULT_IMAGE.format(category=accel.category),
+                image=self.image or config.image or DEFAULT_IMAGE.format(category=accel.category),
+                requirements_uri=self.requirements_uri,
                 output_dir=function_output_dir(self.output_uri(index)),
                 namespace=config.namespace,
                 service_account=config.service_account,
@@ -132,6 +140,8 @@ class JobTemplate:
                 ttl_seconds=config.ttl_seconds_after_finished,
             )
         )
+        spec.requirements = list(self.requirements)
+        return spec
 
     def handle(
         self, config: KineticConfig, store: ObjectStore, spec: JobSpec, index: int | None = None

@@ -14,6 +14,13 @@ from airflow.providers.common.compat.sdk import BaseOperator, XCom, conf, mask_s
 from airflow_provider_kinetic.core.accelerators import parse_accelerator, with_spot
 from airflow_provider_kinetic.core.handles import artifact_key
 from airflow_provider_kinetic.core.resultref import REF_KEY, is_result_ref, make_result_ref
+from airflow_provider_kinetic.core.runtime.context import DEFAULT_MAX_CONTEXT_MB, check_patterns
+from airflow_provider_kinetic.core.runtime.images import (
+    ImagePlan,
+    check_image_setting,
+    plan_for_request,
+)
+from airflow_provider_kinetic.core.runtime.requirements import check_spec as check_requirements
 from airflow_provider_kinetic.core.schemes import scheme_for
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.submit import JobRequest, capture_env
@@ -162,12 +169,20 @@ class KineticOperatorBase(BaseOperator):
         memory: str | None = None,
         spot: bool = False,
         cleanup: str = "artifacts",
+        context_excludes: list[str] | None = None,
+        container_image: str | None = None,
+        requirements: list[str] | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if cleanup not in CLEANUP_MODES:
             raise ValueError(f"cleanup={cleanup!r}: allowed values are {', '.join(CLEANUP_MODES)}")
         self.cleanup = cleanup
+        # Checked here (not templated): a bad pattern fails at parse time, not in the pod.
+        self.context_excludes = check_patterns(context_excludes)
+        # Not templated either: a bad mode or URI fails at parse time.
+        self.container_image = check_image_setting(container_image, "operator")
+        self.requirements = check_requirements(requirements)
         self.spot = spot
         self.accelerator = accelerator
         self.volumes = volumes
@@ -218,7 +233,46 @@ class KineticOperatorBase(BaseOperator):
             by_value_roots=by_value_roots(),
             cpu_request=self.cpu,
             memory_request=self.memory,
+            entry_file=self.dag.fileloc if self.has_dag() else None,
+            context_excludes=list(self.context_excludes),
+            container_image=self.container_image,
+            requirements=self.requirements,
+            max_context_mb=conf.getfloat(
+                "kinetic", "max_context_mb", fallback=DEFAULT_MAX_CONTEXT_MB
+            ),
         )
+
+    def resolve_image(
+        self, request: JobRequest, config: Any, store: ObjectStore, build: bool
+    ) -> ImagePlan:
+        """The task's image, resolved once and carried by ``request`` (every job of the
+        task runs in it).  With ``build`` a missing bundled image is built now, before
+        anything of the job is uploaded (``hooks/image_build.py``)."""
+        from airflow_provider_kinetic.hooks.image_build import prepare_image
+
+        plan = plan_for_request(request, config, config.backend_kind(self.parsed_accelerator()))
+        if build:
+            prepare_image(plan, config, store)
+            self.log.info("kinetic: %s", plan.describe())
+        request.image_plan = plan
+        return plan
+
+    def image_report(self, plan: ImagePlan, config: Any) -> list[str]:
+        """Dry-run lines (YAML comments) naming the image and, for a bundled one,
+        whether it exists or would be built (looked up with the connection's
+        credentials; a lookup that cannot be made says why)."""
+        lines = [f"# image: {plan.describe()}"]
+        if plan.mode == "bundled":
+            from airflow_provider_kinetic.hooks.image_build import ImageBuildHook
+
+            try:
+                found = ImageBuildHook(config).exists(plan)
+            except Exception as exc:  # noqa: BLE001 - a dry run reports, it does not fail
+                lines.append(f"# image status: unknown (lookup failed: {exc})")
+            else:
+                state = "exists" if found else "would be built with Cloud Build"
+                lines.append(f"# image status: {state} (tag {plan.tag})")
+        return lines
 
     def rendered_volumes(self, context: Mapping[str, Any] | None) -> dict[str, Any] | None:
         """``volumes`` with its mount paths rendered (Airflow renders dict values only)."""

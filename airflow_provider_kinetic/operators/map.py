@@ -14,12 +14,12 @@ from typing import Any, NoReturn
 
 from airflow.providers.common.compat.sdk import AirflowException
 
-from airflow_provider_kinetic.core import batchrun
+from airflow_provider_kinetic.core import batchlogs, batchrun
 from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
 from airflow_provider_kinetic.core.backends.manifests import to_yaml
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.batch import plan_batch
-from airflow_provider_kinetic.core.batchresume import resume_batch, save_plan
+from airflow_provider_kinetic.core.batchresume import resume_batch, save_live, save_plan
 from airflow_provider_kinetic.core.batchstate import SUCCEEDED, BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.polling import poll_delays
@@ -36,7 +36,7 @@ from airflow_provider_kinetic.core.taskrecord import (
 from airflow_provider_kinetic.exceptions import KineticBatchFailed, KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key, result_key_for_job
-from airflow_provider_kinetic.links import KineticBatchLink
+from airflow_provider_kinetic.links import KineticBatchLink, batch_url
 from airflow_provider_kinetic.operators.common import (
     XCOM_BATCH,
     XCOM_OUTPUT_DIR,
@@ -68,6 +68,13 @@ class KineticMapOperator(KineticOperatorBase):
         fail_fast: on the first failure launch nothing more and cancel running siblings.
         return_exceptions: failed positions hold an error dict instead of failing the task.
         ordered: results in input order (else completion order).
+        wait_for_completion: ``False`` submits the batch (its first ``max_concurrent``
+            children), pushes the batch handle and succeeds at once (its return value
+            is the handle); a ``KineticBatchSensor`` waits for it later, launching the
+            rest, and with ``return_result=True`` returns the results.
+        child_log_bytes_per_poll: new log bytes of each running child written into
+            the task log per poll, prefixed ``[child N]`` (the rest comes next poll;
+            ``0`` turns live child logs off).
         accelerator, spot, volumes, output_dir, capture_env_vars, kinetic_conn_id,
         deferrable, poll_interval, cpu, memory: as for KineticRunOperator (each child
         is the same job template plus its input).
@@ -84,6 +91,7 @@ class KineticMapOperator(KineticOperatorBase):
         "output_dir",
         "accelerator",
         "capture_env_vars",
+        "requirements",
     )
     ui_color = "#d2e3fc"
     operator_extra_links = (KineticBatchLink(),)
@@ -101,6 +109,8 @@ class KineticMapOperator(KineticOperatorBase):
         return_exceptions: bool = False,
         ordered: bool = True,
         group_name: str | None = None,
+        wait_for_completion: bool = True,
+        child_log_bytes_per_poll: int = batchlogs.LOG_BYTES_PER_POLL,
         **kwargs: Any,
     ) -> None:
         # ``retries`` is the per-child budget; the task's own Airflow retries stay
@@ -119,6 +129,8 @@ class KineticMapOperator(KineticOperatorBase):
         self.return_exceptions = return_exceptions
         self.ordered = ordered
         self.group_name = group_name
+        self.wait_for_completion = wait_for_completion
+        self.child_log_bytes_per_poll = child_log_bytes_per_poll
         self._state: BatchState | None = None
         self._backend: Backend | None = None
         self._store: ObjectStore | None = None
@@ -127,8 +139,11 @@ class KineticMapOperator(KineticOperatorBase):
     def plan(self, context: Any, store: ObjectStore, config: KineticConfig) -> tuple[Any, ...]:
         """Validate and pack the batch (the same request path as a single job)."""
         identity = task_identity(context) if context is not None else self._dry_identity()
+        request = self.build_request(identity, store.uri, context)
+        # The image once for every child; built (if missing) only when executing.
+        self._image_plan = self.resolve_image(request, config, store, build=context is not None)
         return plan_batch(
-            self.build_request(identity, store.uri, context),
+            request,
             self.inputs,
             self.input_mode,
             store,
@@ -159,15 +174,31 @@ class KineticMapOperator(KineticOperatorBase):
             )
             batchrun.start_batch(state, objects, local, store)
             save_plan(store, state, deployment_secret())
+        if not self.wait_for_completion:
+            return self._submit_only(context, hook, state)
         state.deadline = deadline(context, self.execution_timeout)
         self._write_record(context, store, state)
         context["ti"].xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(state.template.output_dir))
-        url = backend_class(state.backend).group_logs_url(
-            state.group_id, config.project or "", config.cluster or "", config.namespace
-        )
-        if url:
-            context["ti"].xcom_push(key=KineticBatchLink.key, value=url)
+        url = batch_url(
+            state.backend, state.group_id, config.project or "", config.cluster or "",
+            config.namespace, self.kinetic_conn_id,
+        )  # fmt: skip
+        context["ti"].xcom_push(key=KineticBatchLink.key, value=url)
         return self._advance(context, hook, state)
+
+    def _submit_only(self, context: Any, hook: KineticHook, state: BatchState) -> dict[str, Any]:
+        """Submit now, wait later: the first children start, the state is saved for
+        ``KineticBatchSensor`` (which launches the rest), the handle is the value."""
+        config, store = hook.get_config(), hook.get_store()
+        backend = hook.get_backend(state.backend)
+        batchrun.launch(state, config, backend, store, deployment_secret())
+        batchrun.write_manifest(state, store)
+        save_live(store, state, deployment_secret())
+        self._report(context, state, store)
+        self._write_record(context, store, state, delivered=True)
+        context["ti"].xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(state.template.output_dir))
+        self._state = None  # nobody waits here: on_kill must not cancel the children
+        return batchrun.batch_handle(state, store)
 
     def _resume(self, context: Any, hook: KineticHook, store: ObjectStore) -> BatchState | None:
         """An earlier try's batch, reattached (only failed or missing children run again)."""
@@ -206,6 +237,7 @@ class KineticMapOperator(KineticOperatorBase):
         state, _, _ = self.plan(None, store, config)
         spec = batchrun.child_spec(state, 0, "job-dryrun00", config, store, deployment_secret())
         manifest = backend_class(state.backend).manifest(spec)
+        print("\n".join(self.image_report(self._image_plan, config)))
         print(to_yaml(manifest))
         return manifest
 
@@ -233,9 +265,15 @@ class KineticMapOperator(KineticOperatorBase):
     def _poll(self, backend: Backend, store: ObjectStore, state: BatchState) -> None:
         handles = list(state.active.values())
         reports = backend.batch_status(state.group_id, handles) if handles else {}
+        # Before observe: it deletes finished children's Jobs (and their pod logs).
+        batchlogs.show(state, backend, reports, self._child_line, self.child_log_bytes_per_poll)
         for index in batchrun.observe(state, reports, backend, store):
             job = state.jobs[index]
             self._log_child(index, job, state.done[index], reports.get(job))
+        batchlogs.forget_finished(state)
+
+    def _child_line(self, index: int, line: str) -> None:
+        self.log.info("[child %d] %s", index, line)
 
     def _log_child(self, index: int, job: str, outcome: str, report: StatusReport | None) -> None:
         if outcome != SUCCEEDED:
@@ -270,6 +308,7 @@ class KineticMapOperator(KineticOperatorBase):
                 config=config_to_json(config),
                 poll_interval=self.poll_interval,
                 deadline=state.deadline,
+                log_bytes_per_poll=self.child_log_bytes_per_poll,
             ),
             method_name="execute_complete",
             timeout=defer_timeout(state.deadline, self.poll_interval),
@@ -311,13 +350,8 @@ class KineticMapOperator(KineticOperatorBase):
         )
         self._state = None
         if failures and not self.return_exceptions:
-            lines = [
-                f"  inputs[{i}] ({state.jobs.get(i, 'not submitted')}): {type(e).__name__}: {e}"
-                for i, e in sorted(failures.items())
-            ]
             raise KineticBatchFailed(
-                f"kinetic batch {state.group_id}: {len(failures)} of {state.total} "
-                "inputs failed (results of the others stay in the store):\n" + "\n".join(lines),
+                batchlogs.failure_summary(state, failures),
                 group_id=state.group_id,
                 failures=failures,
                 partial_results=values,

@@ -98,7 +98,9 @@ def _install_requirements(uri: str) -> None:
         return
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(text)
-    cmd = ["uv", "pip", "install", "--system", "-r", f.name]
+    # Into this interpreter's environment (``--system`` would skip a venv and pick
+    # another Python on PATH): the image's python3, or the venv the runner runs in.
+    cmd = ["uv", "pip", "install", "--python", sys.executable, "-r", f.name]
     if subprocess.call(["uv", "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
         cmd = [sys.executable, "-m", "pip", "install", "-r", f.name]
     subprocess.run(cmd, check=True)
@@ -125,12 +127,19 @@ def _extract_context(data: bytes, workdir: str) -> None:
     if os.path.exists(plan_path):
         with open(plan_path) as f:
             plan = json.load(f)
-    for rel in reversed(plan.get("sys_path_rel", [""])):
+    real = os.path.realpath(workspace)
+
+    def inside(rel: str) -> str | None:  # a plan path that stays in the workspace
         path = os.path.realpath(os.path.join(workspace, rel))
-        if path.startswith(os.path.realpath(workspace)) and os.path.isdir(path):
+        ok = (path == real or path.startswith(real + os.sep)) and os.path.isdir(path)
+        return path if ok else None
+
+    for rel in reversed(plan.get("sys_path_rel", [""])):
+        if (path := inside(rel)) is not None:
             sys.path.insert(0, path)
+    # The project root (plan "."): files next to the DAG open by relative path.
     cwd_rel = plan.get("client_cwd_rel")
-    os.chdir(os.path.join(workspace, cwd_rel) if cwd_rel else workspace)
+    os.chdir(inside(cwd_rel) or real if cwd_rel else real)
 
 
 def _download_ref(ref: dict[str, Any], target: str) -> str:

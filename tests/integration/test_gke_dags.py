@@ -36,6 +36,7 @@ from airflow_provider_kinetic.core.backends import k8s_status as ks
 from airflow_provider_kinetic.core.backends.local import RUNNER_MODULE
 from airflow_provider_kinetic.core.backends.manifests import job_manifest
 from airflow_provider_kinetic.core.jobspec import SpecInputs, build_job_spec
+from airflow_provider_kinetic.core.runtime.context import build_context
 from airflow_provider_kinetic.core.signing import job_key
 from airflow_provider_kinetic.core.storage.gcs import GcsStore
 from airflow_provider_kinetic.hooks.signing import deployment_secret
@@ -209,15 +210,19 @@ def expected_job(bucket: str, job_id: str, dr: Any, task_id: str) -> dict[str, A
     """The Job that ``job_manifest`` builds for this run, from the artifacts in the bucket."""
     store = GcsStore(bucket)
     run = dr.run_id.replace(":", "_").replace("+", "_")
+    # The context: the DAG's project (the DAGs folder here), content-addressed and shared.
+    dags = os.environ["AIRFLOW__CORE__DAGS_FOLDER"]
+    context = build_context(os.path.join(dags, "kinetic_gke_dags.py"), ceilings=[dags])
+    assert store.read_bytes(context.key) == context.data
     spec = build_job_spec(
         SpecInputs(
             job_id=job_id,
             bucket=bucket,
-            context_uri=f"gs://{bucket}/{job_id}/context.zip",
+            context_uri=f"gs://{bucket}/{context.key}",
             payload_uri=f"gs://{bucket}/{job_id}/payload.pkl",
             result_uri=f"gs://{bucket}/{job_id}/result.pkl",
             payload_sha256=hashlib.sha256(store.read_bytes(f"{job_id}/payload.pkl")).hexdigest(),
-            context_sha256=hashlib.sha256(store.read_bytes(f"{job_id}/context.zip")).hexdigest(),
+            context_sha256=context.sha256,
             accelerator=parse_accelerator("cpu"),
             image=IMAGE,
             output_dir=f"gs://{bucket}/outputs/{dr.dag_id}/{run}/{task_id}/-1",

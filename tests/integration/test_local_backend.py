@@ -304,7 +304,7 @@ def test_failed_create_removes_job_artifacts(config, tmp_path: Path) -> None:
     handle, _ = submit_job(request, config, BrokenBackend(config.bucket_name, True), store)
     assert handle.job_id == "job-broken2"
     names = {k.rsplit("/", 1)[1] for k in store.list("job-broken2/")}
-    assert names == {"payload.pkl", "context.zip", "handle.json"}
+    assert names == {"payload.pkl", "handle.json"}  # the context is shared, in its cache
 
 
 def test_process_argv_and_env_come_from_the_spec(config, backend) -> None:

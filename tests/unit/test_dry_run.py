@@ -59,10 +59,10 @@ def test_dry_run_manifest_without_credentials(gke_conn, tmp_path, capsys, accele
         pod = manifest["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
     container = pod["containers"][0]
     assert container["image"] == gke_conn["image"]
-    assert container["args"][:2] == [
-        "--context-gcs",
-        "gs://proj-kn-c1-jobs/job-dryrun00/context.zip",
-    ]
+    # The context is content-addressed: shared by every job with the same content.
+    assert container["args"][0] == "--context-gcs"
+    sha = container["args"][container["args"].index("--context-sha256") + 1]
+    assert container["args"][1] == f"gs://proj-kn-c1-jobs/default/context-cache/{sha}.zip"
     limits = container["resources"]["limits"]
     assert limits.get("google.com/tpu") == tpu
     # FUSE data (a local dir, content-addressed) mounts its cache prefix read-only.

@@ -78,6 +78,34 @@ def _resources(spec: JobSpec) -> dict:
     return spec.container.get("resources", {})
 
 
+#: The context the ``context_excludes`` case expects, found by its ``make`` step.
+_CONTEXT: dict[str, str] = {}
+
+
+def _project_with_dag(tmp_path: Path) -> dict[str, Any]:
+    """A DAG file in a project dir with a file the option leaves out of the context."""
+    from airflow.sdk import DAG
+
+    from airflow_provider_kinetic.core.runtime.context import build_context
+
+    project = tmp_path / "proj"
+    project.mkdir(exist_ok=True)
+    (project / "requirements.txt").write_text("")
+    (project / "dag.py").write_text("# the DAG\n")
+    (project / "keep.txt").write_text("kept")
+    (project / "scratch.log").write_text("left out")
+    entry = str(project / "dag.py")
+    _CONTEXT["with"] = build_context(entry, excludes=["*.log"]).sha256
+    _CONTEXT["without"] = build_context(entry).sha256
+    dag = DAG("ctx_opt", schedule=None)
+    dag.fileloc = entry
+    return {"dag": dag, "context_excludes": ["*.log"]}
+
+
+def _context_sha(spec: JobSpec) -> str:
+    return spec.args[spec.args.index("--context-sha256") + 1]
+
+
 #: option name -> (operator kwargs from tmp_path, check(spec, payload, accelerator, is_child)).
 CASES: dict[str, tuple[Callable[[Path], dict], Callable[..., bool]]] = {
     "accelerator": (
@@ -124,6 +152,27 @@ CASES: dict[str, tuple[Callable[[Path], dict], Callable[..., bool]]] = {
         lambda p: {"op_kwargs": {"shared": 7}},
         lambda s, pl, acc, child: pl["kwargs"] == {"shared": 7},
     ),
+    "context_excludes": (
+        _project_with_dag,
+        lambda s, pl, acc, child: (
+            _context_sha(s) == _CONTEXT["with"] != _CONTEXT["without"]
+            and s.args[s.args.index("--context-gcs") + 1].endswith(f"/{_CONTEXT['with']}.zip")
+        ),
+    ),
+    "container_image": (
+        lambda p: {"container_image": "us-docker.pkg.dev/p/r/runner:2"},
+        lambda s, pl, acc, child: s.container["image"] == "us-docker.pkg.dev/p/r/runner:2",
+    ),
+    "requirements": (
+        # Given explicitly with a custom image: uploaded and installed at start.
+        lambda p: {"requirements": ["numpy==2.0", "jax==0.4.30"]},
+        lambda s, pl, acc, child: (
+            dict(zip(s.args[::2], s.args[1::2], strict=True))["--requirements-gcs"].endswith(
+                "/job-0000000a/requirements.txt" if not child else ".requirements.txt"
+            )
+            and s.args[4:6] == ["--result-gcs", s.args[5]]  # kinetic's flag order
+        ),
+    ),
     "kinetic_conn_id": (
         lambda p: {},
         lambda s, pl, acc, child: (
@@ -157,7 +206,7 @@ def test_option_reaches_single_job_and_batch_child(option, tmp_path, conn):
     assert child_spec.labels["kinetic-group-index"] == str(CHILD)
 
 
-@pytest.mark.parametrize("option", ["spot", "cpu", "output_dir"])
+@pytest.mark.parametrize("option", ["spot", "cpu", "output_dir", "requirements"])
 def test_without_the_option_the_check_fails(option, tmp_path, conn):
     """The checks can fail: with defaults, none of these holds."""
     _, check = CASES[option]

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_kinetic.core.backends import local_venv
 from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
 from airflow_provider_kinetic.core.backends.supervise import SECRETS_FILE
 from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
@@ -50,11 +51,12 @@ def local_devices() -> dict[str, int]:
     return {"gpu": len(gpus), "tpu": len(tpus)}
 
 
-def local_command(spec: JobSpec) -> list[str]:
-    """The spec's command + args, with the image's runner mapped to this interpreter."""
+def local_command(spec: JobSpec, python: str | None = None) -> list[str]:
+    """The spec's command + args, with the image's runner mapped to this interpreter
+    (or to ``python``, the job's requirements venv)."""
     command = spec.command
     if command and command[-1].endswith("remote_runner.py"):
-        command = [sys.executable, "-u", "-m", RUNNER_MODULE]
+        command = [python or sys.executable, "-u", "-m", RUNNER_MODULE]
     return command + spec.args
 
 
@@ -125,11 +127,17 @@ class LocalBackend(Backend):
 
     # ---- submit ---------------------------------------------------------------
     def submit(self, spec: JobSpec) -> None:
+        # The image's stand-in first: a requirement uv cannot install fails the submit
+        # (as the image build would), before any job state exists.
+        venv = local_venv.ensure_venv(self.root, spec.requirements) if spec.requirements else None
         jdir = self.job_dir(spec.job_id)
         os.makedirs(os.path.dirname(jdir), exist_ok=True)
         os.mkdir(jdir, 0o700)  # a second submit of the same id must fail, not double-run
-        argv = local_command(spec)
+        argv = local_command(spec, local_venv.venv_python(venv) if venv else None)
         overlay, note = local_env(spec)
+        if venv:
+            overlay["VIRTUAL_ENV"] = venv
+            note += f", in the requirements venv {venv}"
         log.info("local backend: %s", note)
         with _private(os.path.join(jdir, "spec.json")) as f:
             json.dump({"argv": argv, "env": overlay, "name": spec.name}, f, indent=2)
@@ -137,6 +145,8 @@ class LocalBackend(Backend):
             with _private(os.path.join(jdir, SECRETS_FILE)) as f:
                 json.dump(spec.secrets, f)
         env = {**os.environ, **overlay, "PYTHONUNBUFFERED": "1"}
+        if venv:  # the venv is the job's whole environment, as the image is a pod's
+            env.pop("PYTHONPATH", None)
         log_file = open(os.path.join(jdir, "log"), "ab")  # noqa: SIM115 - handed to the child
         try:
             proc = subprocess.Popen(
