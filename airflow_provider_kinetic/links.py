@@ -5,6 +5,11 @@ link's ``xcom_key`` as soon as the job exists, so the UI shows it while the job
 runs (the worker would otherwise only push it when the task ends).  The URLs come
 from the job's backend (``console_url``, ``logs_url``, ``group_logs_url``); a link
 with no URL for a backend (the local backend has no Cloud Logging) is not pushed.
+
+A backend without a web console of its own (the local backend: its ``console_url``
+is a ``file://`` directory, which the Airflow UI refuses to render as a link) gets
+the same-origin Kinetic page of this provider's plugin instead
+(``/kinetic/jobs/{job_id}``, under the API server's base URL path).
 """
 
 from __future__ import annotations
@@ -12,17 +17,57 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
+from airflow.configuration import conf
 from airflow.providers.common.compat.sdk import BaseOperatorLink, XCom
 
 from airflow_provider_kinetic.core.backends.gke import CONSOLE
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.handles import JobHandle
+from airflow_provider_kinetic.plugins import PLUGIN_PREFIX
+
+DEFAULT_CONN_ID = "kinetic_default"
 
 
-def job_url(handle: JobHandle | dict[str, Any]) -> str:
-    """Where a person looks at the job: its backend says (GKE console, local dir)."""
+def _is_web_url(url: str | None) -> bool:
+    return bool(url) and url.startswith(("https://", "http://"))
+
+
+def plugin_url(path: str, conn_id: str = DEFAULT_CONN_ID) -> str:
+    """A same-origin URL of a Kinetic page: the API server's base URL path (a
+    deployment served under ``/airflow`` must link to ``/airflow/kinetic/...``) +
+    ``/kinetic/`` + ``path``; ``conn_id`` only when it is not the default."""
+    base = urllib.parse.urlsplit(conf.get("api", "base_url", fallback="") or "").path
+    url = base.rstrip("/") + PLUGIN_PREFIX + "/" + path.lstrip("/")
+    if conn_id != DEFAULT_CONN_ID:
+        sep = "&" if "?" in url else "?"
+        url += sep + urllib.parse.urlencode({"conn_id": conn_id})
+    return url
+
+
+def job_url(handle: JobHandle | dict[str, Any], conn_id: str = DEFAULT_CONN_ID) -> str:
+    """Where a person looks at the job: its backend's web console (GKE), else the
+    Kinetic page (a ``file://`` directory is not a page the UI can open)."""
     handle = JobHandle.from_dict(handle)
-    return backend_class(handle.backend).console_url(handle)
+    url = backend_class(handle.backend).console_url(handle)
+    if _is_web_url(url):
+        return url
+    return plugin_url("jobs/" + urllib.parse.quote(handle.job_id, safe=""), conn_id)
+
+
+def batch_url(
+    backend: str,
+    group_id: str,
+    project: str,
+    cluster: str,
+    namespace: str,
+    conn_id: str = DEFAULT_CONN_ID,
+) -> str:
+    """Where a person looks at a whole batch: the backend's log page for every child
+    (GKE), else the Kinetic jobs list filtered to the batch."""
+    url = backend_class(backend).group_logs_url(group_id, project, cluster, namespace)
+    if _is_web_url(url):
+        return url  # type: ignore[return-value]  # _is_web_url: not None
+    return plugin_url("?" + urllib.parse.urlencode({"group": group_id}), conn_id)
 
 
 def output_url(uri: str | None, project: str = "") -> str | None:
@@ -48,7 +93,7 @@ class _XComLink(BaseOperatorLink):
 
 
 class KineticJobLink(_XComLink):
-    """The job in the GKE console (a LeaderWorkerSet for multi-host), or its local dir."""
+    """The job in the GKE console (a LeaderWorkerSet for multi-host), or its Kinetic page."""
 
     name, key = "Kinetic job", "kinetic_job_link"
 
@@ -66,16 +111,16 @@ class KineticOutputLink(_XComLink):
 
 
 class KineticBatchLink(_XComLink):
-    """Cloud Logging, filtered to every child of the batch."""
+    """Cloud Logging, filtered to every child of the batch (or the batch's Kinetic page)."""
 
     name, key = "Kinetic batch", "kinetic_batch_link"
 
 
-def job_links(handle: JobHandle) -> dict[str, str]:
+def job_links(handle: JobHandle, conn_id: str = DEFAULT_CONN_ID) -> dict[str, str]:
     """XCom key -> URL of each link this job has."""
     kind = backend_class(handle.backend)
     urls = {
-        KineticJobLink.key: kind.console_url(handle),
+        KineticJobLink.key: job_url(handle, conn_id),
         KineticLogsLink.key: kind.logs_url(handle),
         KineticOutputLink.key: output_url(handle.output_dir, handle.project),
     }

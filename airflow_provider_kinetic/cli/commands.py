@@ -283,6 +283,7 @@ def jobs_cleanup(args: Namespace) -> None:
 def _cache_row(entry: inventory.CacheEntry, now: float, action: str | None = None) -> dict:
     row: dict[str, Any] = {
         "hash": entry.content_hash,
+        "kind": entry.kind,
         "complete": entry.complete,
         "age_s": None if entry.marked_at is None else round(entry.age(now) or 0.0, 1),
         "age": human_age(entry.age(now)) if entry.complete else "incomplete",
@@ -297,16 +298,17 @@ def _cache_row(entry: inventory.CacheEntry, now: float, action: str | None = Non
 
 @command
 def data_ls(args: Namespace) -> None:
-    """Data-cache entries: age (of the completion marker), files, bytes."""
+    """Data-cache entries (age of the completion marker, files, bytes) and cached job
+    context archives."""
     store = KineticHook(args.conn_id).get_store()
     now = time.time()
     rows = [_cache_row(e, now) for e in inventory.cache_entries(store)]
-    emit(rows, _output(args), ("hash", "age", "files", "size"))
+    emit(rows, _output(args), ("hash", "kind", "age", "files", "size"))
 
 
 @command
 def data_gc(args: Namespace) -> None:
-    """Remove complete cache entries whose marker is older than ``--older-than``."""
+    """Remove complete cache entries (and context archives) older than ``--older-than``."""
     age = inventory.parse_age(args.older_than)
     store = KineticHook(args.conn_id).get_store()
     now = time.time()
@@ -317,7 +319,7 @@ def data_gc(args: Namespace) -> None:
         else:
             inventory.remove_entry(store, entry)
             rows.append(_cache_row(entry, now, "deleted"))
-    emit(rows, _output(args), ("hash", "age", "files", "size", "action"))
+    emit(rows, _output(args), ("hash", "kind", "age", "files", "size", "action"))
 
 
 # ---- accelerators -----------------------------------------------------------------

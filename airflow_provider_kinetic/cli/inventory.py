@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from airflow_provider_kinetic.core.datacache import CACHE_PREFIX, MARKER_PREFIX
 from airflow_provider_kinetic.core.handles import InvalidHandleError, JobHandle
+from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE
 from airflow_provider_kinetic.core.signing import ResultAuthError, unseal
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.core.taskrecord import RECORDS_PREFIX
@@ -115,6 +116,9 @@ class TaskIndex:
 
     by_job: dict[str, tuple[str, ...]] = field(default_factory=dict)
     by_group: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Job id -> (record key, the record's handle dict): the sealed record outlives
+    #: the job's ``handle.json`` (deleted with its artifacts once the value is delivered).
+    handles: dict[str, tuple[str, dict]] = field(default_factory=dict)
 
     def lookup(self, handle: JobHandle) -> tuple[str, ...] | None:
         found = self.by_job.get(handle.job_id)
@@ -139,6 +143,7 @@ def task_index(store: ObjectStore, secret: bytes) -> TaskIndex:
         handle = record.get("handle")
         if isinstance(handle, dict) and handle.get("job_id"):
             index.by_job[str(handle["job_id"])] = identity
+            index.handles[str(handle["job_id"])] = (key, handle)
         if record.get("group_id"):
             index.by_group[str(record["group_id"])] = identity
     return index
@@ -157,10 +162,11 @@ def dag_from_output_dir(output_dir: str | None) -> str | None:
     return dag or None
 
 
-def list_jobs(store: ObjectStore, secret: bytes) -> list[JobEntry]:
+def list_jobs(store: ObjectStore, secret: bytes, index: TaskIndex | None = None) -> list[JobEntry]:
     """Every job in the store, newest first, with its task when a record names it
-    (else the DAG read from the default output dir layout)."""
-    index = task_index(store, secret)
+    (else the DAG read from the default output dir layout).  ``index``: the task
+    records, when the caller has read them already."""
+    index = task_index(store, secret) if index is None else index
     entries = []
     for job_id in job_ids(store):
         handle = read_handle(store, job_id)
@@ -190,13 +196,15 @@ def created_epoch(handle: JobHandle) -> float | None:
 
 @dataclass
 class CacheEntry:
-    """One content hash in the data cache."""
+    """One content hash in the data cache, or one cached job context archive."""
 
     content_hash: str
-    complete: bool  # marker present
+    complete: bool  # marker present (a context archive is one atomic object: always)
     marked_at: float | None  # marker mtime (epoch s); None when incomplete
     files: int
     bytes: int
+    #: "data" (``Data`` content under the cache prefix) or "context" (a job context zip).
+    kind: str = "data"
 
     def age(self, now: float) -> float | None:
         return None if self.marked_at is None else max(0.0, now - self.marked_at)
@@ -225,6 +233,11 @@ def cache_entries(store: ObjectStore) -> list[CacheEntry]:
         )
         for digest in sorted(set(markers) | set(sizes))
     ]
+    # Job contexts (the DAG project's zip) are written as one atomic object, so an
+    # object there is complete; its upload time is its age.
+    for key, (size, mtime) in sorted(stat_objects(store, CONTEXT_CACHE + "/").items()):
+        digest = key.rsplit("/", 1)[1].removesuffix(".zip")
+        entries.append(CacheEntry(digest, True, mtime, 1, size, kind="context"))
     return entries
 
 
@@ -238,6 +251,8 @@ def remove_entry(store: ObjectStore, entry: CacheEntry) -> int:
     """Delete one entry, the marker FIRST: a reader that sees a marker must find the
     content, so the content goes only once nothing says it is complete.  Returns the
     number of objects deleted."""
+    if entry.kind == "context":
+        return int(_delete_object(store, f"{CONTEXT_CACHE}/{entry.content_hash}.zip"))
     marker = f"{MARKER_PREFIX}/{entry.content_hash}"
     deleted = int(_delete_object(store, marker))
     deleted += store.delete_prefix(f"{CACHE_PREFIX}/{entry.content_hash}")

@@ -18,6 +18,7 @@ from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.datacache import cache_key, marker_key
 from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
+from airflow_provider_kinetic.core.runtime.context import context_key
 from airflow_provider_kinetic.core.submit import JobRequest, submit_job
 from airflow_provider_kinetic.core.taskrecord import SYNC, TaskRecord, write_record
 from airflow_provider_kinetic.hooks.signing import deployment_secret
@@ -204,21 +205,29 @@ def test_data_ls_and_gc(config: KineticConfig):
         store.write_bytes(f"{cache_key(digest)}/file.txt", b"x" * 10)
     store.write_bytes(marker_key("a" * 64), b"")  # old and complete
     store.write_bytes(marker_key("b" * 64), b"")  # fresh and complete; "c": no marker
+    store.write_bytes(context_key("d" * 64), b"zip")  # an old job context archive
+    store.write_bytes(context_key("e" * 64), b"zip")  # a fresh one
     old = time.time() - 10 * 86400
     os.utime(store.uri(marker_key("a" * 64))[len("file://") :], (old, old))
+    os.utime(store.uri(context_key("d" * 64))[len("file://") :], (old, old))
 
     rows = {r["hash"]: r for r in as_json("data", "ls")}
-    assert set(rows) == {"a" * 64, "b" * 64, "c" * 64}
+    assert set(rows) == {"a" * 64, "b" * 64, "c" * 64, "d" * 64, "e" * 64}
+    assert {h for h, r in rows.items() if r["kind"] == "context"} == {"d" * 64, "e" * 64}
     assert rows["a" * 64]["age_s"] > 9 * 86400 and rows["b" * 64]["age_s"] < 3600
     assert rows["c" * 64]["complete"] is False and rows["a" * 64]["bytes"] == 10
     assert "incomplete" in cli("data", "ls").stdout
 
     dry = as_json("data", "gc", "--older-than", "7d", "--dry-run")
-    assert [(r["hash"], r["action"]) for r in dry] == [("a" * 64, "would delete")]
-    assert store.exists(marker_key("a" * 64))
+    assert [(r["hash"], r["action"]) for r in dry] == [
+        ("a" * 64, "would delete"),
+        ("d" * 64, "would delete"),
+    ]
+    assert store.exists(marker_key("a" * 64)) and store.exists(context_key("d" * 64))
     gc = as_json("data", "gc", "--older-than", "7d", airflow=True)
-    assert [(r["hash"], r["action"]) for r in gc] == [("a" * 64, "deleted")]
-    assert not store.exists(marker_key("a" * 64))
+    assert [(r["hash"], r["action"]) for r in gc] == [("a" * 64, "deleted"), ("d" * 64, "deleted")]
+    assert not store.exists(marker_key("a" * 64)) and not store.exists(context_key("d" * 64))
+    assert store.exists(context_key("e" * 64))
     assert store.list(cache_key("a" * 64) + "/") == []
     assert store.exists(marker_key("b" * 64)) and store.exists(f"{cache_key('c' * 64)}/file.txt")
 

@@ -39,8 +39,8 @@ def test_example_retrain_daily_end_to_end(load_dag, airflow_home: Path):
     assert job["backend"] == "local" and job["job_id"].startswith("job-")
     assert job["func_name"] == "train_fn" and job["accelerator"] == "cpu"
     assert job["version"] == 1 and job["bucket_name"] == str(airflow_home / "kinetic")
-    # The extra link's URL is pushed before the task waits.
-    assert x[("train", "kinetic_job_link")] == f"file://{job['bucket_name']}/{job['job_id']}/"
+    # The extra link's URL is pushed before the task waits: the plugin's Kinetic page.
+    assert x[("train", "kinetic_job_link")] == f"/kinetic/jobs/{job['job_id']}"
     out = x[("train", "output_dir")]
     assert out == (
         f"file://{airflow_home}/kinetic/outputs/retrain_daily/"

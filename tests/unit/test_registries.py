@@ -63,7 +63,7 @@ def test_console_urls_come_from_the_backend_class():
     assert "/kubernetes/job/z/c/default/kinetic-job-1/" in job_url(gke)
     lws = gke.evolve(backend="pathways")
     assert "/leaderworkerset/" in job_url(lws)
-    assert job_url(records.handle("job-2", "/r")) == "file:///r/job-2/"
+    assert job_url(records.handle("job-2", "/r")) == "/kinetic/jobs/job-2"  # no web console
 
 
 class QueueBackend(LocalBackend):
@@ -174,7 +174,7 @@ def test_output_dirs_travel_as_directory_uris():
 def test_gke_jobs_get_https_links_for_logs_and_outputs_local_jobs_do_not():
     from urllib.parse import unquote
 
-    from airflow_provider_kinetic.links import job_links
+    from airflow_provider_kinetic.links import batch_url, job_links
 
     gke = records.handle(
         "job-1", "b", "gke", zone="z", cluster_name="c1", project="p", namespace="ml",
@@ -189,5 +189,7 @@ def test_gke_jobs_get_https_links_for_logs_and_outputs_local_jobs_do_not():
     group = GkeBackend.group_logs_url("grp-00000001", "p", "c1", "ml")
     assert 'labels."k8s-pod/kinetic-group-id"="grp-00000001"' in unquote(group)
     local = records.handle("job-2", "/r", output_dir="file:///r/outputs/x")
-    assert set(job_links(local)) == {"kinetic_job_link"}  # a file:// page is not rendered
+    assert job_links(local) == {"kinetic_job_link": "/kinetic/jobs/job-2"}  # the Kinetic page
     assert LocalBackend.group_logs_url("grp-1", "", "", "default") is None
+    assert batch_url("local", "grp-1", "", "", "default") == "/kinetic/?group=grp-1"
+    assert batch_url("gke", "grp-00000001", "p", "c1", "ml") == group

@@ -1,0 +1,237 @@
+"""What the Kinetic pages show, read through the code the CLI and ``attach`` use.
+
+The jobs list is ``cli.inventory.list_jobs`` (the store is the only inventory) with
+statuses from the CLI's normaliser; one job is ``attach(job_id)``, so the page trusts
+a stored ``handle.json`` no further than the CLI does (job id and backend kind only).
+A job whose value was delivered has no ``handle.json`` any more (``cleanup=
+"artifacts"`` deletes ``{job_id}/``), but its task's sealed record still holds its
+handle: such jobs are listed and opened from the record, so the task's job link
+keeps working.  Nothing here renders HTML or knows about HTTP.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from dataclasses import dataclass, field
+
+from airflow_provider_kinetic.attached import AttachedJob, attach
+from airflow_provider_kinetic.cli import inventory
+from airflow_provider_kinetic.cli.commands import _Statuses
+from airflow_provider_kinetic.core.backends.base import StatusReport
+from airflow_provider_kinetic.core.backends.registry import backend_class
+from airflow_provider_kinetic.core.handles import InvalidHandleError, JobHandle
+from airflow_provider_kinetic.core.signing import AUTH_HMAC
+from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
+from airflow_provider_kinetic.hooks.kinetic import KineticHook
+from airflow_provider_kinetic.hooks.signing import deployment_secret
+
+#: Job ids are one path segment (``job-...``); anything else never reaches the store.
+JOB_ID = re.compile(r"job-[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
+CONN_ID = re.compile(r"[A-Za-z0-9_.-]{1,250}")
+#: Rows the list shows (newest first): every row costs a status call and a listing.
+LIST_LIMIT = 200
+#: Files of an output dir the job page lists.
+FILES_LIMIT = 500
+
+
+@dataclass
+class JobRow:
+    """One job as a page shows it."""
+
+    handle: JobHandle
+    report: StatusReport
+    dag_id: str | None = None
+    run_id: str | None = None
+    task_id: str | None = None
+    map_index: str | None = None
+    started: str = ""
+    ended: str = ""
+
+    @property
+    def job_id(self) -> str:
+        return self.handle.job_id
+
+    @property
+    def terminal(self) -> bool:
+        return self.report.status.is_terminal
+
+
+@dataclass
+class OutputFile:
+    """A file under the job's output dir, by its name relative to that dir."""
+
+    name: str
+    size: int
+
+
+@dataclass
+class JobDetail:
+    """The job page: its row, where its files live and the files themselves."""
+
+    row: JobRow
+    output_dir: str | None
+    artifacts: str
+    files: list[OutputFile] = field(default_factory=list)
+    files_truncated: bool = False
+
+
+def _iso(epoch: float | None) -> str:
+    if not epoch:
+        return ""
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ended_at(store: ObjectStore, job_id: str, record_key: str | None = None) -> str:
+    """When a finished job last wrote to the store (its result, error or log), else
+    when its task record was last written (its delivery): the store is the one record
+    every backend keeps, so this works on GCS as locally."""
+    times = [mtime for _, mtime in inventory.stat_objects(store, f"{job_id}/").values()]
+    if not times and record_key:
+        folder = record_key.rsplit("/", 1)[0] + "/"
+        found = inventory.stat_objects(store, folder).get(record_key)
+        times = [found[1]] if found else []
+    return _iso(max(times)) if times else ""
+
+
+def _with_task(entry: inventory.JobEntry, index: inventory.TaskIndex) -> inventory.JobEntry:
+    found = index.lookup(entry.handle)
+    if found is not None:
+        entry.dag_id, entry.run_id, entry.task_id, entry.map_index = found
+    else:
+        entry.dag_id = inventory.dag_from_output_dir(entry.handle.output_dir)
+    return entry
+
+
+def _row(
+    entry: inventory.JobEntry, report: StatusReport, store: ObjectStore, index: inventory.TaskIndex
+) -> JobRow:
+    row = JobRow(
+        entry.handle, report, entry.dag_id, entry.run_id, entry.task_id, entry.map_index,
+        started=entry.handle.created_at,
+    )  # fmt: skip
+    if report.status.is_terminal:
+        record = index.handles.get(entry.handle.job_id)
+        row.ended = ended_at(store, entry.handle.job_id, record[0] if record else None)
+    return row
+
+
+def _collected(index: inventory.TaskIndex, present: set[str]) -> list[inventory.JobEntry]:
+    """Jobs only a task record still names (their ``{job_id}/`` was cleaned up)."""
+    entries = []
+    for job_id, (_, data) in index.handles.items():
+        if job_id in present:
+            continue
+        try:
+            handle = JobHandle.from_dict(data)
+        except (InvalidHandleError, TypeError, ValueError):
+            continue
+        entries.append(_with_task(inventory.JobEntry(handle), index))
+    return entries
+
+
+def list_rows(conn_id: str, group: str | None = None, limit: int = LIST_LIMIT) -> list[JobRow]:
+    """The newest jobs of a connection's store (optionally one batch), with status."""
+    statuses = _Statuses(KineticHook(conn_id))
+    store = statuses.store
+    index = inventory.task_index(store, deployment_secret())
+    entries = inventory.list_jobs(store, deployment_secret(), index)
+    entries += _collected(index, {e.handle.job_id for e in entries})
+    entries.sort(key=lambda e: (e.handle.created_at, e.handle.job_id), reverse=True)
+    rows = []
+    for entry in entries:
+        if group and entry.handle.group_id != group:
+            continue
+        report = statuses(entry.handle)
+        if report is None:
+            continue
+        rows.append(_row(entry, report, store, index))
+        if len(rows) >= limit:
+            break
+    return rows
+
+
+@dataclass
+class OpenJob:
+    """A job to show: attached, with its task and the task records it was found by."""
+
+    job: AttachedJob
+    entry: inventory.JobEntry
+    index: inventory.TaskIndex
+
+
+def open_job(conn_id: str, job_id: str) -> OpenJob:
+    """``attach`` the job, or build it from the sealed record of the task that ran it
+    when its ``handle.json`` is gone; ValueError for an id that is not one,
+    ObjectNotFound when neither names it."""
+    if not JOB_ID.fullmatch(job_id):
+        raise ValueError(f"not a kinetic job id: {job_id!r}")
+    hook = KineticHook(conn_id)
+    store = hook.get_store()
+    index = inventory.task_index(store, deployment_secret())
+    try:
+        job = attach(job_id, conn_id=conn_id)
+    except ObjectNotFound:
+        if job_id not in index.handles:
+            raise
+        # The record is sealed with the deployment secret; the object name, namespace
+        # and bucket still come from the connection, as ``attach`` takes them.
+        stored = JobHandle.from_dict(index.handles[job_id][1])
+        handle = stored.evolve(
+            k8s_name=backend_class(stored.backend).object_name(job_id),
+            namespace=hook.get_config().namespace,
+            bucket_name=store.bucket,
+            result_auth=AUTH_HMAC,
+        )
+        job = AttachedJob(handle, hook)
+    return OpenJob(job, _with_task(inventory.JobEntry(job.handle), index), index)
+
+
+def output_prefix(store: ObjectStore, output_dir: str | None) -> str | None:
+    """The store key of the job's output dir, when it lives in the connection's store
+    (an output dir elsewhere is shown, not listed)."""
+    if not output_dir:
+        return None
+    root = store.uri().rstrip("/") + "/"
+    if not output_dir.startswith(root):
+        return None
+    prefix = output_dir[len(root) :].strip("/")
+    return prefix + "/" if prefix else None
+
+
+def detail(found: OpenJob) -> JobDetail:
+    """Everything the job page shows besides the log."""
+    job, store = found.job, found.job.store
+    row = _row(found.entry, job.status(), store, found.index)
+    out = JobDetail(row, job.handle.output_dir, store.uri(f"{job.job_id}/"))
+    prefix = output_prefix(store, job.handle.output_dir)
+    if prefix:
+        objects = inventory.stat_objects(store, prefix)
+        for key in sorted(objects)[:FILES_LIMIT]:
+            out.files.append(OutputFile(key[len(prefix) :], objects[key][0]))
+        out.files_truncated = len(objects) > FILES_LIMIT
+    return out
+
+
+def output_key(job: AttachedJob, name: str) -> str | None:
+    """The store key of one output file by its listed name; None for a name that is
+    not plainly inside the output dir (``..``, absolute, empty parts)."""
+    prefix = output_prefix(job.store, job.handle.output_dir)
+    parts = name.split("/")
+    if not prefix or not name or any(p in ("", ".", "..") for p in parts):
+        return None
+    return prefix + name
+
+
+def log_chunk(job: AttachedJob, offset: int) -> dict[str, object]:
+    """New log text from ``offset``; the status is read first, so a reader that stops
+    at a terminal status has every line (as ``AttachedJob.tail`` does)."""
+    report = job.status()
+    text, next_offset = job.backend.read_logs(job.handle, max(0, offset))
+    return {
+        "text": text,
+        "offset": next_offset,
+        "state": report.status.value,
+        "reason": report.reason or "",
+        "terminal": report.status.is_terminal,
+    }

@@ -1,0 +1,166 @@
+"""The Kinetic pages as HTML strings: every value from a store or a user is escaped.
+
+Plain string templates (no template engine, no JavaScript build): a page is a table
+or two, and the live log is a small fetch loop that appends text with
+``textContent`` (never ``innerHTML``).  Links are built from the mount point the
+API server gave the app (``base``), so the pages work under a base URL path too.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from html import escape
+
+from airflow_provider_kinetic.plugins.jobs import JobDetail, JobRow
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.2rem;color:#1a202c}
+table{border-collapse:collapse;width:100%;font-size:.9rem}
+th,td{border-bottom:1px solid #e2e8f0;padding:.3rem .5rem;text-align:left;vertical-align:top}
+th{background:#f7fafc}
+.state{font-weight:600}
+.SUCCEEDED{color:#2f855a}.FAILED,.NOT_FOUND{color:#c53030}.CANCELLED{color:#718096}
+.RUNNING,.PENDING{color:#2b6cb0}
+pre#log{background:#1a202c;color:#e2e8f0;padding:.8rem;max-height:70vh;overflow:auto;
+white-space:pre-wrap}
+button{padding:.3rem .8rem}
+nav{margin-bottom:1rem}
+"""
+
+LOG_SCRIPT = """
+(function(){
+  const page=document.getElementById('job');
+  const logEl=document.getElementById('log');
+  const stateEl=document.getElementById('state');
+  const logUrl=page.dataset.logUrl;
+  let offset=0;
+  async function poll(){
+    let done=false;
+    try{
+      const r=await fetch(logUrl+(logUrl.includes('?')?'&':'?')+'offset='+offset,
+                          {credentials:'same-origin',headers:{'Accept':'application/json'}});
+      if(r.ok){
+        const d=await r.json();
+        if(d.text){logEl.append(document.createTextNode(d.text));
+                   logEl.scrollTop=logEl.scrollHeight;}
+        offset=d.offset;
+        stateEl.textContent=d.state+(d.reason?' ('+d.reason+')':'');
+        stateEl.className='state '+d.state;
+        done=d.terminal;
+        page.dataset.terminal=String(done);
+      }
+    }catch(e){}
+    if(!done){setTimeout(poll,1000);}else{logEl.dataset.complete='true';}
+  }
+  poll();
+  const cancel=document.getElementById('cancel');
+  if(cancel){cancel.addEventListener('click',async function(){
+    if(!confirm('Cancel job '+page.dataset.jobId+'?'))return;
+    cancel.disabled=true;
+    const r=await fetch(cancel.dataset.url,{method:'POST',credentials:'same-origin',
+                        headers:{'X-Kinetic-Action':'cancel'}});
+    document.getElementById('cancel-result').textContent=
+      r.ok?'cancel requested':'cancel failed: '+r.status+' '+(await r.text());
+  });}
+})();
+"""
+
+
+def _link(base: str, path: str, conn_id: str, **params: str) -> str:
+    query = {**({"conn_id": conn_id} if conn_id != "kinetic_default" else {}), **params}
+    return base + path + ("?" + urllib.parse.urlencode(query) if query else "")
+
+
+def page(title: str, body: str) -> str:
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{escape(title)}</title><style>{STYLE}</style></head>"
+        f"<body>{body}</body></html>"
+    )
+
+
+def _task(row: JobRow) -> str:
+    parts = [row.dag_id or "?", row.run_id or "?", row.task_id or "?"]
+    if row.map_index not in (None, "-1"):
+        parts.append(f"[{row.map_index}]")
+    return " / ".join(parts) if row.dag_id or row.task_id else ""
+
+
+def _state(row: JobRow) -> str:
+    state = row.report.status.value
+    reason = f" ({row.report.reason})" if row.report.reason else ""
+    return f"<span class='state {escape(state)}'>{escape(state + reason)}</span>"
+
+
+def jobs_page(rows: list[JobRow], base: str, conn_id: str, group: str | None) -> str:
+    """The jobs list: newest first, one row per job, each linking to its page."""
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("Job", "Status", "Accelerator", "Backend", "DAG / run / task", "Start", "End")
+    )
+    body = []
+    for row in rows:
+        href = _link(base, "/jobs/" + urllib.parse.quote(row.job_id, safe=""), conn_id)
+        body.append(
+            f"<tr data-job-id='{escape(row.job_id)}'>"
+            f"<td><a href='{escape(href)}'>{escape(row.job_id)}</a></td>"
+            f"<td>{_state(row)}</td><td>{escape(row.handle.accelerator)}</td>"
+            f"<td>{escape(row.handle.backend)}</td><td>{escape(_task(row))}</td>"
+            f"<td>{escape(row.started)}</td><td>{escape(row.ended)}</td></tr>"
+        )
+    title = "Kinetic jobs" + (f" of batch {group}" if group else "")
+    empty = "" if rows else "<p id='no-jobs'>No kinetic jobs in this store.</p>"
+    return page(
+        title,
+        f"<h1>{escape(title)}</h1><p>Connection <code>{escape(conn_id)}</code></p>"
+        f"<table id='jobs'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody>"
+        f"</table>{empty}",
+    )
+
+
+def job_page(info: JobDetail, base: str, conn_id: str) -> str:
+    """One job: its facts, output files, a cancel button and the live log."""
+    row = info.row
+    quoted = urllib.parse.quote(row.job_id, safe="")
+    facts = [
+        ("Status", f"<span id='state' class='state {escape(row.report.status.value)}'>"
+                   f"{escape(row.report.describe())}</span>"),
+        ("Accelerator", escape(row.handle.accelerator)),
+        ("Backend", escape(row.handle.backend)),
+        ("Function", escape(row.handle.func_name)),
+        ("DAG / run / task", escape(_task(row))),
+        ("Start", escape(row.started)),
+        ("End", escape(row.ended)),
+        ("Batch", escape(row.handle.group_id or "")),
+        ("Output dir", f"<code>{escape(info.output_dir or '')}</code>"),
+        ("Artifacts", f"<code>{escape(info.artifacts)}</code>"),
+    ]  # fmt: skip
+    table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
+    files = "".join(
+        f"<li><a href='{escape(_link(base, f'/jobs/{quoted}/files', conn_id, name=f.name))}'>"
+        f"{escape(f.name)}</a> ({f.size} bytes)</li>"
+        for f in info.files
+    )
+    more = "<li>(more files not shown)</li>" if info.files_truncated else ""
+    cancel_url = _link(base, f"/jobs/{quoted}/cancel", conn_id)
+    cancel = (
+        ""
+        if row.terminal
+        else f"<button id='cancel' data-url='{escape(cancel_url)}'>Cancel job</button> "
+        "<span id='cancel-result'></span>"
+    )
+    log_url = _link(base, f"/api/jobs/{quoted}/log", conn_id)
+    back = _link(base, "/", conn_id)
+    return page(
+        f"Kinetic job {row.job_id}",
+        f"<nav><a href='{escape(back)}'>All kinetic jobs</a></nav>"
+        f"<div id='job' data-job-id='{escape(row.job_id)}' data-log-url='{escape(log_url)}' "
+        f"data-terminal='{str(row.terminal).lower()}'>"
+        f"<h1>Kinetic job {escape(row.job_id)}</h1><table>{table}</table>{cancel}"
+        f"<h2>Output files</h2><ul id='files'>{files or '<li>none</li>'}{more}</ul>"
+        f"<h2>Log</h2><pre id='log'></pre></div><script>{LOG_SCRIPT}</script>",
+    )
+
+
+def error_page(status: int, message: str) -> str:
+    return page(f"Kinetic: {status}", f"<h1>{status}</h1><p id='error'>{escape(message)}</p>")

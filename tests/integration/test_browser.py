@@ -1,0 +1,211 @@
+"""The Airflow UI in a real browser: the Kinetic page, the connection form, deferred tasks.
+
+Headless Chromium from Debian's ``chromium`` package (``scripts/install-browser.sh``)
+driven by Playwright's Python client, against one real ``airflow standalone`` shared
+by the module (its DAGs: ``tests/dags/kinetic_browser_dags.py``), signed in through
+the UI's own login form.  Without ``/usr/bin/chromium`` the module is skipped, unless
+``KINETIC_REQUIRE_BROWSER`` is set (CI), where that is a failure.
+
+Screenshots are kept as test artifacts: PNGs under ``$KINETIC_TEST_ARTIFACTS`` or,
+by default, ``test-artifacts/`` at the repository root (git-ignored) - the one place
+these tests write outside temporary directories.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_kinetic.core.backends.registry import backend_kinds
+from airflow_provider_kinetic.provider_info import FORM
+from tests.fixtures.standalone import REPO, RUN_DEADLINE_S, Standalone, run_standalone
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+ARTIFACTS = Path(os.environ.get("KINETIC_TEST_ARTIFACTS") or REPO / "test-artifacts")
+DAGS = REPO / "tests" / "dags" / "kinetic_browser_dags.py"
+DONE_DAG, DONE_RUN, DONE_TASK = "kinetic_browser_done", "browser_done", "greet"
+SLOW_DAG, SLOW_RUN, SLOW_TASK = "kinetic_browser_deferred", "browser_deferred", "slow"
+UI_TIMEOUT_MS = 60_000  # a 2-core CI machine runs standalone and the browser together
+
+
+def shot(page: Any, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"browser-{name}.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def playwright_api() -> Iterator[Any]:
+    """Playwright, once Debian's Chromium is known to be there (never downloaded)."""
+    if not CHROMIUM.exists():
+        reason = f"{CHROMIUM} is missing: run scripts/install-browser.sh"
+        if os.environ.get("KINETIC_REQUIRE_BROWSER"):
+            pytest.fail(reason + " (KINETIC_REQUIRE_BROWSER is set)")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as api:
+        yield api
+
+
+@pytest.fixture(scope="module")
+def server(playwright_api, tmp_path_factory) -> Iterator[Standalone]:
+    """One standalone for the module, with the finished run the link test opens."""
+    with run_standalone(tmp_path_factory.mktemp("browser"), DAGS) as s:
+        s.unpause(DONE_DAG)
+        s.unpause(SLOW_DAG)
+        s.trigger(DONE_DAG, DONE_RUN)
+        assert s.wait_finished(DONE_DAG, DONE_RUN) == "success"
+        yield s
+
+
+@pytest.fixture(scope="module")
+def context(playwright_api, server) -> Iterator[Any]:
+    """A browser context signed in as admin through the UI's login form."""
+    browser = playwright_api.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    ctx = browser.new_context(
+        base_url=str(server.client.base_url), viewport={"width": 1400, "height": 1000}
+    )
+    ctx.set_default_timeout(UI_TIMEOUT_MS)
+    password = json.loads(
+        (server.home / "simple_auth_manager_passwords.json.generated").read_text()
+    )["admin"]
+    page = ctx.new_page()
+    page.goto("/auth/login")
+    page.get_by_label("Username").fill("admin")
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r".*/$"))
+    page.close()
+    try:
+        yield ctx
+    finally:
+        ctx.close()
+        browser.close()
+
+
+@pytest.fixture
+def page(context) -> Iterator[Any]:
+    page = context.new_page()
+    try:
+        yield page
+    finally:
+        page.close()
+
+
+def xcom(s: Standalone, dag_id: str, run_id: str, task_id: str, key: str) -> Any:
+    path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
+    resp = s.api("GET", path, params={"deserialize": True, "stringify": False})
+    assert resp.status_code == 200, resp.text
+    return resp.json()["value"]
+
+
+def test_task_link_opens_the_kinetic_page_with_the_job_and_its_log(server, page):
+    from playwright.sync_api import expect
+
+    job_id = xcom(server, DONE_DAG, DONE_RUN, DONE_TASK, "kinetic_job")["job_id"]
+    page.goto(f"/dags/{DONE_DAG}/runs/{DONE_RUN}/tasks/{DONE_TASK}")
+    page.get_by_text("Details", exact=True).first.click()
+    link = page.get_by_role("link", name="Kinetic job")
+    expect(link).to_have_attribute("href", f"/kinetic/jobs/{job_id}")
+    shot(page, "ti-finished")
+
+    link.click()
+    page.wait_for_url(f"**/kinetic/jobs/{job_id}")
+    expect(page.locator("h1")).to_have_text(f"Kinetic job {job_id}")
+    expect(page.locator("#state")).to_have_text("SUCCEEDED")
+    expect(page.locator("#log")).to_have_attribute("data-complete", "true")
+    log = page.locator("#log").inner_text()
+    assert [f"kinetic browser line {i}" in log for i in range(5)] == [True] * 5, log
+    expect(page.locator("#files")).to_contain_text("summary.txt")
+    expect(page.locator("#cancel")).to_have_count(0)  # nothing to cancel once finished
+    shot(page, "kinetic-job")
+
+    page.get_by_role("link", name="All kinetic jobs").click()
+    row = page.locator(f"tr[data-job-id='{job_id}']")
+    expect(row).to_contain_text("SUCCEEDED")
+    expect(row).to_contain_text(f"{DONE_DAG} / {DONE_RUN} / {DONE_TASK}")
+    expect(row.locator("td").nth(2)).to_have_text("cpu")
+    expect(row.locator("td").nth(3)).to_have_text("local")
+    expect(row.locator("td").nth(6)).to_have_text(re.compile(r"^\d{4}-\d\d-\d\dT.*Z$"))
+    shot(page, "kinetic-jobs")
+
+    # The same list inside the UI: the plugin's Browse entry (an external view).
+    page.goto("/plugin/kinetic")
+    frame_row = page.frame_locator("iframe").locator(f"tr[data-job-id='{job_id}']")
+    expect(frame_row).to_contain_text("SUCCEEDED")
+    shot(page, "kinetic-in-ui")
+
+
+def test_kinetic_connection_form_shows_every_field_of_provider_info(server, page):
+    from playwright.sync_api import expect
+
+    page.goto("/connections")
+    page.get_by_role("button", name="Add Connection").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("combobox").first.fill("Kinetic")
+    page.keyboard.press("Enter")
+    dialog.get_by_text("Extra Fields", exact=True).click()
+    expect(dialog.locator("[name=element_bucket]")).to_be_visible()
+
+    for name, (label, kind, _placeholder, description) in FORM.items():
+        field = dialog.locator(f"[name=element_{name}]")
+        expect(field).to_have_count(1)
+        expect(dialog.get_by_text(label, exact=True)).to_have_count(1)
+        expect(dialog.get_by_text(description, exact=True)).to_be_visible()
+        if kind == "boolean":
+            expect(field).to_have_attribute("type", "checkbox")
+    for name in ("gcp_conn_id", "impersonation_chain", "schedule_timeout_s", "create_grace_s"):
+        expect(dialog.locator(f"[name=element_{name}]")).to_be_editable()
+
+    dialog.locator("#element_backend [role=combobox]").click()
+    options = page.get_by_role("option")
+    expect(options.first).to_be_visible()
+    shown = [text.strip() for text in options.all_inner_texts()]
+    assert [kind for kind in shown if kind != "null"] == list(backend_kinds()), shown
+    shot(page, "connection-form")
+
+
+def test_deferred_task_page_shows_deferred_and_the_job_link(server, page):
+    from playwright.sync_api import expect
+
+    server.trigger(SLOW_DAG, SLOW_RUN)
+    ti_path = f"/dags/{SLOW_DAG}/dagRuns/{SLOW_RUN}/taskInstances/{SLOW_TASK}"
+
+    def deferred() -> bool:
+        resp = server.api("GET", ti_path)
+        return resp.status_code == 200 and resp.json()["state"] == "deferred"
+
+    server.wait_for("the slow task to defer", deferred, RUN_DEADLINE_S)
+    job_id = xcom(server, SLOW_DAG, SLOW_RUN, SLOW_TASK, "kinetic_job")["job_id"]
+    page.goto(f"/dags/{SLOW_DAG}/runs/{SLOW_RUN}/tasks/{SLOW_TASK}")
+    page.get_by_text("Details", exact=True).first.click()
+    state_row = page.locator("tr", has=page.get_by_text("State", exact=True)).first
+    expect(state_row).to_contain_text("deferred")
+    link = page.get_by_role("link", name="Kinetic job")
+    expect(link).to_have_attribute("href", f"/kinetic/jobs/{job_id}")
+    shot(page, "ti-deferred")
+
+    # The live page of the running job: its log grows, and its cancel button ends it
+    # (which also ends the job before standalone goes away).
+    link.click()
+    page.wait_for_url(f"**/kinetic/jobs/{job_id}")
+    expect(page.locator("#state")).to_have_text("RUNNING")
+    expect(page.locator("#log")).to_contain_text("slow tick 1")
+    shot(page, "kinetic-job-running")
+    page.once("dialog", lambda d: d.accept())
+    page.locator("#cancel").click()
+    expect(page.locator("#cancel-result")).to_have_text("cancel requested")
+    expect(page.locator("#state")).to_have_text("FAILED (cancelled)")
+    expect(page.locator("#log")).to_have_attribute("data-complete", "true")
+    assert server.wait_finished(SLOW_DAG, SLOW_RUN) == "failed"
+    assert server.json(ti_path)["state"] == "failed"

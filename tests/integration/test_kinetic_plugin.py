@@ -1,0 +1,188 @@
+"""The Kinetic plugin's FastAPI app, without a browser: the app the ``airflow.plugins``
+entry point registers, mounted at ``/kinetic`` as the API server mounts it, over jobs
+the real local backend runs, with Airflow's real auth manager and JWTs."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from airflow_provider_kinetic import KineticRunOperator, attach
+from tests.integration.test_operator_lifecycle import TI
+
+CONN = "kn_plugin"
+NASTY = "<i>&\"x'.txt"  # an output file name that must come out escaped
+
+
+def chatty(lines: int, name: str) -> int:
+    import os
+
+    for i in range(lines):
+        print(f"line {i} <script>alert({i})</script>", flush=True)
+    out = os.environ["KINETIC_OUTPUT_DIR"]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "metrics.json"), "w") as f:
+        f.write('{"ok": true}')
+    with open(os.path.join(out, name), "w") as f:
+        f.write("x")
+    return lines
+
+
+def waits(release: str) -> int:
+    import os
+    import time
+
+    print("waiting for release", flush=True)
+    while not os.path.exists(release):
+        time.sleep(0.05)
+    return 1
+
+
+@pytest.fixture
+def conn(monkeypatch, tmp_path) -> str:
+    extra = {"backend": "local", "root": str(tmp_path / "kinetic")}
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{CONN.upper()}", json.dumps({"conn_type": "kinetic", "extra": extra})
+    )
+    return CONN
+
+
+@pytest.fixture
+def clients(airflow_home) -> Any:
+    """Clients of the registered plugin's app under ``/kinetic``: anonymous, and signed
+    in (Airflow's JWT cookie) as a viewer and as an admin."""
+    from airflow.api_fastapi.app import init_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    (plugin,) = [ep.load() for ep in entry_points(group="airflow.plugins") if ep.name == "kinetic"]
+    (spec,) = plugin.fastapi_apps
+    assert spec["url_prefix"] == "/kinetic"
+    assert plugin.external_views[0]["href"] == "/kinetic/"
+    root = FastAPI()
+    root.mount(spec["url_prefix"], spec["app"])
+    manager = init_auth_manager()
+
+    def signed_in(role: str) -> TestClient:
+        token = manager.generate_jwt(SimpleAuthManagerUser(username=f"u-{role}", role=role))
+        return TestClient(root, cookies={"_token": token})
+
+    with TestClient(root) as anon, signed_in("viewer") as viewer, signed_in("admin") as admin:
+        yield anon, viewer, admin
+
+
+def submit(conn: str, func: Any, *args: Any, task_id: str = "", wait: bool = False) -> dict:
+    """Run ``func`` as task ``task_id`` (default: its name) of DAG ``d``; the handle.
+    ``wait``: to the end, as a sync task does (its value delivered, its
+    ``{job_id}/`` artifacts deleted)."""
+    ti = TI()
+    ti.task_id = task_id or func.__name__
+    op = KineticRunOperator(
+        task_id=ti.task_id, python_callable=func, op_args=list(args), kinetic_conn_id=conn,
+        wait_for_completion=wait,
+    )  # fmt: skip
+    result = op.execute({"ti": ti})
+    return ti.xcom["kinetic_job"] if wait else result
+
+
+def test_pages_of_finished_and_running_jobs_with_auth_and_cancel(conn, clients, tmp_path: Path):
+    done = submit(conn, chatty, 3, NASTY)
+    assert attach(done["job_id"], conn_id=conn).result(timeout=120, poll_interval=0.05) == 3
+    collected = submit(conn, chatty, 2, "b.txt", task_id="collected", wait=True)
+    root = tmp_path / "kinetic"
+    assert not (root / collected["job_id"]).exists()  # cleanup="artifacts": handle.json gone
+    release = tmp_path / "release"
+    running = submit(conn, waits, str(release))
+    try:
+        check_pages(conn, clients, done, collected, running)
+    finally:  # a failed check must not leave the job running
+        release.touch()
+        job, deadline = attach(running["job_id"], conn_id=conn), time.monotonic() + 60
+        while not job.status().status.is_terminal:
+            assert time.monotonic() < deadline, f"{job.job_id} did not end"
+            time.sleep(0.05)
+
+
+def check_pages(conn: str, clients: Any, done: dict, collected: dict, running: dict) -> None:
+    anon, viewer, admin = clients
+    q = {"conn_id": conn}
+
+    # No credentials: Airflow's get_user refuses.
+    resp = anon.get("/kinetic/", params=q)
+    assert resp.status_code == 401, resp.text
+
+    page = viewer.get("/kinetic/", params=q)
+    assert page.status_code == 200, page.text
+    rows = re.findall(r"<tr data-job-id='([^']+)'>(.*?)</tr>", page.text)
+    assert sorted(job for job, _ in rows) == sorted(
+        [running["job_id"], done["job_id"], collected["job_id"]]
+    )
+    cells = dict(rows)[done["job_id"]]
+    assert "SUCCEEDED" in cells and "d / manual__1 / chatty" in cells and ">local<" in cells
+    assert re.search(r"<td>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ</td></tr>$", cells + "</tr>")
+    assert re.search("RUNNING|PENDING", dict(rows)[running["job_id"]])
+    # Listed and shown from its sealed task record (the task's job link keeps working).
+    cells = dict(rows)[collected["job_id"]]
+    assert "SUCCEEDED" in cells and "d / manual__1 / collected" in cells
+    assert re.search(r"<td>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ</td>$", cells)
+    shown = viewer.get(f"/kinetic/jobs/{collected['job_id']}", params=q)
+    assert shown.status_code == 200 and "b.txt</a>" in shown.text
+    assert (
+        "line 1 <script>"
+        in viewer.get(f"/kinetic/api/jobs/{collected['job_id']}/log", params=q).json()["text"]
+    )
+    link = f"/kinetic/jobs/{done['job_id']}?conn_id={conn}"
+    assert f"href='{link}'" in page.text  # under the mount point the app was given
+
+    job_page = viewer.get(link)
+    assert job_page.status_code == 200
+    assert "metrics.json</a> (12 bytes)" in job_page.text
+    assert "&lt;i&gt;&amp;&quot;x&#x27;.txt" in job_page.text and NASTY not in job_page.text
+    assert "id='cancel'" not in job_page.text  # a finished job has no cancel button
+    log = viewer.get(f"/kinetic/api/jobs/{done['job_id']}/log", params={**q, "offset": 0}).json()
+    assert log["terminal"] is True and log["state"] == "SUCCEEDED"
+    assert "line 2 <script>alert(2)</script>" in log["text"]  # JSON; the page uses textContent
+    more = viewer.get(
+        f"/kinetic/api/jobs/{done['job_id']}/log",
+        params={**q, "offset": log["offset"]},
+    ).json()
+    assert more["text"] == "" and more["offset"] == log["offset"]
+
+    file = viewer.get(
+        f"/kinetic/jobs/{done['job_id']}/files",
+        params={**q, "name": "metrics.json"},
+    )
+    assert file.status_code == 200 and file.json() == {"ok": True}
+    assert file.headers["content-disposition"].startswith("attachment")
+    escape = viewer.get(
+        f"/kinetic/jobs/{done['job_id']}/files",
+        params={**q, "name": "../../handle.json"},
+    )
+    assert escape.status_code == 400
+    assert viewer.get("/kinetic/jobs/job-nope", params=q).status_code == 404
+    assert viewer.get("/kinetic/jobs/..%2Fx", params=q).status_code in (400, 404)
+
+    running_page = viewer.get(f"/kinetic/jobs/{running['job_id']}", params=q)
+    assert "id='cancel'" in running_page.text
+    cancel = f"/kinetic/jobs/{running['job_id']}/cancel"
+    header = {"X-Kinetic-Action": "cancel"}
+    # A viewer may read but not cancel; a plain form post (no header) is refused too.
+    assert viewer.post(cancel, params=q, headers=header).status_code == 403
+    assert admin.post(cancel, params=q).status_code == 400
+    cross = {**header, "Origin": "https://evil.example"}
+    assert admin.post(cancel, params=q, headers=cross).status_code == 403
+    assert attach(running["job_id"], conn_id=conn).status().status.value in ("PENDING", "RUNNING")
+    resp = admin.post(cancel, params=q, headers=header)
+    assert resp.status_code == 200 and resp.json()["cancel_requested"] is True
+    report = attach(running["job_id"], conn_id=conn).status()  # cancel waits for the kill
+    assert report.status.value == "FAILED" and report.reason == "cancelled"
+
+    group = viewer.get("/kinetic/", params={**q, "group": "grp-none"})
+    assert "id='no-jobs'" in group.text and "<tr data-job-id" not in group.text
