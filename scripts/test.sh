@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
-# The test command: fresh (or reused) .venv from the lock, lint, then the whole suite.
+# The test command: fresh (or reused) .venv from the lock, lint, the whole suite on
+# Airflow 3.3, then the version-sensitive tests on Airflow 3.1 (scripts/test-airflow31.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+# Debian's chromium for the browser tests (a no-op when it is there); they fail, not
+# skip, when it is missing.
+bash scripts/install-browser.sh
+export KINETIC_REQUIRE_BROWSER=1
 UV="$(command -v uv || echo "${PYTHON:-python3} -m uv")"
 # kinetic itself, for the wire-compatibility tests (its deps are in the lock).
 $UV pip install --quiet --python .venv/bin/python --no-deps keras-kinetic==0.0.4
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-exec .venv/bin/pytest -q -p no:cacheprovider "$@"
+.venv/bin/pytest -q -p no:cacheprovider "$@"
+# The oldest supported Airflow (3.1): the version-sensitive tests again, from its own
+# lock (skipped when arguments pick tests for the main run).
+if [ $# -eq 0 ]; then
+  bash scripts/test-airflow31.sh
+fi

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -43,14 +44,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stdout_log_handlers_to_stderr() -> None:
+    """Airflow's own helper where it has one (3.2+); on 3.1 the same, here."""
+    try:
+        from airflow.cli.utils import redirect_stdout_log_handlers_to_stderr
+    except ImportError:  # Airflow 3.1
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+                handler.setStream(sys.stderr)
+        return
+    redirect_stdout_log_handlers_to_stderr()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     # Importing Airflow configures logging (and may log) on stdout; keep stdout for
     # the output alone (``-o json | jq``), as ``airflow`` does for ``--output`` commands.
     with contextlib.redirect_stdout(sys.stderr):
         parser = build_parser()
-        from airflow.cli.utils import redirect_stdout_log_handlers_to_stderr
-
-        redirect_stdout_log_handlers_to_stderr()
+        _stdout_log_handlers_to_stderr()
     args = parser.parse_args(argv)
     args.func(args)
 

@@ -58,6 +58,10 @@ _EXTRA_FIELDS = (
     "cluster",
     "namespace",
     "image",
+    "container_image",
+    "base_image_repo",
+    "artifact_registry_location",
+    "artifact_registry_repository",
     "service_account",
     "runner_command",
 )
@@ -197,6 +201,35 @@ class KineticHook(BaseHook):
         from airflow_provider_kinetic.provider_info import field_behaviour
 
         return field_behaviour()
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        """The form's extra fields for Airflow before 3.2, which ignores the declarative
+        ``conn-fields`` of the provider info (3.2+ reads those and never calls this).
+
+        Built from the same description (``provider_info.FORM``), so both forms have the
+        same fields, labels, descriptions, types and ``backend`` choices.  The imports
+        stay inside: the API server swaps wtforms/flask-appbuilder for stand-ins that
+        turn each field into a JSON schema, and without a UI they are not installed.
+        """
+        from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
+        from flask_babel import lazy_gettext
+        from wtforms import BooleanField, IntegerField, StringField
+        from wtforms.validators import Optional, any_of
+
+        from airflow_provider_kinetic.provider_info import conn_fields
+
+        classes = {"string": StringField, "number": IntegerField, "boolean": BooleanField}
+        widgets: dict[str, Any] = {}
+        for name, field in conn_fields().items():
+            kind = field["schema"]["type"][0]
+            options: dict[str, Any] = {"description": field["description"]}
+            if kind != "boolean":
+                options["widget"] = BS3TextFieldWidget()
+            if "enum" in field["schema"]:
+                options["validators"] = [Optional(), any_of(field["schema"]["enum"])]
+            widgets[name] = classes[kind](lazy_gettext(field["label"]), **options)
+        return widgets
 
     def __init__(self, kinetic_conn_id: str = default_conn_name, **kwargs: Any) -> None:
         super().__init__(**kwargs)

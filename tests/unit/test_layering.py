@@ -103,6 +103,7 @@ def test_gke_extra_holds_what_the_gke_path_imports():
         "kubernetes",
         "kubernetes_asyncio",
         "tenacity",
+        "google-cloud-artifact-registry",
     }
     code = (
         "import sys\n"
@@ -110,6 +111,9 @@ def test_gke_extra_holds_what_the_gke_path_imports():
         "import airflow_provider_kinetic.hooks.gke_auth\n"
         "from airflow.providers.google.cloud.hooks.kubernetes_engine import GKEHook\n"
         "import kubernetes_asyncio.client\n"
+        # bundled images: the tag lookup (hooks/image_build.py) uses it
+        "from airflow_provider_kinetic.hooks.image_build import ImageBuildHook\n"
+        "import google.cloud.artifactregistry_v1\n"
         "print(sorted(m.split('.')[0] for m in sys.modules if m.split('.')[0] in "
         "('kubernetes', 'kubernetes_asyncio', 'tenacity')))\n"
         "print('airflow.providers.cncf.kubernetes' in sys.modules)\n"
