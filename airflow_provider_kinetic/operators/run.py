@@ -53,6 +53,10 @@ from airflow_provider_kinetic.operators.common import (
 )
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
 
+#: Deferrable tasks on a backend that sees a job end cheaply (the local one) watch it
+#: this long before deferring: short jobs never enter the triggerer.
+DEFER_GRACE_S = 2.0
+
 
 class KineticRunOperator(KineticOperatorBase):
     """Run ``python_callable(*op_args, **op_kwargs)`` on a kinetic backend.
@@ -99,6 +103,7 @@ class KineticRunOperator(KineticOperatorBase):
         "output_dir",
         "accelerator",
         "capture_env_vars",
+        "requirements",
     )
     template_fields_renderers = {"op_args": "py", "op_kwargs": "py"}
     ui_color = "#e8f0fe"
@@ -154,10 +159,15 @@ class KineticRunOperator(KineticOperatorBase):
         self._write_record(context, store, handle, preemptions=self._preemptions(record))
         self._publish(context, handle)
         deadline_ts = deadline(context, self.execution_timeout)
-        if self.deferrable:
-            return self._defer(config, handle, deadline_ts, attempt=0)
         while True:
-            report, offset = self._wait(backend, handle, deadline_ts)
+            # Deferrable: a job that ends within a moment (local backend) is collected
+            # here; deferring it would make Airflow race the worker's own exit report
+            # against the trigger's event (apache/airflow#66374) and costs a round trip.
+            grace = DEFER_GRACE_S if backend.first_poll_s is not None else 0.0
+            give_up = time.monotonic() + grace if self.deferrable else None
+            report, offset = self._wait(backend, handle, deadline_ts, give_up)
+            if report is None:
+                return self._defer(config, handle, deadline_ts, attempt=0, log_offset=offset)
             if not self._preempted(context, store, handle, report):
                 return self._finish(context, store, backend, handle, report, offset)
             handle = self._resubmit_preempted(context, config, backend, store, handle, report)
@@ -187,6 +197,7 @@ class KineticRunOperator(KineticOperatorBase):
         """Submit a new job, recording its id *before* it is created: a worker that dies
         in between leaves a record a retry can follow (and never a second job)."""
         request = self.build_request(task_identity(context), store.uri, context)
+        self.resolve_image(request, config, store, build=True)  # before any upload
         request.job_id = new_job_id()
         provisional = JobHandle(
             job_id=request.job_id,
@@ -205,7 +216,7 @@ class KineticRunOperator(KineticOperatorBase):
         ti = context["ti"]
         ti.xcom_push(key=XCOM_JOB, value=handle.to_dict())
         ti.xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(handle.output_dir))
-        for key, url in job_links(handle).items():
+        for key, url in job_links(handle, self.kinetic_conn_id).items():
             ti.xcom_push(key=key, value=url)
         self.log.info("kinetic job %s: output dir %s", handle.job_id, handle.output_dir)
 
@@ -290,15 +301,23 @@ class KineticRunOperator(KineticOperatorBase):
         store = config.store()  # a dry run needs no credentials
         identity = {"dag_id": self.dag_id, "task_id": self.task_id, "run_id": "dry_run"}
         request = self.build_request(identity, store.uri)
+        image = self.resolve_image(request, config, store, build=False)
         planned = plan_job(request, config, store, "job-dryrun00", deployment_secret())
         manifest = backend_class(planned.template.backend).manifest(planned.spec)
+        print("\n".join(self.image_report(image, config)))
         print(to_yaml(manifest))
         return manifest
 
     # ---- waiting / finishing ------------------------------------------------------
     def _wait(
-        self, backend: Backend, handle: JobHandle, deadline: float | None
-    ) -> tuple[StatusReport, int]:
+        self,
+        backend: Backend,
+        handle: JobHandle,
+        deadline: float | None,
+        give_up: float | None = None,
+    ) -> tuple[StatusReport | None, int]:
+        """Poll until the job ends (its report) or, with ``give_up`` (a monotonic
+        time), until then (``None``: the caller defers); the log offset shown so far."""
         offset, last = 0, None
         delays = poll_delays(self.poll_interval, backend.first_poll_s)
         while True:
@@ -309,13 +328,18 @@ class KineticRunOperator(KineticOperatorBase):
                 last = report.describe()
             if report.status.is_terminal:
                 return report, offset
+            if give_up is not None and time.monotonic() >= give_up:
+                return None, offset
             if deadline is not None and time.time() >= deadline:
                 request_cancel(self._store, backend, handle)
                 raise KineticJobCancelled(
                     f"kinetic job {handle.job_id} cancelled at the task's execution_timeout",
                     job_id=handle.job_id,
                 )
-            backend.wait([handle], next(delays))
+            delay = next(delays)
+            if give_up is not None:
+                delay = max(0.0, min(delay, give_up - time.monotonic()))
+            backend.wait([handle], delay)
 
     def _show_logs(self, backend: Backend, handle: JobHandle, offset: int) -> int:
         text, new_offset = backend.read_logs(handle, offset)

@@ -15,16 +15,27 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_kinetic.core import batchlogs
 from airflow_provider_kinetic.core.batchstate import BatchState
 from airflow_provider_kinetic.core.polling import poll_delays
+from airflow_provider_kinetic.triggers.settle import hold, not_before_from, remaining
+from airflow_provider_kinetic.triggers.userkill import CancelOnUserKill
 
 
-class KineticBatchTrigger(BaseTrigger):
+class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
     """Poll a batch's active children; one event when any is done (or on deadline/error).
 
     The operator's batch ``state`` (``BatchState.to_dict()``) rides along and comes
     back in every event: the operator resumes from the event alone, whatever carries
     ``next_kwargs``.
+
+    Running children's new log lines go into the task log at every poll, prefixed
+    ``[child N]``, at most ``log_bytes_per_poll`` per child (``0``: none); the
+    offsets shown so far travel in the state (``log_offsets``), so the operator,
+    or the next deferral, continues where this one stopped.
+
+    No event before ``not_before`` (``triggers.settle``): children that end sooner
+    are gathered into the first event.
     """
 
     def __init__(
@@ -34,8 +45,12 @@ class KineticBatchTrigger(BaseTrigger):
         poll_interval: float = 5.0,
         deadline: float | None = None,
         cancel_on_kill: bool = True,
+        log_bytes_per_poll: int = batchlogs.LOG_BYTES_PER_POLL,
+        not_before: float | None = None,
     ) -> None:
         super().__init__()
+        self.not_before = not_before_from(not_before)
+        self.log_bytes_per_poll = log_bytes_per_poll
         self.state = state
         self._batch = BatchState.from_dict(state)
         self.group_id = self._batch.group_id
@@ -54,6 +69,8 @@ class KineticBatchTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "cancel_on_kill": self.cancel_on_kill,
+                "log_bytes_per_poll": self.log_bytes_per_poll,
+                "not_before": self.not_before,
             },
         )
 
@@ -68,6 +85,7 @@ class KineticBatchTrigger(BaseTrigger):
             delays = poll_delays(self.poll_interval, backend.first_poll_s)
             while True:
                 reports = await backend.abatch_status(self.group_id, self.handles)
+                await self._show_logs(backend, reports)
                 running = sum(r.status.value == "RUNNING" for r in reports.values())
                 done = {j: r for j, r in reports.items() if r.status.is_terminal}
                 self.log.info(
@@ -82,6 +100,11 @@ class KineticBatchTrigger(BaseTrigger):
                     len(self._batch.done),
                     self._batch.total,
                 )
+                if (done or not self.handles) and remaining(self.not_before) > 0:
+                    # Too soon after the deferral: poll again once it has settled,
+                    # gathering whatever else finishes meanwhile.
+                    await asyncio.sleep(min(remaining(self.not_before), self.poll_interval))
+                    continue
                 if done or not self.handles:
                     yield TriggerEvent(
                         {
@@ -111,6 +134,7 @@ class KineticBatchTrigger(BaseTrigger):
                 await backend.await_change(self.handles, next(delays))
         except Exception as exc:  # noqa: BLE001 - never let run() die without an event
             self.log.exception("kinetic batch trigger for %s failed", self.group_id)
+            await hold(self.not_before)
             yield TriggerEvent(
                 {
                     "status": "error",
@@ -118,6 +142,19 @@ class KineticBatchTrigger(BaseTrigger):
                     "message": f"{type(exc).__name__}: {exc}",
                 }
             )
+
+    async def _show_logs(self, backend: Any, reports: dict[str, Any]) -> None:
+        """Running children's new lines into the task log; the offsets into the state
+        the event carries back (finished children are drained by the operator)."""
+        if not self.log_bytes_per_poll:
+            return
+        await batchlogs.ashow(
+            self._batch, backend, reports, self._child_line, self.log_bytes_per_poll
+        )
+        self.state = {**self.state, **batchlogs.wire(self._batch)}
+
+    def _child_line(self, index: int, line: str) -> None:
+        self.log.info("[child %d] %s", index, line)
 
     async def on_kill(self) -> None:
         """Airflow 3.3+: user mark-failed/clear cancels every active child."""

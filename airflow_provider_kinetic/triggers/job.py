@@ -17,9 +17,11 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_kinetic.core.handles import JobHandle
 from airflow_provider_kinetic.core.polling import poll_delays
+from airflow_provider_kinetic.triggers.settle import hold, not_before_from
+from airflow_provider_kinetic.triggers.userkill import CancelOnUserKill
 
 
-class KineticJobTrigger(BaseTrigger):
+class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
     """Poll a kinetic job's status until it is terminal.
 
     Args:
@@ -35,6 +37,8 @@ class KineticJobTrigger(BaseTrigger):
             (the trigger's log is served with the task log), so a long job's output
             shows while the task is deferred; ``log_offset`` is where to continue,
             and the event returns the final offset so nothing is shown twice.
+        not_before: epoch seconds before which no event is sent (``triggers.settle``);
+            set when the trigger is made, at deferral.
     """
 
     def __init__(
@@ -47,8 +51,10 @@ class KineticJobTrigger(BaseTrigger):
         attempt: int = 0,
         stream_logs: bool = True,
         log_offset: int = 0,
+        not_before: float | None = None,
     ) -> None:
         super().__init__()
+        self.not_before = not_before_from(not_before)
         self.attempt = attempt
         self.stream_logs = stream_logs
         self.log_offset = log_offset
@@ -71,6 +77,7 @@ class KineticJobTrigger(BaseTrigger):
                 "attempt": self.attempt,
                 "stream_logs": self.stream_logs,
                 "log_offset": self.log_offset,
+                "not_before": self.not_before,
             },
         )
 
@@ -101,6 +108,11 @@ class KineticJobTrigger(BaseTrigger):
             self.log.info("[%s] %s", self._job.job_id, line)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        async for event in self._run():
+            await hold(self.not_before)
+            yield event
+
+    async def _run(self) -> AsyncIterator[TriggerEvent]:
         job_id = self._job.job_id
         try:
             backend = await asyncio.to_thread(self._backend)

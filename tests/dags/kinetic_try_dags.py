@@ -120,11 +120,11 @@ def chatty(n: int) -> int:
 
     for i in range(n):
         print(f"chatty line {i}", flush=True)
-        time.sleep(0.3)
+        time.sleep(0.5)
     return n
 
 
 with DAG("kinetic_live_logs", schedule=None, start_date=START, catchup=False) as live_logs:
     KineticRunOperator(
-        task_id="chatty", python_callable=chatty, op_args=[4], deferrable=True, poll_interval=0.2
+        task_id="chatty", python_callable=chatty, op_args=[8], deferrable=True, poll_interval=0.2
     )

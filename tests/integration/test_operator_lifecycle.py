@@ -153,3 +153,41 @@ def test_trigger_error_redefers_then_cancels(local_conn):
         op.execute_complete({"ti": TI()}, event={**event, "attempt": 3})
     report = backend.status(handle)
     assert report.status.value == "FAILED" and report.reason == "cancelled"
+
+
+def test_deferrable_collects_a_quick_job_before_deferring(local_conn):
+    """A job that ends within DEFER_GRACE_S never reaches the triggerer (no race between
+    the worker's exit report and the trigger's event); a longer one defers, carrying
+    the log offset already shown so no line repeats."""
+    from airflow.providers.common.compat.sdk import TaskDeferred
+
+    from airflow_provider_kinetic.operators.run import DEFER_GRACE_S
+
+    quick = KineticRunOperator(
+        task_id="t",
+        python_callable=sleepy,
+        op_args=[0, 5],
+        kinetic_conn_id="kinetic_local",
+        deferrable=True,
+    )
+    assert quick.execute({"ti": TI()}) == 5
+
+    slow = KineticRunOperator(
+        task_id="t",
+        python_callable=sleepy,
+        op_args=[DEFER_GRACE_S + 30, 6],
+        kinetic_conn_id="kinetic_local",
+        deferrable=True,
+    )
+    ti = TI()
+    start = time.monotonic()
+    with pytest.raises(TaskDeferred) as deferred:
+        slow.execute({"ti": ti})
+    assert DEFER_GRACE_S <= time.monotonic() - start < DEFER_GRACE_S + 10
+    trigger = deferred.value.trigger
+    backend = LocalBackend(KineticConfig(backend="local", root=str(local_conn)).bucket_name)
+    handle = JobHandle.from_dict(ti.xcom["kinetic_job"])
+    text, offset = backend.read_logs(handle, 0)
+    assert "started" in text and trigger.log_offset == offset > 0
+    slow.on_kill()
+    _wait(lambda: backend.status(handle).status.value == "FAILED")

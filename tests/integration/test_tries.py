@@ -267,13 +267,18 @@ def test_deferred_task_log_shows_the_job_log_live_once(load_dag, capfd):
     assert dr.state == "success", states
     job_id = x[("chatty", "kinetic_job", -1)]["job_id"]
     shown = re.findall(rf"\[{job_id}\] chatty line (\d)", out)
-    assert shown == ["0", "1", "2", "3"]  # every line once, in order
+    # The job outlives the operator's pre-defer watch (DEFER_GRACE_S): its first lines
+    # are shown by the operator, the rest by the trigger; every line once, in order.
+    assert shown == [str(i) for i in range(8)]
     # Written by the trigger while the task was deferred, before it resumed.
-    assert out.index(f"[{job_id}] chatty line 3") < out.index(f"kinetic job {job_id} resumed")
+    assert out.index(f"[{job_id}] chatty line 7") < out.index(f"kinetic job {job_id} resumed")
 
 
 def test_every_test_dag_file_imports_cleanly(airflow_home):
-    from airflow.dag_processing.dagbag import DagBag
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow < 3.2
+        from airflow.models.dagbag import DagBag
 
     bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
     assert bag.import_errors == {} and "kinetic_map_resume" in bag.dag_ids
@@ -289,3 +294,7 @@ def test_submit_now_wait_later_example(load_dag):
     assert len({h.job_id for h in handles}) == 3  # three jobs, submitted side by side
     assert x[("wait_b", "return_value")] == {"lr": 0.03, "loss": 0.01}
     assert x[("pick_best", "return_value")] == {"lr": 0.03, "loss": 0.01}
+    # The batch variant: submitted now, its results (input order) from the batch sensor.
+    assert x[("submit_sweep", "return_value")]["total"] == 3
+    assert [r["lr"] for r in x[("wait_sweep", "return_value")]] == [0.1, 0.03, 0.01]
+    assert x[("best_of_sweep", "return_value")] == {"lr": 0.03, "loss": 0.01}

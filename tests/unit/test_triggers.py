@@ -103,7 +103,13 @@ def test_batch_trigger_echoes_state(tmp_path):
     _, kwargs = trigger.serialize()
     assert json.loads(json.dumps(kwargs)) == kwargs
     event = asyncio.run(_first(KineticBatchTrigger(**kwargs)))
-    assert event["status"] == "changed" and event["state"] == state
+    # The state comes back as it went, plus how far each child's log was shown (and
+    # whose log is read next: it turns once per poll, so it depends on the timing).
+    echoed = event["state"]
+    assert isinstance(echoed["log_turn"], int)
+    assert event["status"] == "changed"
+    assert {**echoed, "log_offsets": {}, "log_turn": state["log_turn"]} == state
+    assert echoed["log_offsets"] == {"0": ["job-00000003", 0]}  # the sleeper prints nothing
     assert event["finished"]["job-00000003"]["status"] == "SUCCEEDED"
 
 
@@ -111,3 +117,31 @@ def test_batch_trigger_echoes_state(tmp_path):
 def test_config_rejects_unknown_backend(extra):
     with pytest.raises(ValueError, match="unknown kinetic backend 'nope'; allowed: local, gke"):
         KineticConfig(**extra)
+
+
+@pytest.mark.parametrize("kind", ["job", "batch"])
+def test_no_event_before_the_deferral_has_settled(tmp_path, kind):
+    """A job that ends at once still yields its event only ``not_before`` (set when the
+    trigger was made, kept through its kwargs), so the scheduler has seen the deferring
+    worker's exit first (apache/airflow#66374)."""
+    import asyncio
+
+    from airflow_provider_kinetic.triggers.settle import SETTLE_S
+
+    root = str(tmp_path)
+    config = config_to_json(KineticConfig(root=root))
+    _sleeper(root, "job-00000005", 0)
+    made = time.time()
+    if kind == "job":
+        trigger = KineticJobTrigger(_handle("job-00000005", root), config, poll_interval=0.05)
+    else:
+        state = records.batch_state(1, {0: "job-00000005"}, root=root).to_dict()
+        trigger = KineticBatchTrigger(state=state, config=config, poll_interval=0.05)
+    assert made + SETTLE_S - 0.1 <= trigger.not_before <= time.time() + SETTLE_S
+    _, kwargs = trigger.serialize()
+    recreated = type(trigger)(**kwargs)  # as the triggerer re-creates it
+    assert recreated.not_before == trigger.not_before
+    event = asyncio.run(_first(recreated))
+    assert time.time() >= trigger.not_before
+    done = event if kind == "job" else event["finished"]["job-00000005"]
+    assert done["status"] == "SUCCEEDED"
