@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # what editors and type checkers see; runtime imports stay la
     from airflow_provider_kinetic.hooks.kinetic import KineticHook
     from airflow_provider_kinetic.operators.map import KineticMapOperator
     from airflow_provider_kinetic.operators.run import KineticRunOperator
+    from airflow_provider_kinetic.sensors.batch import KineticBatchSensor
     from airflow_provider_kinetic.sensors.job import KineticJobSensor
     from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
     from airflow_provider_kinetic.triggers.job import KineticJobTrigger
@@ -47,6 +48,7 @@ _LAZY = {
     "KineticMapOperator": "airflow_provider_kinetic.operators.map",
     "KineticRunOperator": "airflow_provider_kinetic.operators.run",
     "KineticJobSensor": "airflow_provider_kinetic.sensors.job",
+    "KineticBatchSensor": "airflow_provider_kinetic.sensors.batch",
     "KineticBatchTrigger": "airflow_provider_kinetic.triggers.batch",
     "KineticJobTrigger": "airflow_provider_kinetic.triggers.job",
     "kinetic_task": "airflow_provider_kinetic.decorators.kinetic",
@@ -61,6 +63,7 @@ __all__ = [
     "JobHandle",
     "JobStatus",
     "KineticBatchFailed",
+    "KineticBatchSensor",
     "KineticBatchTrigger",
     "KineticError",
     "KineticHook",

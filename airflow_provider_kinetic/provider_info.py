@@ -50,6 +50,12 @@ CONFIG = {
     "k8s_api_retry_wait_min": _option("First backoff, seconds.", "float", "0.5"),
     "k8s_api_retry_wait_max": _option("Longest backoff, seconds.", "float", "15"),
     "k8s_api_retry_after_max": _option("Cap on a Retry-After header, seconds.", "float", "30"),
+    "max_context_mb": _option(
+        "Size cap of a job's context (the zip of the DAG's project directory); over it the "
+        "task fails before uploading, naming the largest files. 0 disables the cap.",
+        "float",
+        "100",
+    ),
 }
 
 _S, _N, _B = "string", "number", "boolean"
@@ -67,6 +73,15 @@ FORM: dict[str, tuple[str, str, str, str]] = {
     "namespace": ("Namespace", _S, "default", "Kubernetes namespace for the jobs."),
     "image": ("Container image", _S, "us-docker.pkg.dev/my-project/kinetic/base-tpu:0.0.4",
               "Image the jobs run (must contain this package's runner)."),
+    "container_image": ("Image mode", _S, "bundled", "bundled (built with Cloud Build, "
+                        "tagged by content), prebuilt (base_image_repo) or an image URI."),
+    "base_image_repo": ("Prebuilt image repository", _S, "us-docker.pkg.dev/my-project/kinetic",
+                        "Prebuilt mode: images {repo}/base-{cpu,gpu,tpu}:{version}."),
+    "artifact_registry_location": ("Artifact Registry location", _S, "us-central1",
+                                   "Bundled images' repository location (default: the "
+                                   "zone's region)."),
+    "artifact_registry_repository": ("Artifact Registry repository", _S, "kn-ml-cluster",
+                                     "Bundled images' repository (default kn-{cluster})."),
     "service_account": ("Kubernetes service account", _S, "kinetic", "Pods run as this "
                         "service account (Workload Identity to the bucket)."),
     "runner_command": ("Runner command", _S, "python3 -u /app/remote_runner.py",
@@ -94,10 +109,14 @@ def conn_fields() -> dict[str, Any]:
     from airflow_provider_kinetic.core.backends.registry import backend_kinds
 
     fields: dict[str, Any] = {}
-    for name, (label, kind, _placeholder, description) in FORM.items():
+    for name, (label, kind, placeholder, description) in FORM.items():
         schema: dict[str, Any] = {"type": [kind, "null"]}
         if name == "backend":
             schema["enum"] = [*backend_kinds(), None]
+        elif placeholder:
+            # Airflow 3.2+'s form shows a field's ``examples`` (the ``placeholders`` of
+            # ui-field-behaviour reach only the standard fields there).
+            schema["examples"] = [placeholder]
         fields[name] = {"label": label, "description": description, "schema": schema}
     return fields
 
@@ -132,7 +151,7 @@ def provider_info(version: str) -> dict[str, Any]:
         ],
         "hooks": modules("hooks.kinetic"),
         "operators": modules("operators.run", "operators.map"),
-        "sensors": modules("sensors.job"),
+        "sensors": modules("sensors.job", "sensors.batch"),
         "triggers": modules("triggers.job", "triggers.batch"),
         "extra-links": [
             f"{PACKAGE}.links.{name}"

@@ -54,9 +54,10 @@ def test_job_links():
         "kinetic-job-1/details?project=p"
     )
     assert "/leaderworkerset/" in job_url({**gke, "backend": "pathways"})
-    assert (
-        job_url({"backend": "local", "bucket_name": "/r", "job_id": "job-1"}) == "file:///r/job-1/"
-    )
+    # A file:// directory is no page the UI opens: local jobs link to the Kinetic page.
+    local = {"backend": "local", "bucket_name": "/r", "job_id": "job-1"}
+    assert job_url(local) == "/kinetic/jobs/job-1"
+    assert job_url(local, "kn_other") == "/kinetic/jobs/job-1?conn_id=kn_other"
 
 
 def test_public_api_is_listed_and_resolves():
@@ -86,6 +87,9 @@ def test_connection_form_has_a_documented_field_for_every_extra():
         assert field["label"] and len(field["description"]) > 20, name
     assert set(conn["ui-field-behaviour"]["placeholders"]) == set(_EXTRA_FIELDS)
     assert fields["use_internal_ip"]["schema"]["type"] == ["boolean", "null"]
+    # The 3.2+ form shows a field's examples where 3.1 shows placeholders: the same text.
+    placeholders = conn["ui-field-behaviour"]["placeholders"]
+    assert fields["bucket"]["schema"]["examples"] == [placeholders["bucket"]]
     assert KineticHook.get_ui_field_behaviour()["placeholders"]["bucket"].endswith("-jobs")
 
 
@@ -113,8 +117,11 @@ def test_providers_manager_sees_every_component_and_the_form():
         "airflow_provider_kinetic.operators.run",
         "airflow_provider_kinetic.operators.map",
     ]
-    assert seen["sensors"] == ["airflow_provider_kinetic.sensors.job"]
+    assert seen["sensors"] == [
+        "airflow_provider_kinetic.sensors.job",
+        "airflow_provider_kinetic.sensors.batch",
+    ]
     assert "airflow_provider_kinetic.triggers.batch" in seen["triggers"]
-    assert "extra__kinetic__gcp_conn_id" in seen["widgets"] and len(seen["widgets"]) == 19
+    assert "extra__kinetic__gcp_conn_id" in seen["widgets"] and len(seen["widgets"]) == 23
     assert seen["backend"] == ["local", "gke", "pathways", "auto", None]
     assert seen["placeholder"] == "my-project-kn-my-cluster-jobs"

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic import KineticJobSensor, KineticMapOperator, KineticRunOperator
+from airflow_provider_kinetic import (
+    KineticBatchSensor,
+    KineticJobSensor,
+    KineticMapOperator,
+    KineticRunOperator,
+)
 from airflow_provider_kinetic.decorators.kinetic import KineticDecoratedOperator
 from airflow_provider_kinetic.operators.common import KineticOperatorBase
 
@@ -34,6 +39,7 @@ def params(cls: type) -> set[str]:
         (KineticDecoratedOperator, "KineticRunOperator (and @task.kinetic)"),
         (KineticMapOperator, "KineticMapOperator"),
         (KineticJobSensor, "KineticJobSensor"),
+        (KineticBatchSensor, "KineticBatchSensor"),
     ],
 )
 def test_every_parameter_is_documented(cls, title):
