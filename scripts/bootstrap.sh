@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Create .venv from the pinned lock (idempotent).  Needs python3 >= 3.11 and the
 # package index; uv itself comes from the package index.
+# Usage: bootstrap.sh [LOCK [VENV]]  (default requirements/lock.txt and .venv; the
+# Airflow 3.1 run passes requirements/lock-3.1.txt .venv-3.1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
+LOCK="${1:-requirements/lock.txt}"
+VENV="${2:-.venv}"
 if ! command -v uv >/dev/null 2>&1; then
   "$PY" -m pip install --quiet uv
 fi
@@ -13,6 +17,6 @@ UV="$(command -v uv || echo "$PY -m uv")"
 FIND_LINKS="$("$PY" -m pip config get global.find-links 2>/dev/null || true)"
 EXTRA=()
 [ -n "$FIND_LINKS" ] && EXTRA+=(--find-links "$FIND_LINKS")
-[ -x .venv/bin/python ] || $UV venv --quiet --python "$PY" .venv
-$UV pip sync --quiet --python .venv/bin/python "${EXTRA[@]}" requirements/lock.txt
-$UV pip install --quiet --python .venv/bin/python --no-deps -e .
+[ -x "$VENV/bin/python" ] || $UV venv --quiet --python "$PY" "$VENV"
+$UV pip sync --quiet --python "$VENV/bin/python" "${EXTRA[@]}" "$LOCK"
+$UV pip install --quiet --python "$VENV/bin/python" --no-deps -e .

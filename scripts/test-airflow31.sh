@@ -8,18 +8,8 @@
 # Called by scripts/test.sh after the main suite; extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY="${PYTHON:-python3}"
-if ! command -v uv >/dev/null 2>&1; then
-  "$PY" -m pip install --quiet uv
-fi
-UV="$(command -v uv || echo "$PY -m uv")"
-FIND_LINKS="$("$PY" -m pip config get global.find-links 2>/dev/null || true)"
-EXTRA=()
-[ -n "$FIND_LINKS" ] && EXTRA+=(--find-links "$FIND_LINKS")
 VENV=.venv-3.1
-[ -x "$VENV/bin/python" ] || $UV venv --quiet --python "$PY" "$VENV"
-$UV pip sync --quiet --python "$VENV/bin/python" "${EXTRA[@]}" requirements/lock-3.1.txt
-$UV pip install --quiet --python "$VENV/bin/python" --no-deps -e .
+bash scripts/bootstrap.sh requirements/lock-3.1.txt "$VENV"
 "$VENV/bin/python" -c 'import airflow; assert airflow.__version__.startswith("3.1."), airflow.__version__'
 # The 3.3-only test reads the declarative form's widgets from ProvidersManager;
 # test_airflow_versions.py checks the form on both versions instead.
