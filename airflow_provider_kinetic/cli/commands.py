@@ -70,9 +70,10 @@ def _attach(args: Namespace) -> AttachedJob:
 # ---- jobs -------------------------------------------------------------------------
 
 
-class _Statuses:
+class JobStatuses:
     """Status of stored handles, normalised as ``attach`` does: the object name,
-    namespace and bucket come from the connection, not from ``handle.json``."""
+    namespace and bucket come from the connection, not from ``handle.json``.
+    Shared by the CLI's job list and the plugin's Kinetic page."""
 
     def __init__(self, hook: KineticHook) -> None:
         self.hook = hook
@@ -129,7 +130,7 @@ LIST_COLUMNS = (
 def jobs_list(args: Namespace) -> None:
     """Jobs in the connection's store, newest first."""
     hook = KineticHook(args.conn_id)
-    status = _Statuses(hook)
+    status = JobStatuses(hook)
     want = args.state.upper() if args.state else None
     if want and want not in JobStatus.__members__:
         raise CliError(f"unknown state {args.state!r}; one of {', '.join(JobStatus.__members__)}")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from airflow_provider_kinetic.attached import AttachedJob, attach
 from airflow_provider_kinetic.cli import inventory
-from airflow_provider_kinetic.cli.commands import _Statuses
+from airflow_provider_kinetic.cli.commands import JobStatuses
 from airflow_provider_kinetic.core.backends.base import StatusReport
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.handles import InvalidHandleError, JobHandle
@@ -132,7 +132,7 @@ def _collected(index: inventory.TaskIndex, present: set[str]) -> list[inventory.
 
 def list_rows(conn_id: str, group: str | None = None, limit: int = LIST_LIMIT) -> list[JobRow]:
     """The newest jobs of a connection's store (optionally one batch), with status."""
-    statuses = _Statuses(KineticHook(conn_id))
+    statuses = JobStatuses(KineticHook(conn_id))
     store = statuses.store
     index = inventory.task_index(store, deployment_secret())
     entries = inventory.list_jobs(store, deployment_secret(), index)
