@@ -213,14 +213,22 @@ async def test_batch_trigger_step_costs_the_same_for_5_or_500(
     )
     state.active = dict(enumerate(handles))
     state = state.to_dict()
-    quiet = {"config": config_to_json(config), "poll_interval": 0.01, "log_bytes_per_poll": 0}
+    # One poll's cost: no settling hold (``triggers.settle``, which would poll again).
+    quiet = {
+        "config": config_to_json(config),
+        "poll_interval": 0.01,
+        "log_bytes_per_poll": 0,
+        "not_before": 0.0,
+    }
     trigger = KineticBatchTrigger(state=state, **quiet)
     event, sent = await counted(api, anext(trigger.run()))
     assert sent == [(JOBS, SELECTOR % group_id), (PODS, SELECTOR % group_id)]
     payload = event.payload
     assert payload["status"] == "changed" and payload["state"] == state
     # Children's live logs add a bounded number of reads, however many children run.
-    trigger = KineticBatchTrigger(state=state, config=quiet["config"], poll_interval=0.01)
+    trigger = KineticBatchTrigger(
+        state=state, config=quiet["config"], poll_interval=0.01, not_before=0.0
+    )
     _, sent = await counted(api, anext(trigger.run()))
     assert sent[:2] == [(JOBS, SELECTOR % group_id), (PODS, SELECTOR % group_id)]
     reads = [path for path, _ in sent[2:] if path.endswith("/log")]
