@@ -8,6 +8,13 @@ Build runs ``docker build`` with ``images=[uri]``, through providers-google's
 ``CloudBuildHook``; its status and step transitions are logged while it runs, and a
 build that does not succeed raises :class:`ImageBuildError` carrying its log URL.
 
+The build logs to the jobs bucket only (``GCS_ONLY``, ``logs_bucket`` =
+``gs://{bucket}/_builds/logs``), not to Cloud Logging: one object the task can read
+with the store's own client, so the build's lines are copied into the task log as it
+runs (``hooks/build_log.py``) and a failed build's last lines go into the error.  A
+successful build's log object is deleted afterwards (its lines are in the task log);
+a failed one's is kept and named in the error.
+
 Credentials are those of the connection's ``gcp_conn_id`` / ``impersonation_chain``,
 as for the store and the cluster.
 
@@ -29,6 +36,7 @@ from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.polling import poll_delays
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, build_context, context_tarball
 from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.hooks.build_log import MAX_LINES_PER_READ, BuildLogTail
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +45,8 @@ DOCKER_BUILDER = "gcr.io/cloud-builders/docker"
 BUILD_TIMEOUT_S = 1200
 #: Where build contexts are uploaded in the jobs bucket (deleted after the build).
 BUILDS_PREFIX = "_builds"
+#: Where Cloud Build writes its logs in the jobs bucket (``log-{build_id}.txt``).
+LOGS_PREFIX = f"{BUILDS_PREFIX}/logs"
 FIRST_POLL_S = 0.25
 _DONE = {"SUCCESS", "FAILURE", "INTERNAL_ERROR", "TIMEOUT", "CANCELLED", "EXPIRED"}
 
@@ -91,8 +101,12 @@ class ImageBuildHook:
         timeout_s: float = BUILD_TIMEOUT_S + 300,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        log_lines_per_poll: int = MAX_LINES_PER_READ,
     ) -> None:
+        """``log_lines_per_poll`` bounds the build-log lines shown per poll, so status
+        polling keeps its pace however much the build prints."""
         self.config = config
+        self.log_lines_per_poll = log_lines_per_poll
         self.poll_interval = poll_interval
         self.timeout_s = timeout_s
         self._clock, self._sleep = clock, sleep
@@ -174,7 +188,7 @@ class ImageBuildHook:
         key = f"{folder}/context.tar.gz"
         store.write_bytes(key, context_tarball(build_context(plan)))
         try:
-            self._build(plan, store.bucket, key)
+            self._build(plan, store, key)
         finally:
             store.delete_prefix(folder)
         return True
@@ -194,17 +208,31 @@ class ImageBuildHook:
             ],
             images=[plan.uri],
             timeout=duration_pb2.Duration(seconds=BUILD_TIMEOUT_S),
-            options=cb.BuildOptions(logging=cb.BuildOptions.LoggingMode.CLOUD_LOGGING_ONLY),
+            # The log goes to the jobs bucket, where the task can follow it.
+            logs_bucket=f"gs://{bucket}/{LOGS_PREFIX}",
+            options=cb.BuildOptions(logging=cb.BuildOptions.LoggingMode.GCS_ONLY),
             tags=["kinetic", f"kinetic-{plan.category}"],
         )
 
-    def _build(self, plan: ImagePlan, bucket: str, key: str) -> None:
+    def _build(self, plan: ImagePlan, store: ObjectStore, key: str) -> None:
+        """Run one build to its end.  Each poll reads the status first, then the log's
+        new lines, so the task log shows the build's progress and output as it comes;
+        after the end the rest of the log is shown before success or the error."""
         assert plan.registry is not None
         hook = self.cloud_build_hook()
         project, location = plan.registry.project, plan.registry.location
         log.info("kinetic image %s not found: building it with Cloud Build", plan.uri)
         _, build_id = hook.create_build_without_waiting_for_result(
-            build=self.build_request(plan, bucket, key), project_id=project, location=location
+            build=self.build_request(plan, store.bucket, key),
+            project_id=project,
+            location=location,
+        )
+        tail = BuildLogTail(
+            _storage_client(store, self.config),
+            store.bucket,
+            f"{LOGS_PREFIX}/log-{build_id}.txt",
+            log,
+            max_lines=self.log_lines_per_poll,
         )
         deadline = self._clock() + self.timeout_s
         seen: dict[str, str] = {}
@@ -217,20 +245,25 @@ class ImageBuildHook:
             status = build.status.name
             if status in _DONE:
                 break
+            tail.poll()
             if self._clock() > deadline:
                 raise ImageBuildError(
                     f"Cloud Build {build_id} for {plan.uri} did not finish within "
-                    f"{self.timeout_s:.0f} s (status {status}); logs: {build.log_url}",
+                    f"{self.timeout_s:.0f} s (status {status}); logs: {build.log_url} "
+                    f"({tail.uri}){_last_lines(tail)}",
                     build.log_url,
                 )
             self._sleep(next(delays))
+        complete = tail.drain()
         if status != "SUCCESS":
             detail = f": {build.status_detail}" if build.status_detail else ""
             raise ImageBuildError(
                 f"Cloud Build {build_id} for image {plan.uri} ended {status}{detail}; "
-                f"build log: {build.log_url}",
+                f"build log: {build.log_url} ({tail.uri}){_last_lines(tail)}",
                 build.log_url,
             )
+        if complete:
+            tail.delete()
         log.info("kinetic image %s built (Cloud Build %s)", plan.uri, build_id)
 
     @staticmethod
@@ -246,6 +279,21 @@ class ImageBuildHook:
                 args = " ".join(step.args)
                 log.info("Cloud Build %s step %d (%s %s): %s", build.id, i, step.name, args,
                          step.status.name)  # fmt: skip
+
+
+def _storage_client(store: ObjectStore, config: KineticConfig) -> Any:
+    """The store's own storage client (its credentials read the build log too)."""
+    from airflow_provider_kinetic.core.storage.gcs import GcsStore, make_client
+
+    return store.client if isinstance(store, GcsStore) else make_client(config.project)
+
+
+def _last_lines(tail: BuildLogTail) -> str:
+    """The build log's last lines, for an error message (empty when none were read)."""
+    lines = tail.last_lines
+    if not lines:
+        return ""
+    return f"\nlast {len(lines)} line(s) of the build log:\n  " + "\n  ".join(lines)
 
 
 def prepare_image(plan: ImagePlan, config: KineticConfig, store: ObjectStore) -> ImagePlan:
