@@ -10,7 +10,9 @@ Prints one table (case, baseline, ours, ratio, goal, pass/fail) for:
    within one process;
 4. the first upload of 2,000 small files to the real fake-gcs-server, with 50 ms of
    round trip added by a loopback proxy, and without it (kinetic's ``upload_data``);
-5. a batch of 1,000 trivial inputs on the local backend (wall time, write budget).
+5. a batch of 1,000 trivial inputs on the local backend (wall time, write budget);
+6. job overhead: a trivial function's task time, sync and deferrable, above a plain
+   ``@task`` under ``dag.test()``, and the status reads a 10-minute GKE job makes.
 
 Each ratio is kinetic's (or the baseline's) time over ours, best of ``--repeat``
 interleaved runs.  ``--quick`` uses small sizes (the test suite runs it); its ratios
@@ -31,11 +33,14 @@ sys.path.insert(0, str(HERE))
 
 import cases_batch  # noqa: E402
 import cases_hash  # noqa: E402
+import cases_overhead  # noqa: E402
+import cases_polls  # noqa: E402
 import cases_upload  # noqa: E402
 import kinetic_ref  # noqa: E402
 from table import Row, render  # noqa: E402
 
 FULL = {"files": 20_000, "size": 4096, "big": 1 << 30, "upload": 2_000, "batch": 1_000}
+CASES = ["hash", "big", "rehash", "upload", "batch", "overhead"]
 QUICK = {"files": 2_000, "size": 4096, "big": 64 << 20, "upload": 200, "batch": 20}
 
 
@@ -44,10 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds, not minutes)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--rtt-ms", type=float, default=50.0)
-    parser.add_argument("--only", nargs="*", choices=["hash", "big", "rehash", "upload", "batch"])
+    parser.add_argument("--only", nargs="*", choices=CASES)
     ns = parser.parse_args(argv)
     sizes = QUICK if ns.quick else FULL
-    only = set(ns.only or ["hash", "big", "rehash", "upload", "batch"])
+    only = set(ns.only or CASES)
     if kinetic_ref.kinetic_dir() is None:
         print("keras-kinetic 0.0.4 is not installed: pip install --no-deps keras-kinetic==0.0.4")
         return 2
@@ -78,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             print("uploads done", flush=True)
         if "batch" in only:
             rows.append(cases_batch.batch(tmp / "batch", sizes["batch"]))
+        if "overhead" in only:
+            rows.extend(cases_overhead.overhead(ns.repeat))
+            rows.append(cases_polls.gke_status_reads())
+            print("overhead done", flush=True)
     title = "airflow-provider-kinetic vs keras-kinetic 0.0.4" + (" (--quick)" if ns.quick else "")
     print(render(rows, title))
     return 0

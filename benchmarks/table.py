@@ -17,7 +17,7 @@ T = TypeVar("T")
 class Row:
     """One measured case.  ``ratio`` is baseline time / our time (> 1: ours faster);
     ``goal`` is the least ratio that passes (None: the row is informational or its
-    goal is not a ratio, then ``passed`` says)."""
+    goal is not a ratio, then ``passed`` says; ``added``: a limit on ours - baseline)."""
 
     case: str
     baseline: str
@@ -37,6 +37,20 @@ class Row:
             case, f"{base_name} {t_base:.3f} s", f"{t_ours:.3f} s", ratio,
             f">= {goal:g}x" if goal is not None else "(info)",
             None if goal is None else ratio >= goal, note,
+        )  # fmt: skip
+
+    @classmethod
+    def added(
+        cls, case: str, base_name: str, t_base: float, t_ours: float, max_extra: float | None,
+        note: str = "", ok: bool = True,
+    ) -> Row:  # fmt: skip
+        """A goal on the time ours adds to the baseline's (a fixed cost, where a ratio
+        to a near-zero baseline would say nothing); ``ok=False``: it failed outright."""
+        extra = t_ours - t_base
+        return cls(
+            case, f"{base_name} {t_base:.3f} s", f"{t_ours:.3f} s (+{extra:.3f} s)", None,
+            f"<= +{max_extra:g} s" if max_extra is not None else "(info)",
+            (None if ok else False) if max_extra is None else ok and extra <= max_extra, note,
         )  # fmt: skip
 
     @classmethod

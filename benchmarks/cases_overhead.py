@@ -1,0 +1,97 @@
+"""Job overhead case (issue 12, goal 4): what a Kinetic task adds to a plain ``@task``.
+
+On the local backend, in a private ``AIRFLOW_HOME`` (a temp dir, removed afterwards),
+``overhead_child.py`` times with ``dag.test()``: a plain ``@task`` returning 1 (the
+baseline), ``KineticRunOperator`` of a function returning 1, sync and deferrable
+(goal: at most ``MAX_EXTRA_S`` above the baseline), and a deferrable job of ~3 s, long
+enough to really defer (an info row: the trigger holds its event until
+``triggers.settle.SETTLE_S`` after the deferral).  Best of ``repeat`` runs after a
+warm-up.  Nothing is compared with kinetic here: kinetic has no Airflow tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from table import Row
+
+HERE = Path(__file__).resolve().parent
+MAX_EXTRA_S = 1.5
+#: (our DAG, its baseline DAG, case, the most ours may add; ``None``: an info row)
+CASES = (
+    ("overhead_sync", "overhead_plain", "job overhead: trivial function, sync, local",
+     MAX_EXTRA_S),
+    ("overhead_deferrable", "overhead_plain",
+     "job overhead: trivial function, deferrable, local", MAX_EXTRA_S),
+    ("overhead_deferred_3s", "overhead_plain_3s",
+     "job overhead: 3 s job, deferrable (it defers), local", None),
+)  # fmt: skip
+NOTES = {
+    "overhead_sync": "task instance durations under dag.test(), best of {n} after a warm-up",
+    "overhead_deferrable": "collected before deferring (DEFER_GRACE_S {grace:g} s)",
+    "overhead_deferred_3s": "baseline: a plain @task sleeping 3 s; the job defers after "
+    "{grace:g} s and its trigger holds the event until {settle:g} s after the deferral "
+    "(triggers.settle), so such a job takes about {floor:g} s",
+}
+
+
+def private_env(home: Path) -> dict[str, str]:
+    """This process's environment minus every Airflow setting, plus a fresh home: the
+    benchmark must not read or write the caller's Airflow (or a test session's)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__KINETIC__RESULT_SIGNING_KEY": secrets.token_hex(32),
+        }
+    )
+    return env
+
+
+def measure(repeat: int, timeout_s: float = 900.0) -> dict[str, dict[str, list]]:
+    """Migrate a private metadata DB, run the child; its JSON (durations, states)."""
+    with tempfile.TemporaryDirectory(prefix="kinetic-bench-home-") as home_s:
+        home = Path(home_s)
+        (home / "dags").mkdir()
+        shutil.copy(HERE / "overhead_dags.py", home / "dags" / "overhead_dags.py")
+        env = private_env(home)
+        run = {"env": env, "capture_output": True, "text": True, "timeout": timeout_s}
+        migrate = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], **run)
+        if migrate.returncode != 0:
+            raise RuntimeError(f"airflow db migrate failed:\n{migrate.stderr[-3000:]}")
+        child = subprocess.run(
+            [sys.executable, str(HERE / "overhead_child.py"), str(repeat)], **run
+        )
+        if child.returncode != 0:
+            raise RuntimeError(f"overhead_child.py failed:\n{child.stderr[-3000:]}")
+        return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def overhead(repeat: int) -> list[Row]:
+    """One row per timed Kinetic task against its plain ``@task``."""
+    from airflow_provider_kinetic.operators.run import DEFER_GRACE_S
+    from airflow_provider_kinetic.triggers.settle import SETTLE_S
+
+    found = measure(repeat)
+    rows = []
+    for dag_id, base_id, case, limit in CASES:
+        ours, base = found[dag_id], found[base_id]
+        note = NOTES[dag_id].format(
+            n=repeat, grace=DEFER_GRACE_S, settle=SETTLE_S, floor=DEFER_GRACE_S + SETTLE_S
+        )
+        ok = all(s == "success" for s in ours["states"] + base["states"])
+        if not ok:
+            note += f"; task states {ours['states']}, baseline {base['states']}"
+        base_name = "plain @task" + (" 3 s" if base_id.endswith("3s") else "")
+        t_base, t_ours = min(base["durations"]), min(ours["durations"])
+        rows.append(Row.added(case, base_name, t_base, t_ours, limit, note=note, ok=ok))
+    return rows

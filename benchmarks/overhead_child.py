@@ -1,0 +1,74 @@
+"""Times the DAGs of ``overhead_dags.py`` with ``dag.test()``: ``overhead_child.py REPEAT``.
+
+Runs in a process of its own because Airflow reads its configuration once, at import:
+the parent (``cases_overhead.py``) points ``AIRFLOW_HOME`` and the DAGs folder at a
+private temp dir first.  Every DAG runs once as a warm-up (imports, the first DB
+queries and the first job's cold start do not count), then ``REPEAT`` times,
+interleaved.  A task's time is its task instance's duration as Airflow records it
+(start to end, the deferral included), so the DAG run's own bookkeeping, which is the
+same for every DAG, is not in it.  Prints one JSON line:
+``{dag_id: {"durations": [...], "states": [...]}}``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+DAG_IDS = (
+    "overhead_plain",
+    "overhead_sync",
+    "overhead_deferrable",
+    "overhead_plain_3s",
+    "overhead_deferred_3s",
+)
+
+
+def load_dags() -> dict[str, Any]:
+    """The DAGs, imported from the DAGs folder (``dag.test()`` runs only DAGs it can find
+    in a bundle, so they must come from there)."""
+    from airflow.sdk import DAG
+
+    path = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / "overhead_dags.py"
+    spec = importlib.util.spec_from_file_location("overhead_dags", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["overhead_dags"] = module
+    spec.loader.exec_module(module)
+    return {d.dag_id: d for d in vars(module).values() if isinstance(d, DAG)}
+
+
+def task_time(dag: Any) -> tuple[float, str]:
+    """Run ``dag`` once; its one task's recorded duration and final state."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    dr = dag.test()
+    with create_session() as session:
+        (ti,) = session.query(TaskInstance).filter(
+            TaskInstance.dag_id == dag.dag_id, TaskInstance.run_id == dr.run_id
+        )
+        return float(ti.duration or 0.0), str(ti.state)
+
+
+def main() -> int:
+    repeat = int(sys.argv[1])
+    dags = load_dags()
+    out: dict[str, dict[str, list[Any]]] = {d: {"durations": [], "states": []} for d in DAG_IDS}
+    for dag_id in DAG_IDS:  # warm-up
+        task_time(dags[dag_id])
+    for _ in range(repeat):
+        for dag_id in DAG_IDS:
+            seconds, state = task_time(dags[dag_id])
+            out[dag_id]["durations"].append(seconds)
+            out[dag_id]["states"].append(state)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
