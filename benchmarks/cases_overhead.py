@@ -3,9 +3,9 @@
 On the local backend, in a private ``AIRFLOW_HOME`` (a temp dir, removed afterwards),
 ``overhead_child.py`` times with ``dag.test()``: a plain ``@task`` returning 1 (the
 baseline), ``KineticRunOperator`` of a function returning 1, sync and deferrable
-(goal: at most ``MAX_EXTRA_S`` above the baseline), and a deferrable job of ~3 s, long
+(goal: at most ``MAX_EXTRA_S`` above the baseline), and a deferrable job of ~7 s, long
 enough to really defer (an info row: the trigger holds its event until
-``triggers.settle.SETTLE_S`` after the deferral).  Best of ``repeat`` runs after a
+``triggers.settle.settle_s()`` after the deferral).  Best of ``repeat`` runs after a
 warm-up.  Nothing is compared with kinetic here: kinetic has no Airflow tasks.
 """
 
@@ -30,13 +30,13 @@ CASES = (
      MAX_EXTRA_S),
     ("overhead_deferrable", "overhead_plain",
      "job overhead: trivial function, deferrable, local", MAX_EXTRA_S),
-    ("overhead_deferred_3s", "overhead_plain_3s",
-     "job overhead: 3 s job, deferrable (it defers), local", None),
+    ("overhead_deferred_7s", "overhead_plain_7s",
+     "job overhead: 7 s job, deferrable (it defers), local", None),
 )  # fmt: skip
 NOTES = {
     "overhead_sync": "task instance durations under dag.test(), best of {n} after a warm-up",
     "overhead_deferrable": "collected before deferring (DEFER_GRACE_S {grace:g} s)",
-    "overhead_deferred_3s": "baseline: a plain @task sleeping 3 s; the job defers after "
+    "overhead_deferred_7s": "baseline: a plain @task sleeping 7 s; the job defers after "
     "{grace:g} s and its trigger holds the event until {settle:g} s after the deferral "
     "(triggers.settle), so such a job takes about {floor:g} s",
 }
@@ -79,19 +79,19 @@ def measure(repeat: int, timeout_s: float = 900.0) -> dict[str, dict[str, list]]
 def overhead(repeat: int) -> list[Row]:
     """One row per timed Kinetic task against its plain ``@task``."""
     from airflow_provider_kinetic.operators.run import DEFER_GRACE_S
-    from airflow_provider_kinetic.triggers.settle import SETTLE_S
+    from airflow_provider_kinetic.triggers.settle import settle_s
 
     found = measure(repeat)
     rows = []
     for dag_id, base_id, case, limit in CASES:
         ours, base = found[dag_id], found[base_id]
         note = NOTES[dag_id].format(
-            n=repeat, grace=DEFER_GRACE_S, settle=SETTLE_S, floor=DEFER_GRACE_S + SETTLE_S
+            n=repeat, grace=DEFER_GRACE_S, settle=settle_s(), floor=DEFER_GRACE_S + settle_s()
         )
         ok = all(s == "success" for s in ours["states"] + base["states"])
         if not ok:
             note += f"; task states {ours['states']}, baseline {base['states']}"
-        base_name = "plain @task" + (" 3 s" if base_id.endswith("3s") else "")
+        base_name = "plain @task" + (" 7 s" if base_id.endswith("7s") else "")
         t_base, t_ours = min(base["durations"]), min(ours["durations"])
         rows.append(Row.added(case, base_name, t_base, t_ours, limit, note=note, ok=ok))
     return rows

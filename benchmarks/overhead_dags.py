@@ -19,11 +19,11 @@ def one() -> int:
     return 1
 
 
-def three_seconds() -> int:
-    """Long enough that a deferrable task really defers (``DEFER_GRACE_S`` is 2 s)."""
+def seven_seconds() -> int:
+    """Long enough that a deferrable task really defers (``DEFER_GRACE_S`` is 5 s)."""
     import time
 
-    time.sleep(3.0)
+    time.sleep(7.0)
     return 1
 
 
@@ -35,13 +35,13 @@ with DAG("overhead_plain", schedule=None, start_date=START, catchup=False) as pl
 
     plain()
 
-with DAG("overhead_plain_3s", schedule=None, start_date=START, catchup=False) as plain_3s_dag:
+with DAG("overhead_plain_7s", schedule=None, start_date=START, catchup=False) as plain_7s_dag:
 
     @task
-    def plain_3s() -> int:
-        return three_seconds()
+    def plain_7s() -> int:
+        return seven_seconds()
 
-    plain_3s()
+    plain_7s()
 
 with DAG("overhead_sync", schedule=None, start_date=START, catchup=False) as sync_dag:
     KineticRunOperator(task_id="job", python_callable=one, deferrable=False)
@@ -49,5 +49,5 @@ with DAG("overhead_sync", schedule=None, start_date=START, catchup=False) as syn
 with DAG("overhead_deferrable", schedule=None, start_date=START, catchup=False) as deferrable_dag:
     KineticRunOperator(task_id="job", python_callable=one, deferrable=True)
 
-with DAG("overhead_deferred_3s", schedule=None, start_date=START, catchup=False) as deferred_3s_dag:
-    KineticRunOperator(task_id="job", python_callable=three_seconds, deferrable=True)
+with DAG("overhead_deferred_7s", schedule=None, start_date=START, catchup=False) as deferred_7s_dag:
+    KineticRunOperator(task_id="job", python_callable=seven_seconds, deferrable=True)

@@ -46,6 +46,11 @@ def default_output_key(identity: Mapping[str, Any]) -> str:
 #: delivered (outputs and the data cache are never touched); "none" keeps them.
 CLEANUP_MODES = ("artifacts", "none")
 
+#: Deferrable tasks on a backend that sees a job end cheaply (the local one) watch
+#: their jobs this long before deferring: short jobs never enter the triggerer (nor pay
+#: its settling hold, ``triggers.settle``); a batch defers once nothing ended for this long.
+DEFER_GRACE_S = 5.0
+
 #: Default of ``[kinetic] max_xcom_result_bytes``: larger results travel by reference.
 MAX_XCOM_RESULT_BYTES = 1024 * 1024
 

@@ -38,6 +38,7 @@ from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key, result_key_for_job
 from airflow_provider_kinetic.links import KineticBatchLink, batch_url
 from airflow_provider_kinetic.operators.common import (
+    DEFER_GRACE_S,
     XCOM_BATCH,
     XCOM_OUTPUT_DIR,
     KineticOperatorBase,
@@ -285,6 +286,10 @@ class KineticMapOperator(KineticOperatorBase):
         backend = hook.get_backend(state.backend)
         self._state, self._backend, self._store = state, backend, store
         delays = poll_delays(self.poll_interval, backend.first_poll_s)
+        # Deferrable on the local backend: keep launching here while children end, and
+        # defer once none has ended for DEFER_GRACE_S (each deferral costs a settle).
+        watch = DEFER_GRACE_S if backend.first_poll_s is not None else 0.0
+        changed = time.monotonic()
         while True:
             batchrun.launch(state, config, backend, store, deployment_secret())
             batchrun.maybe_write_manifest(state, store)
@@ -296,10 +301,13 @@ class KineticMapOperator(KineticOperatorBase):
                 raise KineticJobCancelled(
                     f"kinetic batch {state.group_id} cancelled at the task's execution_timeout"
                 )
-            if self.deferrable:
+            if self.deferrable and time.monotonic() - changed >= watch:
                 return self._defer(config, state)
             backend.wait(list(state.active.values()), next(delays))
+            ended = len(state.done)
             self._poll(backend, store, state)
+            if len(state.done) != ended:
+                changed = time.monotonic()
 
     def _defer(self, config: KineticConfig, state: BatchState) -> NoReturn:
         self.defer(

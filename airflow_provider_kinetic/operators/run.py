@@ -41,6 +41,7 @@ from airflow_provider_kinetic.links import (
     job_links,
 )
 from airflow_provider_kinetic.operators.common import (
+    DEFER_GRACE_S,
     XCOM_JOB,
     XCOM_OUTPUT_DIR,
     KineticOperatorBase,
@@ -52,10 +53,6 @@ from airflow_provider_kinetic.operators.common import (
     xcom_value,
 )
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
-
-#: Deferrable tasks on a backend that sees a job end cheaply (the local one) watch it
-#: this long before deferring: short jobs never enter the triggerer.
-DEFER_GRACE_S = 2.0
 
 
 class KineticRunOperator(KineticOperatorBase):

@@ -7,15 +7,19 @@ import pendulum
 from airflow.sdk import DAG
 
 from airflow_provider_kinetic import KineticBatchSensor, KineticMapOperator
+from airflow_provider_kinetic.operators.common import DEFER_GRACE_S
 
 START = pendulum.datetime(2026, 11, 1, tz="UTC")
 LINES = 12
 
 
-def chatty(i: int) -> int:
-    """Prints LINES numbered lines (a little apart, so several polls see them)."""
+def chatty(i: int, quiet_s: float = 0.0) -> int:
+    """Prints LINES numbered lines (a little apart, so several polls see them), after
+    ``quiet_s`` of silence (longer than the operator's watch before it defers, so a
+    deferrable batch's lines are shown by its trigger)."""
     import time
 
+    time.sleep(quiet_s)
     for j in range(LINES):
         print(f"chatty {i}.{j:02d} " + "x" * 20, flush=True)
         time.sleep(0.02)
@@ -51,6 +55,7 @@ def _logs_dag(mode: str) -> DAG:
             child_log_bytes_per_poll=80,  # about two lines per child per poll
             poll_interval=0.2,
             deferrable=mode == "deferrable",
+            op_kwargs={"quiet_s": DEFER_GRACE_S + 1 if mode == "deferrable" else 0.0},
         )
     return dag
 

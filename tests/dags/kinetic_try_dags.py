@@ -126,5 +126,5 @@ def chatty(n: int) -> int:
 
 with DAG("kinetic_live_logs", schedule=None, start_date=START, catchup=False) as live_logs:
     KineticRunOperator(
-        task_id="chatty", python_callable=chatty, op_args=[8], deferrable=True, poll_interval=0.2
+        task_id="chatty", python_callable=chatty, op_args=[14], deferrable=True, poll_interval=0.2
     )

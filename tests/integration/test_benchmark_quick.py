@@ -36,7 +36,7 @@ MUST_PASS = [
     "job overhead: trivial function, deferrable, local",
     "status reads, 10-minute GKE job, poll_interval 5 s",
 ]
-INFO = ["job overhead: 3 s job, deferrable (it defers), local"]
+INFO = ["job overhead: 7 s job, deferrable (it defers), local"]
 
 
 @requires_fake_gcs
