@@ -140,3 +140,21 @@ def test_requirements_are_templated_on_both_operators(tmp_path):
     mapped.render_template_fields(context)
     assert run.requirements == str(tmp_path / "reqs-2026-11-01.txt")
     assert mapped.requirements == ["tabulate==0.9.0"]
+
+
+def test_discovery_never_climbs_above_the_dags_folder(tmp_path):
+    """A pyproject above the DAGs folder (the Airflow deployment's own, or this
+    repository's for the example DAGs) is not the DAG's project: found without the
+    ceiling, not with it; one inside the DAGs folder still is."""
+    (tmp_path / "pyproject.toml").write_text('[project]\ndependencies = ["apache-airflow"]\n')
+    dags = tmp_path / "dags"
+    dag = entry(tmp_path, "dags", "team")
+    assert find_requirements(str(Path(dag).parent), home="/nonexistent") == str(
+        tmp_path / "pyproject.toml"
+    )
+    bounded = find_requirements(str(Path(dag).parent), home="/nonexistent", ceilings=[str(dags)])
+    assert bounded is None
+    (dags / "requirements.txt").write_text("tabulate\n")
+    assert find_requirements(
+        str(Path(dag).parent), home="/nonexistent", ceilings=[str(dags)]
+    ) == str(dags / "requirements.txt")

@@ -27,6 +27,7 @@ import io
 import re
 import sys
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -224,9 +225,11 @@ def plan_image(
     local: bool,
     config: Any,
     python: str | None = None,
+    ceilings: Sequence[str] = (),
 ) -> ImagePlan:
     """Resolve the image and requirements of a task's jobs (no I/O beyond reading
-    requirement files and this package's files).
+    requirement files and this package's files).  Discovery never climbs above
+    ``ceilings`` (the DAGs folder).
 
     ``container_image``: the operator's option (``None``: the connection's);
     ``config``: a ``KineticConfig`` (``container_image``, ``image``,
@@ -235,12 +238,12 @@ def plan_image(
     check_category(category)
     explicit = requirements is not None
     if local:
-        reqs = resolve_requirements(requirements, entry_file, category, "local")
+        reqs = resolve_requirements(requirements, entry_file, category, "local", ceilings)
         return ImagePlan("local", None, category, requirements=reqs)
     setting = check_image_setting(container_image, "operator") or config.container_image
     setting = setting or config.image or "bundled"
     if setting == "prebuilt":
-        reqs = resolve_requirements(requirements, entry_file, category, "prebuilt")
+        reqs = resolve_requirements(requirements, entry_file, category, "prebuilt", ceilings)
         repo = (config.base_image_repo or "").rstrip("/")
         if not repo:
             raise ImageConfigError(
@@ -252,7 +255,7 @@ def plan_image(
         uri = f"{repo}/base-{category}:{tag}"
         return ImagePlan("prebuilt", uri, category, tag, None, reqs, bool(reqs.installable))
     if setting == "bundled":
-        reqs = resolve_requirements(requirements, entry_file, category, "bundled")
+        reqs = resolve_requirements(requirements, entry_file, category, "bundled", ceilings)
         target = registry_target(
             config.project,
             config.artifact_registry_location,
@@ -313,6 +316,7 @@ def plan_for_request(request: Any, config: Any, kind: str) -> ImagePlan:
         category=parse_accelerator(request.accelerator_spec).category,
         local=not backend_class(kind).needs_cluster,
         config=config,
+        ceilings=getattr(request, "by_value_roots", None) or (),
     )
 
 

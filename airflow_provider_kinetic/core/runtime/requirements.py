@@ -31,7 +31,7 @@ import logging
 import os
 import re
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,17 +90,29 @@ def requirement_name(line: str) -> str | None:
     return normalise_name(m.group(1)) if m else None
 
 
-def find_requirements(entry_dir: str, home: str | None = None) -> str | None:
-    """The requirements file kinetic would use for code in ``entry_dir`` (or None)."""
+def find_requirements(
+    entry_dir: str, home: str | None = None, ceilings: Iterable[str] = ()
+) -> str | None:
+    """The requirements file kinetic would use for code in ``entry_dir`` (or None).
+
+    ``ceilings`` (the DAGs folder): the walk never leaves one that holds the DAG, as
+    the job context does not (``runtime.context``): a ``pyproject.toml`` above the
+    DAGs folder (Airflow's own deployment, this repository) is not the DAG's project.
+    """
     home = os.path.realpath(home or os.path.expanduser("~"))
     here = os.path.realpath(entry_dir)
+    tops = {
+        top
+        for top in map(os.path.realpath, filter(None, ceilings))
+        if here == top or here.startswith(top.rstrip(os.sep) + os.sep)
+    }
     while True:
         for name in ("requirements.txt", "pyproject.toml"):
             candidate = os.path.join(here, name)
             if os.path.isfile(candidate):
                 return candidate
         parent = os.path.dirname(here)
-        if os.path.exists(os.path.join(here, ".git")) or here in (home, parent):
+        if os.path.exists(os.path.join(here, ".git")) or here in (home, parent) or here in tops:
             return None
         here = parent
 
@@ -238,12 +250,15 @@ def check_spec(spec: Any) -> Any:
     )
 
 
-def load_spec(spec: Any, entry_file: str | None) -> tuple[list[str], str | None]:
+def load_spec(
+    spec: Any, entry_file: str | None, ceilings: Iterable[str] = ()
+) -> tuple[list[str], str | None]:
     """(raw lines, source) of a ``requirements=`` value (see module docstring)."""
     if spec is None:
         if not entry_file:
             return [], None
-        found = find_requirements(os.path.dirname(os.path.abspath(entry_file)))
+        entry_dir = os.path.dirname(os.path.abspath(entry_file))
+        found = find_requirements(entry_dir, ceilings=ceilings)
         return (read_lines(found), found) if found else ([], None)
     check_spec(spec)
     if isinstance(spec, os.PathLike):
@@ -263,7 +278,7 @@ def load_spec(spec: Any, entry_file: str | None) -> tuple[list[str], str | None]
 
 
 def resolve_requirements(
-    spec: Any, entry_file: str | None, category: str, mode: str
+    spec: Any, entry_file: str | None, category: str, mode: str, ceilings: Iterable[str] = ()
 ) -> Requirements:
     """Load (or discover) and filter requirements for a job (see module docstring).
 
@@ -272,7 +287,7 @@ def resolve_requirements(
     """
     if mode not in MODES:
         raise ValueError(f"requirements mode {mode!r}: allowed values are {', '.join(MODES)}")
-    lines, source = load_spec(spec, entry_file)
+    lines, source = load_spec(spec, entry_file, ceilings)
     if mode == "local":
         return Requirements([ln.rstrip() for ln in lines], source)
     lines = [ln.rstrip() for ln in join_continuations(lines)]
