@@ -50,6 +50,13 @@ CONFIG = {
     "k8s_api_retry_wait_min": _option("First backoff, seconds.", "float", "0.5"),
     "k8s_api_retry_wait_max": _option("Longest backoff, seconds.", "float", "15"),
     "k8s_api_retry_after_max": _option("Cap on a Retry-After header, seconds.", "float", "30"),
+    "defer_grace_s": _option(
+        "Seconds a deferrable task watches a local job before deferring (a job that ends "
+        "sooner never enters the triggerer, nor waits out the trigger's settle hold); 0 "
+        "defers at once.",
+        "float",
+        "5.0",
+    ),
     "max_context_mb": _option(
         "Size cap of a job's context (the zip of the DAG's project directory); over it the "
         "task fails before uploading, naming the largest files. 0 disables the cap.",

@@ -78,7 +78,7 @@ def measure(repeat: int, timeout_s: float = 900.0) -> dict[str, dict[str, list]]
 
 def overhead(repeat: int) -> list[Row]:
     """One row per timed Kinetic task against its plain ``@task``."""
-    from airflow_provider_kinetic.operators.run import DEFER_GRACE_S
+    from airflow_provider_kinetic.operators.common import DEFER_GRACE_S
     from airflow_provider_kinetic.triggers.settle import settle_s
 
     found = measure(repeat)

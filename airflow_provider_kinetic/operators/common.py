@@ -51,6 +51,12 @@ CLEANUP_MODES = ("artifacts", "none")
 #: its settling hold, ``triggers.settle``); a batch defers once nothing ended for this long.
 DEFER_GRACE_S = 5.0
 
+
+def defer_grace_s() -> float:
+    """``[kinetic] defer_grace_s`` (default ``DEFER_GRACE_S``; 0 defers at once)."""
+    return conf.getfloat("kinetic", "defer_grace_s", fallback=DEFER_GRACE_S)
+
+
 #: Default of ``[kinetic] max_xcom_result_bytes``: larger results travel by reference.
 MAX_XCOM_RESULT_BYTES = 1024 * 1024
 

@@ -38,11 +38,11 @@ from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key, result_key_for_job
 from airflow_provider_kinetic.links import KineticBatchLink, batch_url
 from airflow_provider_kinetic.operators.common import (
-    DEFER_GRACE_S,
     XCOM_BATCH,
     XCOM_OUTPUT_DIR,
     KineticOperatorBase,
     deadline,
+    defer_grace_s,
     defer_timeout,
     delete_artifacts,
     directory_uri,
@@ -288,7 +288,7 @@ class KineticMapOperator(KineticOperatorBase):
         delays = poll_delays(self.poll_interval, backend.first_poll_s)
         # Deferrable on the local backend: keep launching here while children end, and
         # defer once none has ended for DEFER_GRACE_S (each deferral costs a settle).
-        watch = DEFER_GRACE_S if backend.first_poll_s is not None else 0.0
+        watch = defer_grace_s() if backend.first_poll_s is not None else 0.0
         changed = time.monotonic()
         while True:
             batchrun.launch(state, config, backend, store, deployment_secret())

@@ -41,11 +41,11 @@ from airflow_provider_kinetic.links import (
     job_links,
 )
 from airflow_provider_kinetic.operators.common import (
-    DEFER_GRACE_S,
     XCOM_JOB,
     XCOM_OUTPUT_DIR,
     KineticOperatorBase,
     deadline,
+    defer_grace_s,
     defer_timeout,
     delete_artifacts,
     directory_uri,
@@ -160,7 +160,7 @@ class KineticRunOperator(KineticOperatorBase):
             # Deferrable: a job that ends within a moment (local backend) is collected
             # here; deferring it would make Airflow race the worker's own exit report
             # against the trigger's event (apache/airflow#66374) and costs a round trip.
-            grace = DEFER_GRACE_S if backend.first_poll_s is not None else 0.0
+            grace = defer_grace_s() if backend.first_poll_s is not None else 0.0
             give_up = time.monotonic() + grace if self.deferrable else None
             report, offset = self._wait(backend, handle, deadline_ts, give_up)
             if report is None:

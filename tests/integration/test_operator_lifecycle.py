@@ -161,7 +161,7 @@ def test_deferrable_collects_a_quick_job_before_deferring(local_conn):
     the log offset already shown so no line repeats."""
     from airflow.providers.common.compat.sdk import TaskDeferred
 
-    from airflow_provider_kinetic.operators.run import DEFER_GRACE_S
+    from airflow_provider_kinetic.operators.common import DEFER_GRACE_S
 
     quick = KineticRunOperator(
         task_id="t",

@@ -29,7 +29,9 @@ TRIGGER = "airflow_provider_kinetic.triggers.job.KineticJobTrigger"
 
 
 def test_retrain_daily_through_real_triggerer(tmp_path: Path):
-    with run_standalone(tmp_path) as s:
+    # Defer at once: the example's job may end within the operator's watch (which would
+    # collect it without the triggerer this test is about).
+    with run_standalone(tmp_path, env={"AIRFLOW__KINETIC__DEFER_GRACE_S": "0"}) as s:
         _run_and_check(s)
 
 
