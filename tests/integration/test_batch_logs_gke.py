@@ -11,16 +11,14 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from tests.fixtures.airflow_env import task_states
 from tests.fixtures.k8s_double import ThreadedDouble, by_code_under_test
 from tests.integration import test_gke_dags as gke
-from tests.integration.test_batch_logs import LOGICAL, live_lines
-from tests.integration.test_gke_dags import JOBS, PODS, Kubelet, ago, pod_status
+from tests.integration.test_batch_logs import live_lines
+from tests.integration.test_gke_dags import JOBS, PODS, Kubelet, ago, pod_status, run_dag
 
 # The GKE DAG tests' fixtures: the API double, the faked Google token, the connections.
 api, google_token, connections = gke.api, gke.google_token, gke.connections
@@ -58,22 +56,10 @@ class BatchKubelet(Kubelet):
             )
 
 
-def run_batch(load_dag: Callable[[str, str], Any], dag_id: str, kubelet: BatchKubelet) -> Any:
-    kubelet.start()
-    try:
-        dr = load_dag("kinetic_batch_logs_dags.py", dag_id).test(logical_date=LOGICAL)
-    finally:
-        kubelet.abort.set()
-        kubelet.join(150)
-    if kubelet.error is not None:
-        raise kubelet.error
-    return dr
-
-
 @pytest.mark.parametrize("mode", ["sync", "deferrable"])
 def test_gke_children_pod_logs_prefixed_once_in_order(load_dag, connections, api, capfd, mode):
     kubelet = BatchKubelet(api, 3)
-    dr = run_batch(load_dag, f"kinetic_batch_logs_gke_{mode}", kubelet)
+    dr = run_dag(load_dag, f"kinetic_batch_logs_gke_{mode}", kubelet, "kinetic_batch_logs_dags.py")
     out = "".join(capfd.readouterr())
     assert dr.state == "failed", task_states(dr)  # input 2 fails on purpose
     assert len(kubelet.logs) == 3

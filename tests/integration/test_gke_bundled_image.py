@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -29,6 +28,7 @@ from tests.integration.test_gke_dags import (  # noqa: F401 - fixtures used by n
     Kubelet,
     api,
     google_token,
+    run_dag,
 )
 
 CONN = {"backend": "gke", "project": "proj", "zone": "us-central1-a", "cluster": "c1",
@@ -53,26 +53,14 @@ def expected_uri(bucket: str) -> str:
                       category="cpu", local=False, config=config).uri  # fmt: skip
 
 
-def run(load_dag: Any, api: Any) -> tuple[Any, Kubelet]:  # noqa: F811
-    kubelet = Kubelet(api)
-    kubelet.start()
-    try:
-        dr = load_dag("kinetic_image_dags.py", "kinetic_gke_bundled").test(logical_date=LOGICAL)
-    finally:
-        kubelet.abort.set()
-        kubelet.join(150)
-    if kubelet.error is not None:
-        raise kubelet.error
-    return dr, kubelet
-
-
 @pytest.mark.parametrize("cached", [True, False], ids=["tag-exists", "tag-missing"])
 def test_bundled_image_found_or_built_then_run(load_dag, api, bundled, gcs_bucket, cached):  # noqa: F811
     uri = expected_uri(gcs_bucket)
     assert uri.startswith("us-central1-docker.pkg.dev/proj/kn-c1/base:cpu-")
     if cached:
         bundled.add_tag(uri)
-    dr, kubelet = run(load_dag, api)
+    kubelet = Kubelet(api)
+    dr = run_dag(load_dag, "kinetic_gke_bundled", kubelet, "kinetic_image_dags.py")
     assert dr.state == "success", task_states(dr)
     container = kubelet.job["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == uri  # the tag is the hash of the image's inputs

@@ -190,10 +190,16 @@ def pod_status(phase: str, start: str | None = None, **state: Any) -> dict[str, 
     return {**status, "startTime": start} if start else status
 
 
-def run_dag(load_dag: Callable[[str, str], Any], dag_id: str, kubelet: Kubelet) -> Any:
+def run_dag(
+    load_dag: Callable[[str, str], Any],
+    dag_id: str,
+    kubelet: Kubelet,
+    dag_file: str = "kinetic_gke_dags.py",
+) -> Any:
+    """``dag.test()`` of ``dag_id`` while ``kubelet`` plays the node; its error re-raised."""
     kubelet.start()
     try:
-        dr = load_dag("kinetic_gke_dags.py", dag_id).test(logical_date=LOGICAL)
+        dr = load_dag(dag_file, dag_id).test(logical_date=LOGICAL)
     finally:
         kubelet.abort.set()
         kubelet.join(150)
