@@ -2,9 +2,10 @@
 
 Laid out for the common case, a re-hash of unchanged data: what it uses (a small JSON
 header with the tree's hash, each directory's signature fingerprint and its listing)
-comes first under its own CRC32; the digests and the signatures, needed only where
-something changed, follow under a second CRC32 and are read (through the descriptor
-the first part was read from) and checked only when first used::
+comes first under its own CRC32; the digests and the signatures follow under a second
+CRC32 and are read (through the descriptor the first part was read from) and checked
+only when first used: where something changed, or where the native comparison
+(``core/fastlstat.py``) compares files with the signatures in place::
 
     MAGIC | lengths (5 x u64) | header | fingerprints | listings | CRC1
           | digests | inodes (u64) | sizes, mtimes, ctimes (i64) | CRC2
@@ -123,6 +124,14 @@ class DirView:
             return self.entries
         skip = set(self._others)
         return [e for i, e in enumerate(self.entries) if i not in skip]
+
+    def plain_arrays(self) -> tuple[array, array, int] | None:
+        """The record's inode and (size, mtime, ctime) arrays and this directory's first
+        index in them, for a comparison in place; None when a file here is a symlink
+        (its signature has a fifth field, the target's device).  May raise RecordError."""
+        if self._links:
+            return None
+        return (*self._record.arrays(), self._at)
 
     def sigs(self) -> list[Sig]:
         """The recorded signatures (may raise RecordError)."""

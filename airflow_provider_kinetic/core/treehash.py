@@ -11,8 +11,10 @@ names and stat facts all equal the record's reuses its digests without opening a
 file, and in a changed directory only the files whose facts changed are read.  A
 re-hash of unchanged data is then one ``lstat`` per file, which sets its floor: a
 directory of files only whose own facts are the record's is not listed, and its
-``lstat`` results are compared with the record in one go (:func:`_unchanged`); when
-every directory is unchanged the hash stored with the record is the answer.  Small
+``lstat`` results are compared with the record in one go (:func:`_unchanged`; by
+the optional C extension where it is built, ``core/fastlstat.py``, which skips
+building an ``os.stat_result`` per file); when every directory is unchanged the hash
+stored with the record is the answer.  Small
 files are read (relative to the open directory) and hashed right away, in this
 thread: per-file Python work dominates them and threads would only fight over the
 GIL.  Files of ``THREAD_FILE`` bytes or more go to a thread pool meanwhile (reading
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from stat import S_ISDIR, S_ISREG
 
+from airflow_provider_kinetic.core import fastlstat
 from airflow_provider_kinetic.core.statcache import (
     NEVER,
     DirRecord,
@@ -198,6 +201,18 @@ def lstat_sigs(fd: int, names: list[bytes] | list[str]) -> list[Sig] | None:
         return None
 
 
+def _native_compare(fd: int, old: DirView) -> int | None:
+    """``fastlstat.compare`` of a files-only directory with its record, or None when
+    the Python path must decide (not built, symlinked files, record unreadable)."""
+    if not fastlstat.available():
+        return None
+    try:
+        arrays = old.plain_arrays()
+    except RecordError:
+        return None
+    return None if arrays is None else fastlstat.compare(fd, old.os_entries, *arrays)
+
+
 def _unchanged(
     fd: int, path: str, rel: str, label: str, facts: Facts | None, old: DirView | None
 ) -> DirScan | bool:
@@ -210,9 +225,14 @@ def _unchanged(
     same = old is not None and facts is not None and old.facts == facts and old.dev == facts[0]
     if not same or old is None or facts is None or not old.files_only:
         return same
-    sigs = lstat_sigs(fd, old.os_entries)
-    if sigs is None or fingerprint(sigs) != old.fingerprint:
-        return sigs is not None
+    verdict = _native_compare(fd, old)
+    if verdict is not None:
+        if verdict != fastlstat.SAME:
+            return verdict == fastlstat.DIFFERENT
+    else:
+        sigs = lstat_sigs(fd, old.os_entries)
+        if sigs is None or fingerprint(sigs) != old.fingerprint:
+            return sigs is not None
 
     def recorded() -> list[Sig]:
         """The signatures, read only if used: the record's (equal to the files') while

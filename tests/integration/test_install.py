@@ -37,9 +37,9 @@ def test_wheel_with_gke_extra_in_a_clean_venv_passes_providers_get(tmp_path: Pat
     shutil.copytree(
         REPO / "airflow_provider_kinetic",
         src / "airflow_provider_kinetic",
-        ignore=shutil.ignore_patterns("__pycache__"),
+        ignore=shutil.ignore_patterns("__pycache__", "*.so"),
     )
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy(REPO / name, src / name)
     dist = tmp_path / "dist"
     # The build backend (setuptools) from this venv: no build-time download.
@@ -84,3 +84,10 @@ def test_wheel_with_gke_extra_in_a_clean_venv_passes_providers_get(tmp_path: Pat
         env=env, cwd=tmp_path,
     ).stdout.strip()  # fmt: skip
     assert where.startswith(str(venv)), where
+    # The stat cache's native comparison was compiled into the wheel (setup.py).
+    native = _run(
+        [str(python), "-c",
+         "from airflow_provider_kinetic.core import fastlstat; print(fastlstat.available())"],
+        env=env, cwd=tmp_path,
+    ).stdout.strip()  # fmt: skip
+    assert native == "True"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core import statcache, treewalk
+from airflow_provider_kinetic.core import fastlstat, statcache, treewalk
 from airflow_provider_kinetic.core.data import Data, content_hash_of, content_hash_tree
 from airflow_provider_kinetic.core.statcache import NEVER, DirRecord, StatCache
 
@@ -40,6 +40,21 @@ def kinetic() -> types.ModuleType:
     module = importlib.util.module_from_spec(mod_spec)
     mod_spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def lstat_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs twice: re-hashes compare files with their record natively
+    (``core/_lstatcmp.c``) and in Python; both must decide the same."""
+    if request.param == "python":
+        monkeypatch.setenv(fastlstat.ENV_OFF, "0")
+    else:
+        monkeypatch.delenv(fastlstat.ENV_OFF, raising=False)
+        if not fastlstat.available():
+            if os.environ.get("KINETIC_REQUIRE_NATIVE") == "1":
+                pytest.fail("the native extension _lstatcmp was not built")
+            pytest.skip("the native extension _lstatcmp was not built")
+    return request.param
 
 
 @pytest.fixture
@@ -465,7 +480,15 @@ def test_file_removed_during_the_fast_check(kinetic, cache, tmp_path, monkeypatc
             victim.unlink()  # after the directory's facts matched, before its lstats
         return real(fd, names)
 
+    real_native = fastlstat.compare
+
+    def racing_native(fd, names, *rest):  # type: ignore[no-untyped-def]
+        if victim.name in map(os.fsdecode, names):
+            victim.unlink()
+        return real_native(fd, names, *rest)
+
     monkeypatch.setattr(treehash, "lstat_sigs", racing)
+    monkeypatch.setattr(fastlstat, "compare", racing_native)
     assert check(kinetic, root, cache) != first  # no error, no stale hash
     assert not victim.exists()
     monkeypatch.undo()

@@ -38,7 +38,9 @@ def package_files() -> list[tuple[str, bytes]]:
     for here, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
         for name in files:
-            if name.endswith((".pyc", ".pyo")) or name.startswith("."):
+            # Compiled extensions are this machine's; the wheel is py3-none-any (the
+            # pod needs none of them: the package works without its extension).
+            if name.endswith((".pyc", ".pyo", ".so", ".pyd")) or name.startswith("."):
                 continue
             path = os.path.join(here, name)
             rel = os.path.relpath(path, os.path.dirname(root)).replace(os.sep, "/")
