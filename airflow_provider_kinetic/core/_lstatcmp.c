@@ -49,6 +49,7 @@ PyDoc_STRVAR(compare_doc,
 static PyObject *
 compare(PyObject *self, PyObject *args)
 {
+    (void)self;
     int fd;
     PyObject *names, *seq;
     Py_buffer inodes, numbers;
@@ -119,7 +120,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_lstatcmp",
     "Native comparison of a directory's lstat results with its stat cache record.", -1,
-    methods,
+    methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC
