@@ -3,8 +3,9 @@
 Prints one JSON line: the seconds the hash took (imports excluded: a DAG run's worker
 has them loaded), the hash, and for ours how many files were read (0 = a stat cache
 hit).  Ours uses the stat cache in ``$KINETIC_STATCACHE_DIR``.  ``lstat`` times no
-hash but the floor of any re-hash that must notice a changed file: one ``os.lstat``
-per file, by name relative to an open directory, the names listed beforehand.
+hash but the floor of a re-hash in Python that must notice a changed file: one
+``os.lstat`` per file, by name relative to an open directory, the names listed
+beforehand (ours goes below it where its C extension is built).
 """
 
 from __future__ import annotations

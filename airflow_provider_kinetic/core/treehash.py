@@ -14,11 +14,11 @@ directory of files only whose own facts are the record's is not listed, and its
 ``lstat`` results are compared with the record in one go (:func:`_unchanged`; by
 the optional C extension where it is built, ``core/fastlstat.py``, which skips
 building an ``os.stat_result`` per file); when every directory is unchanged the hash
-stored with the record is the answer.  Small
-files are read (relative to the open directory) and hashed right away, in this
-thread: per-file Python work dominates them and threads would only fight over the
-GIL.  Files of ``THREAD_FILE`` bytes or more go to a thread pool meanwhile (reading
-and hashing release the GIL), so a tree of big files uses every core.
+stored with the record is the answer.  Small files are read (relative to the open
+directory) and hashed right away, in this thread: per-file Python work dominates
+them and threads would only fight over the GIL.  Files of ``THREAD_FILE`` bytes or
+more go to a thread pool meanwhile (reading and hashing release the GIL), so a tree
+of big files uses every core.
 """
 
 from __future__ import annotations
