@@ -364,6 +364,11 @@ class KineticMapOperator(KineticOperatorBase):
                 failures=failures,
                 partial_results=values,
             )
+        if failures:  # returned as error values: their errors and log tails still show
+            self.log.warning(
+                "%s\n(return_exceptions=True: returned as error values in their positions)",
+                batchlogs.failure_summary(state, failures),
+            )
         if context is not None:
             self._write_record(context, store, state, delivered=True)
         if self.cleanup == "artifacts":

@@ -92,6 +92,15 @@ with DAG("kinetic_batch_logs_fail", schedule=None, start_date=START) as logs_fai
         task_id="sweep", python_callable=dies_talking, inputs=[0, 1, 2], poll_interval=0.2
     )
 
+with DAG("kinetic_batch_logs_return_exc", schedule=None, start_date=START) as logs_return_exc:
+    KineticMapOperator(
+        task_id="sweep",
+        python_callable=dies_talking,
+        inputs=[0, 1, 2],
+        poll_interval=0.2,
+        return_exceptions=True,
+    )
+
 with DAG("kinetic_batch_sensor_fail", schedule=None, start_date=START) as sensor_fail:
     submit = KineticMapOperator(
         task_id="submit",

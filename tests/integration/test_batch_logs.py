@@ -77,6 +77,23 @@ def test_failing_child_last_lines_are_in_the_failure_message(load_dag, capfd):
     assert "context 1.29" in tail and "context 1.00" not in tail
 
 
+def test_return_exceptions_still_logs_the_failed_childs_last_lines(load_dag, capfd):
+    """With ``return_exceptions=True`` nothing raises, yet the failed input's error and
+    log tail are in the task log (a warning), and its position holds the error."""
+    dr = load_dag(DAGS, "kinetic_batch_logs_return_exc").test(logical_date=LOGICAL)
+    out = "".join(capfd.readouterr())
+    assert dr.state == "success"
+    values = xcoms(dr)[("sweep", "return_value", -1)]
+    assert values[0] == 0 and values[2] == 2 and values[1]["type"] == "ValueError"
+    assert "1 of 3 inputs failed" in out and "ValueError: child 1 gave up" in out
+    assert "returned as error values" in out
+    head = "last 20 log lines of inputs[1]:"
+    block = out[out.index(head) + len(head) :].splitlines()[1:21]
+    tail = [re.sub(r"^\s*\[child 1\] ", "", line).rstrip() for line in block]
+    live = [t for t, _ in live_lines(out)[1]]
+    assert tail == [t.rstrip() for t in live[-20:]] and "context 1.29" in tail
+
+
 @pytest.mark.parametrize("mode", ["poke", "reschedule", "deferrable"])
 def test_batch_sensor_returns_results_in_input_order(load_dag, airflow_home, capfd, mode):
     dr = load_dag(DAGS, f"kinetic_batch_sensor_{mode}").test(logical_date=LOGICAL)
