@@ -122,7 +122,8 @@ def get_kinetic_cli_commands() -> list[Any]:
             action("ls", "List data-cache entries", "data_ls"),
             action(
                 "gc",
-                "Delete cache entries whose completion marker is older than AGE",
+                "Delete cache entries whose completion marker is older than AGE, and local "
+                "jobs' requirements venvs unused for AGE",
                 "data_gc",
                 Arg(("--older-than",), help="e.g. 7d, 12h, 30m, 45s", metavar="AGE", required=True),
                 Arg(("--dry-run",), help="Only show what would be deleted", action="store_true"),

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_kinetic.core.backends import local_venv
 from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.datacache import cache_key, marker_key
@@ -22,6 +23,7 @@ from airflow_provider_kinetic.core.runtime.context import context_key
 from airflow_provider_kinetic.core.submit import JobRequest, submit_job
 from airflow_provider_kinetic.core.taskrecord import SYNC, TaskRecord, write_record
 from airflow_provider_kinetic.hooks.signing import deployment_secret
+from tests.fixtures.tiny_wheel import write_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 CONN = "kn_cli"
@@ -233,6 +235,49 @@ def test_data_ls_and_gc(config: KineticConfig):
 
     bad = cli("data", "gc", "--older-than", "7 days", ok=False)
     assert bad.returncode == 1 and "bad age '7 days'" in bad.stderr
+
+
+def test_data_gc_removes_unused_local_venvs_but_not_a_live_jobs(
+    config: KineticConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Local jobs' requirements venvs are listed with their last use and collected when
+    unused for ``--older-than``, except one a live job runs in; that job still ends
+    well, and once it has ended its venv goes too."""
+    wheels = tmp_path / "wheels"
+    for version in ("0.0.1", "0.0.2", "0.0.3"):
+        write_wheel(wheels, "kngcprobe", version, {"kngcprobe/__init__.py": "X = 1\n"})
+    monkeypatch.setenv("KINETIC_LOCAL_FIND_LINKS", str(wheels))
+    root = config.bucket_name
+    old_unused = local_venv.ensure_venv(root, ["kngcprobe==0.0.1"])
+    fresh = local_venv.ensure_venv(root, ["kngcprobe==0.0.3"])
+    release = tmp_path / "release"
+    busy = submit(config, wait_release, str(release), requirements=["kngcprobe==0.0.2"])
+    log = LocalBackend(root).job_dir(busy.job_id) + "/log"
+    wait_for(lambda: os.path.exists(log) and "waiting" in Path(log).read_text(), "the job")
+    others = [e.path for e in local_venv.list_venvs(root) if e.path not in (old_unused, fresh)]
+    (busy_venv,) = others  # the job's own, built by its submit
+    old = time.time() - 10 * 86400
+    for path in (old_unused, busy_venv):
+        os.utime(path, (old, old))
+
+    listed = {r["path"]: r for r in as_json("data", "ls") if r["kind"] == "venv"}
+    assert set(listed) == {old_unused, busy_venv, fresh}
+    assert listed[old_unused]["age_s"] > 9 * 86400 and listed[fresh]["age_s"] < 3600
+    assert listed[old_unused]["files"] > 0 and listed[old_unused]["bytes"] > 0
+
+    dry = {r["path"]: r["action"] for r in as_json("data", "gc", "--older-than", "7d", "--dry-run")}
+    assert dry == {old_unused: "would delete", busy_venv: "kept: a live job runs in it"}
+    assert Path(old_unused).is_dir()
+    gc = {r["path"]: r["action"] for r in as_json("data", "gc", "--older-than", "7d")}
+    assert gc == {old_unused: "deleted", busy_venv: "kept: a live job runs in it"}
+    assert not Path(old_unused).exists() and Path(busy_venv).is_dir() and Path(fresh).is_dir()
+    assert [p.name for p in Path(root, local_venv.VENV_DIR).iterdir() if p.name[0] == "."] == []
+
+    release.write_text("go")
+    assert finished(config, busy) is JobStatus.SUCCEEDED
+    assert cli("jobs", "result", busy.job_id).stdout.strip() == "released"
+    gc = {r["path"]: r["action"] for r in as_json("data", "gc", "--older-than", "7d")}
+    assert gc == {busy_venv: "deleted"} and Path(fresh).is_dir()
 
 
 def test_accelerators_through_airflow():

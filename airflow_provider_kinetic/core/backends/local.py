@@ -236,6 +236,29 @@ class LocalBackend(Backend):
         while not self._any_ended(handles) and (left := deadline - time.monotonic()) > 0:
             await asyncio.sleep(min(_WAKE_S, left))
 
+    def venvs_in_use(self) -> set[str]:
+        """Requirements venvs of local jobs that have not ended (starting or running):
+        ``data gc`` must not remove them."""
+        try:
+            jdirs = [e.path for e in os.scandir(os.path.join(self.root, STATE_DIR)) if e.is_dir()]
+        except FileNotFoundError:
+            return set()
+        used = set()
+        for jdir in jdirs:
+            if _read(os.path.join(jdir, "exit_code")) is not None:
+                continue
+            pid = _read(os.path.join(jdir, "pid"))
+            if pid is not None and not _alive(int(pid), jdir):
+                continue  # killed without an exit code: nothing runs in its venv
+            try:
+                with open(os.path.join(jdir, "spec.json")) as f:
+                    venv = json.load(f).get("env", {}).get("VIRTUAL_ENV")
+            except (OSError, ValueError):
+                continue
+            if venv:
+                used.add(venv)
+        return used
+
     def cancel(self, handle: JobHandle) -> None:
         jdir = self.job_dir(handle.job_id)
         pid = _read(os.path.join(jdir, "pid"))

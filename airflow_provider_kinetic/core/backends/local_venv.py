@@ -8,7 +8,10 @@ image build would, instead of silently using whatever the Airflow worker has.
 A venv is built once per requirements hash (lines + this interpreter) under
 ``{root}/.local-venvs/{hash}``: under a file lock, in a scratch directory that is
 renamed into place only when complete (``uv venv --relocatable``), so a half-built
-venv is never used and concurrent jobs wait for one build instead of racing.
+venv is never used and concurrent jobs wait for one build instead of racing.  Each
+use touches the venv (under the same lock), so ``airflow kinetic data gc`` can
+remove venvs unused for a while (:func:`collect`) without pulling one from under a
+job that is about to start or still running.
 
 What the runner itself needs comes from the worker's environment, offline: a
 ``.pth`` file puts a directory of links to this package and ``cloudpickle`` *after*
@@ -29,7 +32,9 @@ import platform
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
 
 from airflow_provider_kinetic.core.errors import KineticError
 
@@ -94,16 +99,16 @@ def venv_python(venv: str) -> str:
 
 
 def ensure_venv(root: str, lines: Sequence[str]) -> str:
-    """The venv directory for ``lines``, built (once, under a lock) if missing."""
+    """The venv directory for ``lines``, built (once, under a lock) if missing, and
+    touched (under the lock: a concurrent ``gc`` sees the use or has finished)."""
     digest = requirements_hash(lines)
     base = os.path.join(root, VENV_DIR)
     final = os.path.join(base, digest[:24])
-    if os.path.isfile(venv_python(final)):
-        log.info("reusing venv %s for requirements %s", final, digest[:12])
-        return final
     os.makedirs(base, exist_ok=True)
     with _locked(os.path.join(base, f"{digest[:24]}.lock")):
-        if os.path.isfile(venv_python(final)):  # built by another job while we waited
+        if os.path.isfile(venv_python(final)):  # built earlier, or while we waited
+            with contextlib.suppress(OSError):  # a venv we may not touch is still usable
+                os.utime(final)
             log.info("reusing venv %s for requirements %s", final, digest[:12])
             return final
         log.info(
@@ -115,6 +120,7 @@ def ensure_venv(root: str, lines: Sequence[str]) -> str:
         try:
             _build(scratch, lines)
             os.rename(scratch, final)
+            os.utime(final)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         log.info("venv for requirements %s ready: %s", digest[:12], final)
@@ -183,3 +189,67 @@ def _link_runner(venv: str) -> None:
     # A relative .pth line is joined to site-packages: the venv stays relocatable.
     with open(os.path.join(sites[0], "_kinetic_runner.pth"), "w") as f:
         f.write(os.path.relpath(shim, sites[0]) + "\n")
+
+
+# ---- garbage collection (``airflow kinetic data ls/gc``) ---------------------------
+
+#: A venv used this recently is never collected, whatever ``--older-than`` says: a job
+#: that has just been handed it may not have recorded it in its spec yet.
+MIN_IDLE_S = 60.0
+
+
+@dataclass
+class VenvEntry:
+    """One built venv: its requirements hash (24 hex digits), last use, size."""
+
+    path: str
+    digest: str
+    last_used: float
+    files: int
+    bytes: int
+
+    def age(self, now: float) -> float:
+        return max(0.0, now - self.last_used)
+
+
+def list_venvs(root: str) -> list[VenvEntry]:
+    """Every complete venv under ``root`` (scratch builds are not listed)."""
+    base = os.path.join(root, VENV_DIR)
+    try:
+        names = sorted(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False))
+    except FileNotFoundError:
+        return []
+    entries = []
+    for name in names:
+        path = os.path.join(base, name)
+        if name.startswith(".") or not os.path.isfile(venv_python(path)):
+            continue
+        files = size = 0
+        for here, _, filenames in os.walk(path):
+            for filename in filenames:
+                with contextlib.suppress(OSError):
+                    size += os.lstat(os.path.join(here, filename)).st_size
+                    files += 1
+        with contextlib.suppress(OSError):
+            entries.append(VenvEntry(path, name, os.stat(path).st_mtime, files, size))
+    return entries
+
+
+def collect(
+    entry: VenvEntry, older_than_s: float, in_use: Collection[str], now: float | None = None
+) -> bool:
+    """Remove ``entry`` if, under its lock, it is still unused for ``older_than_s``
+    (and at least ``MIN_IDLE_S``) and no live job runs in it; whether it was removed.
+    It is renamed away under the lock and deleted after, so no job finds half a venv."""
+    base = os.path.dirname(entry.path)
+    with _locked(os.path.join(base, f"{entry.digest}.lock")):
+        try:
+            idle = (time.time() if now is None else now) - os.stat(entry.path).st_mtime
+        except FileNotFoundError:
+            return False
+        if idle <= max(older_than_s, MIN_IDLE_S) or entry.path in in_use:
+            return False
+        trash = os.path.join(base, f".trash-{entry.digest}-{os.getpid()}")
+        os.rename(entry.path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+    return True
