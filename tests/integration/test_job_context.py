@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,11 @@ from airflow_provider_kinetic.core import batchrun
 from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
 from airflow_provider_kinetic.core.backends.local_venv import VENV_DIR
 from airflow_provider_kinetic.core.batch import plan_batch
-from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.results import collect
 from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE, ContextTooLargeError
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.core.submit import JobRequest, submit_job
-from tests.fixtures import records
 from tests.fixtures.airflow_env import task_states, xcoms
 from tests.fixtures.tiny_wheel import write_wheel
 
@@ -63,20 +60,6 @@ def offline_uv(wheels: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """uv sees only the tmp wheels: no index, no network."""
     monkeypatch.setenv("KINETIC_LOCAL_FIND_LINKS", str(wheels))
     return wheels
-
-
-@pytest.fixture
-def config(tmp_path: Path) -> KineticConfig:
-    return KineticConfig(backend="local", root=str(tmp_path / "root"))
-
-
-@pytest.fixture
-def backend(config: KineticConfig) -> Iterator[LocalBackend]:
-    backend = LocalBackend(config.bucket_name)
-    yield backend
-    jobs = Path(config.bucket_name, STATE_DIR)
-    for jdir in jobs.iterdir() if jobs.is_dir() else []:
-        backend.cancel(records.handle(jdir.name, config.bucket_name))
 
 
 @pytest.fixture

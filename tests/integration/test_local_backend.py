@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,21 +70,6 @@ def pid_alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
-
-
-@pytest.fixture
-def config(tmp_path: Path) -> KineticConfig:
-    return KineticConfig(backend="local", root=str(tmp_path / "root"))
-
-
-@pytest.fixture
-def backend(config: KineticConfig) -> Iterator[LocalBackend]:
-    backend = LocalBackend(config.bucket_name)
-    yield backend
-    # Never leave a job process behind when a test fails half-way.
-    jobs = Path(config.bucket_name, STATE_DIR)
-    for jdir in jobs.iterdir() if jobs.is_dir() else []:
-        backend.cancel(records.handle(jdir.name, config.bucket_name))
 
 
 def submit(config: KineticConfig, backend: LocalBackend, func, *args, **kwargs):
