@@ -15,15 +15,12 @@ import pytest
 from airflow_provider_kinetic.core import fastlstat, treehash
 from airflow_provider_kinetic.core.data import content_hash_of
 from airflow_provider_kinetic.core.statcache import StatCache
+from tests.fixtures.native import require_native
 
 
 @pytest.fixture(autouse=True)
 def built(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(fastlstat.ENV_OFF, raising=False)
-    if not fastlstat.available():
-        if os.environ.get("KINETIC_REQUIRE_NATIVE") == "1":
-            pytest.fail("the native extension _lstatcmp was not built")
-        pytest.skip("the native extension _lstatcmp was not built")
+    require_native(monkeypatch)
 
 
 def record_of(directory: Path, names: list[bytes], pad: int = 0) -> tuple[array, array]:

@@ -25,6 +25,7 @@ import pytest
 from airflow_provider_kinetic.core import fastlstat, statcache, treewalk
 from airflow_provider_kinetic.core.data import Data, content_hash_of, content_hash_tree
 from airflow_provider_kinetic.core.statcache import NEVER, DirRecord, StatCache
+from tests.fixtures.native import require_native
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,11 +50,7 @@ def lstat_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     if request.param == "python":
         monkeypatch.setenv(fastlstat.ENV_OFF, "0")
     else:
-        monkeypatch.delenv(fastlstat.ENV_OFF, raising=False)
-        if not fastlstat.available():
-            if os.environ.get("KINETIC_REQUIRE_NATIVE") == "1":
-                pytest.fail("the native extension _lstatcmp was not built")
-            pytest.skip("the native extension _lstatcmp was not built")
+        require_native(monkeypatch)
     return request.param
 
 
