@@ -28,7 +28,7 @@ from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
-from airflow_provider_kinetic.core.storage import ObjectNotFound
+from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 
@@ -316,11 +316,11 @@ def _venv_row(entry: local_venv.VenvEntry, now: float, action: str | None = None
     return row
 
 
-def _local_root(hook: KineticHook) -> str | None:
+def _local_root(hook: KineticHook, store: ObjectStore) -> str | None:
     """The local backend's root, where local jobs' requirements venvs live (None for
     a bucket: cluster jobs have images, not venvs)."""
     config = hook.get_config()
-    if not config.root or hook.get_store().scheme != "file":
+    if not config.root or store.scheme != "file":
         return None
     return LocalBackend.bucket_for(config)  # the root jobs were given, spelled the same
 
@@ -334,7 +334,7 @@ def data_ls(args: Namespace) -> None:
     store = hook.get_store()
     now = time.time()
     rows = [_cache_row(e, now) for e in inventory.cache_entries(store)]
-    if root := _local_root(hook):
+    if root := _local_root(hook, store):
         rows += [_venv_row(e, now) for e in local_venv.list_venvs(root)]
     emit(rows, _output(args), ("hash", "kind", "age", "files", "size"))
 
@@ -354,10 +354,10 @@ def data_gc(args: Namespace) -> None:
         else:
             inventory.remove_entry(store, entry)
             rows.append(_cache_row(entry, now, "deleted"))
-    if root := _local_root(hook):
+    if root := _local_root(hook, store):
         in_use = LocalBackend(root).venvs_in_use()
         for venv in local_venv.list_venvs(root):
-            if venv.age(now) <= max(age, local_venv.MIN_IDLE_S):
+            if not local_venv.idle_enough(venv.age(now), age):
                 continue
             if venv.path in in_use:
                 rows.append(_venv_row(venv, now, "kept: a live job runs in it"))

@@ -198,6 +198,11 @@ def _link_runner(venv: str) -> None:
 MIN_IDLE_S = 60.0
 
 
+def idle_enough(idle_s: float, older_than_s: float) -> bool:
+    """Whether a venv unused for ``idle_s`` may go under ``gc --older-than``."""
+    return idle_s > max(older_than_s, MIN_IDLE_S)
+
+
 @dataclass
 class VenvEntry:
     """One built venv: its requirements hash (24 hex digits), last use, size."""
@@ -235,19 +240,17 @@ def list_venvs(root: str) -> list[VenvEntry]:
     return entries
 
 
-def collect(
-    entry: VenvEntry, older_than_s: float, in_use: Collection[str], now: float | None = None
-) -> bool:
+def collect(entry: VenvEntry, older_than_s: float, in_use: Collection[str]) -> bool:
     """Remove ``entry`` if, under its lock, it is still unused for ``older_than_s``
     (and at least ``MIN_IDLE_S``) and no live job runs in it; whether it was removed.
     It is renamed away under the lock and deleted after, so no job finds half a venv."""
     base = os.path.dirname(entry.path)
     with _locked(os.path.join(base, f"{entry.digest}.lock")):
         try:
-            idle = (time.time() if now is None else now) - os.stat(entry.path).st_mtime
+            idle = time.time() - os.stat(entry.path).st_mtime
         except FileNotFoundError:
             return False
-        if idle <= max(older_than_s, MIN_IDLE_S) or entry.path in in_use:
+        if not idle_enough(idle, older_than_s) or entry.path in in_use:
             return False
         trash = os.path.join(base, f".trash-{entry.digest}-{os.getpid()}")
         os.rename(entry.path, trash)
