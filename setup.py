@@ -1,6 +1,6 @@
-"""Builds the optional native stat comparison (``core/_lstatcmp.c``); everything else
+"""Builds the optional native stat comparison (``core/data/hashing/_lstatcmp.c``); everything else
 is in pyproject.toml.  ``optional=True``: without a C compiler the package installs
-without it and ``core/fastlstat.py`` compares in Python instead."""
+without it and ``core/data/hashing/fastlstat.py`` compares in Python instead."""
 
 import os
 
@@ -10,8 +10,8 @@ ext_modules = []
 if os.name == "posix":
     ext_modules.append(
         Extension(
-            "airflow_provider_kinetic.core._lstatcmp",
-            ["airflow_provider_kinetic/core/_lstatcmp.c"],
+            "airflow_provider_kinetic.core.data.hashing._lstatcmp",
+            ["airflow_provider_kinetic/core/data/hashing/_lstatcmp.c"],
             optional=True,
         )
     )

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from airflow_provider_kinetic.core.version import __version__
 
 if TYPE_CHECKING:  # what editors and type checkers see; runtime imports stay lazy
     from airflow_provider_kinetic.attached import AttachedJob, attach
-    from airflow_provider_kinetic.core.batchstate import BatchState
+    from airflow_provider_kinetic.core.batch.state import BatchState
     from airflow_provider_kinetic.core.data import Data
     from airflow_provider_kinetic.core.errors import KineticError
-    from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
-    from airflow_provider_kinetic.core.resultref import load_result
+    from airflow_provider_kinetic.core.jobs.resultref import load_result
+    from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
     from airflow_provider_kinetic.decorators.kinetic import kinetic_task
     from airflow_provider_kinetic.exceptions import (
         KineticBatchFailed,
@@ -36,10 +36,10 @@ if TYPE_CHECKING:  # what editors and type checkers see; runtime imports stay la
 _LAZY = {
     "AttachedJob": "airflow_provider_kinetic.attached",
     "attach": "airflow_provider_kinetic.attached",
-    "BatchState": "airflow_provider_kinetic.core.batchstate",
+    "BatchState": "airflow_provider_kinetic.core.batch.state",
     "Data": "airflow_provider_kinetic.core.data",
-    "JobHandle": "airflow_provider_kinetic.core.handles",
-    "JobStatus": "airflow_provider_kinetic.core.handles",
+    "JobHandle": "airflow_provider_kinetic.core.spec.handles",
+    "JobStatus": "airflow_provider_kinetic.core.spec.handles",
     "KineticError": "airflow_provider_kinetic.core.errors",
     "KineticBatchFailed": "airflow_provider_kinetic.exceptions",
     "KineticJobCancelled": "airflow_provider_kinetic.exceptions",
@@ -52,7 +52,7 @@ _LAZY = {
     "KineticBatchTrigger": "airflow_provider_kinetic.triggers.batch",
     "KineticJobTrigger": "airflow_provider_kinetic.triggers.job",
     "kinetic_task": "airflow_provider_kinetic.decorators.kinetic",
-    "load_result": "airflow_provider_kinetic.core.resultref",
+    "load_result": "airflow_provider_kinetic.core.jobs.resultref",
 }
 
 # A literal list so tools read it statically; a test keeps it equal to _LAZY.

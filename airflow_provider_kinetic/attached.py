@@ -14,13 +14,13 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.registry import backend_class
-from airflow_provider_kinetic.core.handles import JobHandle, artifact_key
-from airflow_provider_kinetic.core.results import collect
-from airflow_provider_kinetic.core.signing import AUTH_HMAC
+from airflow_provider_kinetic.core.jobs.results import collect
+from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC
+from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
+from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport, artifact_key
 from airflow_provider_kinetic.core.storage import ObjectStore
-from airflow_provider_kinetic.core.taskrecord import request_cancel
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.hooks.signing import result_key
 

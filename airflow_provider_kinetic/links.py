@@ -20,10 +20,10 @@ from typing import Any
 from airflow.configuration import conf
 from airflow.providers.common.compat.sdk import BaseOperatorLink, XCom
 
-from airflow_provider_kinetic.core.backends.gke import CONSOLE
+from airflow_provider_kinetic.core.backends.gke_console import storage_browser_url
 from airflow_provider_kinetic.core.backends.registry import backend_class
-from airflow_provider_kinetic.core.handles import JobHandle
-from airflow_provider_kinetic.plugins import PLUGIN_PREFIX
+from airflow_provider_kinetic.core.spec.handles import JobHandle
+from airflow_provider_kinetic.provider_info import PLUGIN_PREFIX
 
 DEFAULT_CONN_ID = "kinetic_default"
 
@@ -72,10 +72,7 @@ def batch_url(
 
 def output_url(uri: str | None, project: str = "") -> str | None:
     """The Cloud Storage browser page of a ``gs://`` output dir (None for others)."""
-    if not uri or not uri.startswith("gs://"):
-        return None
-    path = urllib.parse.quote(uri[len("gs://") :].rstrip("/") + "/")
-    return f"{CONSOLE}/storage/browser/{path}" + (f"?project={project}" if project else "")
+    return storage_browser_url(uri or "", project)
 
 
 class _XComLink(BaseOperatorLink):

@@ -12,6 +12,9 @@ from typing import Any
 
 PACKAGE = "airflow_provider_kinetic"
 INTEGRATION = "Kinetic"
+#: Where the plugin mounts the Kinetic pages on the API server; operator links point
+#: there.  Kept here (no Airflow import) so that neither needs the other.
+PLUGIN_PREFIX = "/kinetic"
 
 
 def _option(description: str, kind: str, default: str, sensitive: bool = False) -> dict:

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from table import Row
 
-from airflow_provider_kinetic.core import batchrun
 from airflow_provider_kinetic.core.backends.local import LocalBackend
-from airflow_provider_kinetic.core.batch import plan_batch
+from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.storage import LocalStore
-from airflow_provider_kinetic.core.submit import JobRequest
 
 EXTRA_WRITES = 10
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import kinetic_ref
 from table import Row, best
 
-from airflow_provider_kinetic.core import fastlstat
 from airflow_provider_kinetic.core.data import Data, content_hash_of
-from airflow_provider_kinetic.core.statcache import RACY_NS
+from airflow_provider_kinetic.core.data.hashing import fastlstat
+from airflow_provider_kinetic.core.data.hashing.statcache import RACY_NS
 
 HERE = Path(__file__).resolve().parent
 

@@ -39,8 +39,8 @@ async def drive() -> tuple[int, Counter[str], float, str]:
     """Status reads, requests by kind, fake seconds waited and the trigger's event."""
     from airflow_provider_kinetic.core.accelerators import parse_accelerator
     from airflow_provider_kinetic.core.backends.gke import GkeBackend
-    from airflow_provider_kinetic.core.handles import JobHandle
-    from airflow_provider_kinetic.core.jobspec import SpecInputs, build_job_spec
+    from airflow_provider_kinetic.core.spec.handles import JobHandle
+    from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
     from airflow_provider_kinetic.triggers.job import KineticJobTrigger
     from tests.fixtures.k8s_double import by_code_under_test, running_double
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import kinetic_ref
 from table import Row
 
-from airflow_provider_kinetic.core import datacache
 from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.data import cache as datacache
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

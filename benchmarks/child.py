@@ -23,8 +23,11 @@ def main() -> int:
     side, path = sys.argv[1], sys.argv[2]
     read = [0]
     if side == "ours":
-        from airflow_provider_kinetic.core import schemes, treehash, treewalk  # noqa: F401
-        from airflow_provider_kinetic.core.data import Data
+        from airflow_provider_kinetic.core.data import (
+            Data,
+            schemes,  # noqa: F401
+        )
+        from airflow_provider_kinetic.core.data.hashing import treehash, treewalk  # noqa: F401
 
         real = treewalk._digest_open  # every file read goes through it
 

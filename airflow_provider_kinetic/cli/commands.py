@@ -23,11 +23,11 @@ from airflow_provider_kinetic.cli import inventory
 from airflow_provider_kinetic.cli.output import emit, human_age, human_bytes
 from airflow_provider_kinetic.core.accelerators import GPU_TYPES, TPU_TYPES
 from airflow_provider_kinetic.core.backends import local_venv
-from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.errors import KineticError
-from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.hooks.signing import deployment_secret

@@ -20,12 +20,12 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from airflow_provider_kinetic.core.datacache import CACHE_PREFIX, MARKER_PREFIX
-from airflow_provider_kinetic.core.handles import InvalidHandleError, JobHandle
+from airflow_provider_kinetic.core.data.cache import CACHE_PREFIX, MARKER_PREFIX
+from airflow_provider_kinetic.core.jobs.signing import ResultAuthError, unseal
+from airflow_provider_kinetic.core.jobs.taskrecord import RECORDS_PREFIX
 from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE
-from airflow_provider_kinetic.core.signing import ResultAuthError, unseal
+from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobHandle
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
-from airflow_provider_kinetic.core.taskrecord import RECORDS_PREFIX
 
 log = logging.getLogger(__name__)
 

@@ -344,7 +344,7 @@ def probe_cluster(config: KineticConfig) -> list[str]:
     if not any(cls.needs_cluster for cls in classes):
         return []
     from airflow_provider_kinetic.core.backends import k8s_retry
-    from airflow_provider_kinetic.core.backends.gke import Call
+    from airflow_provider_kinetic.core.backends.k8s_api import Call
     from airflow_provider_kinetic.core.backends.manifests import LWS_GROUP
     from airflow_provider_kinetic.core.backends.pathways import PathwaysBackend
 

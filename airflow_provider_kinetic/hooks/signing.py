@@ -15,8 +15,8 @@ import secrets
 
 from airflow.providers.common.compat.sdk import conf
 
-from airflow_provider_kinetic.core.handles import JobHandle
-from airflow_provider_kinetic.core.signing import AUTH_NONE, job_key
+from airflow_provider_kinetic.core.jobs.signing import AUTH_NONE, job_key
+from airflow_provider_kinetic.core.spec.handles import JobHandle
 
 KEY_FILE = ".result-signing-key"
 

@@ -12,18 +12,14 @@ from typing import Any
 from airflow.providers.common.compat.sdk import BaseOperator, XCom, conf, mask_secret
 
 from airflow_provider_kinetic.core.accelerators import parse_accelerator, with_spot
-from airflow_provider_kinetic.core.handles import artifact_key
-from airflow_provider_kinetic.core.resultref import REF_KEY, is_result_ref, make_result_ref
+from airflow_provider_kinetic.core.data.schemes import scheme_for
+from airflow_provider_kinetic.core.jobs.request import JobRequest, capture_env, plan_for_request
+from airflow_provider_kinetic.core.jobs.resultref import REF_KEY, is_result_ref, make_result_ref
 from airflow_provider_kinetic.core.runtime.context import DEFAULT_MAX_CONTEXT_MB, check_patterns
-from airflow_provider_kinetic.core.runtime.images import (
-    ImagePlan,
-    check_image_setting,
-    plan_for_request,
-)
+from airflow_provider_kinetic.core.runtime.images import ImagePlan, check_image_setting
 from airflow_provider_kinetic.core.runtime.requirements import check_spec as check_requirements
-from airflow_provider_kinetic.core.schemes import scheme_for
+from airflow_provider_kinetic.core.spec.handles import artifact_key
 from airflow_provider_kinetic.core.storage import ObjectStore
-from airflow_provider_kinetic.core.submit import JobRequest, capture_env
 
 XCOM_JOB = "kinetic_job"
 XCOM_BATCH = "kinetic_batch"

@@ -14,18 +14,18 @@ from typing import Any, NoReturn
 
 from airflow.providers.common.compat.sdk import AirflowException
 
-from airflow_provider_kinetic.core import batchlogs, batchrun
-from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.manifests import to_yaml
 from airflow_provider_kinetic.core.backends.registry import backend_class
-from airflow_provider_kinetic.core.batch import plan_batch
-from airflow_provider_kinetic.core.batchresume import resume_batch, save_live, save_plan
-from airflow_provider_kinetic.core.batchstate import SUCCEEDED, BatchState
+from airflow_provider_kinetic.core.batch import logs as batchlogs
+from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch.plan import plan_batch
+from airflow_provider_kinetic.core.batch.resume import resume_batch, save_live, save_plan
+from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.polling import poll_delays
-from airflow_provider_kinetic.core.signing import ResultAuthError
-from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
-from airflow_provider_kinetic.core.taskrecord import (
+from airflow_provider_kinetic.core.jobs.polling import poll_delays
+from airflow_provider_kinetic.core.jobs.signing import ResultAuthError
+from airflow_provider_kinetic.core.jobs.taskrecord import (
     DEFERRED,
     SYNC,
     TaskRecord,
@@ -33,6 +33,8 @@ from airflow_provider_kinetic.core.taskrecord import (
     request_cancel,
     write_record,
 )
+from airflow_provider_kinetic.core.spec.handles import StatusReport
+from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.exceptions import KineticBatchFailed, KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key, result_key_for_job

@@ -12,16 +12,14 @@ from typing import Any, NoReturn
 
 from airflow.providers.common.compat.sdk import AirflowException
 
-from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.manifests import to_yaml
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.handles import JobHandle, new_job_id
-from airflow_provider_kinetic.core.polling import poll_delays
-from airflow_provider_kinetic.core.results import collect_with_blob, is_preemption
-from airflow_provider_kinetic.core.storage import ObjectStore
-from airflow_provider_kinetic.core.submit import plan_job, submit_job
-from airflow_provider_kinetic.core.taskrecord import (
+from airflow_provider_kinetic.core.jobs.polling import poll_delays
+from airflow_provider_kinetic.core.jobs.results import collect_with_blob, is_preemption
+from airflow_provider_kinetic.core.jobs.submit import plan_job, submit_job
+from airflow_provider_kinetic.core.jobs.taskrecord import (
     DEFERRED,
     SYNC,
     Step,
@@ -31,6 +29,8 @@ from airflow_provider_kinetic.core.taskrecord import (
     request_cancel,
     write_record,
 )
+from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport, new_job_id
+from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.exceptions import KineticJobCancelled, KineticJobFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key

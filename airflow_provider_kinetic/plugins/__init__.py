@@ -13,9 +13,11 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-#: Where the pages are mounted; ``links`` builds the job links from it.  (Nothing
-#: heavy is imported here: every Airflow process loads plugins.)
-PLUGIN_PREFIX = "/kinetic"
+# Where the pages are mounted (``links`` builds the job links from the same constant).
+# Nothing heavy is imported here: every Airflow process loads plugins.
+from airflow_provider_kinetic.provider_info import PLUGIN_PREFIX
+
+__all__ = ["PLUGIN_PREFIX", "KineticPlugin"]
 
 
 class _LazyApps:

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from airflow_provider_kinetic.attached import AttachedJob, attach
 from airflow_provider_kinetic.cli import inventory
 from airflow_provider_kinetic.cli.commands import JobStatuses
-from airflow_provider_kinetic.core.backends.base import StatusReport
 from airflow_provider_kinetic.core.backends.registry import backend_class
-from airflow_provider_kinetic.core.handles import InvalidHandleError, JobHandle
-from airflow_provider_kinetic.core.signing import AUTH_HMAC
+from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC
+from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobHandle, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.hooks.signing import deployment_secret

@@ -27,14 +27,14 @@ from typing import Any
 
 import cloudpickle
 
-from airflow_provider_kinetic.core import locallinks
-from airflow_provider_kinetic.core.batchwire import select_input
-from airflow_provider_kinetic.core.data import KEEP, is_data_ref, map_leaves
-from airflow_provider_kinetic.core.locallinks import LOCAL_MOUNTS_ENV
-from airflow_provider_kinetic.core.payload import dump_result, make_result
-from airflow_provider_kinetic.core.resultref import resolve_result_refs
-from airflow_provider_kinetic.core.schemes import scheme_for
-from airflow_provider_kinetic.core.signing import RESULT_KEY_ENV, sign, signature_key
+from airflow_provider_kinetic.core.data import KEEP, is_data_ref, locallinks, map_leaves
+from airflow_provider_kinetic.core.data.locallinks import LOCAL_MOUNTS_ENV
+from airflow_provider_kinetic.core.data.schemes import scheme_for
+from airflow_provider_kinetic.core.jobs import unpickling
+from airflow_provider_kinetic.core.jobs.batchwire import select_input
+from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
+from airflow_provider_kinetic.core.jobs.resultref import resolve_result_refs
+from airflow_provider_kinetic.core.jobs.signing import RESULT_KEY_ENV, sign, signature_key
 from airflow_provider_kinetic.core.storage import store_for_uri
 
 log = logging.getLogger("kinetic.runner")
@@ -229,7 +229,7 @@ def _setup(
         phase = "context extract"
         _extract_context(context_bytes, workdir)
         phase = "payload unpickle"
-        payload = cloudpickle.loads(payload_bytes)
+        payload = unpickling.loads(payload_bytes)
         phase = "environment setup"
         _check_fingerprint(payload.get("client_fingerprint"))
         os.environ.update({k: str(v) for k, v in (payload.get("env_vars") or {}).items()})

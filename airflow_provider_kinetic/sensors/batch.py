@@ -21,9 +21,10 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseSensorOperator, PokeReturnValue, conf
 
-from airflow_provider_kinetic.core import batchlogs, batchrun
-from airflow_provider_kinetic.core.batchresume import load_live, save_live
-from airflow_provider_kinetic.core.batchstate import BatchState
+from airflow_provider_kinetic.core.batch import logs as batchlogs
+from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch.resume import load_live, save_live
+from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.exceptions import KineticBatchFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key_for_job

@@ -13,8 +13,8 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseSensorOperator, PokeReturnValue, conf
 
-from airflow_provider_kinetic.core.handles import InvalidHandleError, JobHandle, JobStatus
-from airflow_provider_kinetic.core.results import collect_with_blob
+from airflow_provider_kinetic.core.jobs.results import collect_with_blob
+from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobHandle, JobStatus
 from airflow_provider_kinetic.exceptions import KineticJobFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import result_key

@@ -15,9 +15,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_kinetic.core import batchlogs
-from airflow_provider_kinetic.core.batchstate import BatchState
-from airflow_provider_kinetic.core.polling import poll_delays
+from airflow_provider_kinetic.core.batch import logs as batchlogs
+from airflow_provider_kinetic.core.batch.state import BatchState
+from airflow_provider_kinetic.core.jobs.polling import poll_delays
 from airflow_provider_kinetic.triggers.settle import hold, not_before_from, remaining
 from airflow_provider_kinetic.triggers.userkill import CancelOnUserKill
 
@@ -160,7 +160,7 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
         """Airflow 3.3+: user mark-failed/clear cancels every active child."""
         if not self.cancel_on_kill:
             return
-        from airflow_provider_kinetic.core.taskrecord import request_cancel
+        from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
         from airflow_provider_kinetic.hooks.kinetic import config_from_json
 
         backend = await asyncio.to_thread(self._backend)

@@ -15,8 +15,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_kinetic.core.handles import JobHandle
-from airflow_provider_kinetic.core.polling import poll_delays
+from airflow_provider_kinetic.core.jobs.polling import poll_delays
+from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.triggers.settle import hold, not_before_from
 from airflow_provider_kinetic.triggers.userkill import CancelOnUserKill
 
@@ -143,7 +143,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         """Airflow 3.3+: runs on user mark-failed/clear only (not triggerer restarts)."""
         if not self.cancel_on_kill:
             return
-        from airflow_provider_kinetic.core.taskrecord import request_cancel
+        from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
         from airflow_provider_kinetic.hooks.kinetic import config_from_json
 
         backend = await asyncio.to_thread(self._backend)

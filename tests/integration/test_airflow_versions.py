@@ -32,7 +32,7 @@ import airflow
 
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.backends.registry import backend_kinds
-from airflow_provider_kinetic.core.handles import JobHandle
+from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.provider_info import FORM
 from airflow_provider_kinetic.triggers.userkill import TRIGGERER_CALLS_ON_KILL
 from tests.fixtures.standalone import (

@@ -7,13 +7,13 @@ from collections import Counter
 
 import pytest
 
-from airflow_provider_kinetic.core import batchrun
 from airflow_provider_kinetic.core.backends.local import LocalBackend
-from airflow_provider_kinetic.core.batch import PAYLOAD_CACHE, plan_batch
+from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch.plan import PAYLOAD_CACHE, plan_batch
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.storage import LocalStore
-from airflow_provider_kinetic.core.submit import JobRequest
 
 
 class CountingStore(LocalStore):
@@ -145,7 +145,7 @@ def test_bad_batch_options_fail_before_anything_is_written(
 
 
 def test_input_modes_auto(tmp_path):
-    from airflow_provider_kinetic.core.batch import split_input
+    from airflow_provider_kinetic.core.batch.plan import split_input
 
     assert split_input({"a": 1, "b": 2}, "auto", 0) == ((), {"a": 1, "b": 2})
     assert split_input({"class": 1}, "auto", 0) == (({"class": 1},), {})

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core import batchlogs, batchrun
-from airflow_provider_kinetic.core.backends.base import StatusReport
 from airflow_provider_kinetic.core.backends.gke import GkeBackend
 from airflow_provider_kinetic.core.backends.local import LocalBackend
-from airflow_provider_kinetic.core.batch import plan_batch
-from airflow_provider_kinetic.core.batchstate import BatchState
+from airflow_provider_kinetic.core.batch import logs as batchlogs
+from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch.plan import plan_batch
+from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.spec.handles import JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import LocalStore
-from airflow_provider_kinetic.core.submit import JobRequest
 from airflow_provider_kinetic.hooks.gke_auth import (
     ClusterEndpoint,
     GkeApiClientFactory,

@@ -22,8 +22,8 @@ import pytest
 
 from airflow_provider_kinetic import KineticBatchSensor, KineticMapOperator
 from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
-from airflow_provider_kinetic.core.batchresume import load_live, save_live
-from airflow_provider_kinetic.core.batchrun import child_job_id
+from airflow_provider_kinetic.core.batch.resume import load_live, save_live
+from airflow_provider_kinetic.core.batch.run import child_job_id
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 from tests.integration.test_operator_lifecycle import TI
@@ -155,7 +155,8 @@ def test_sensor_crash_before_save_live_adopts_the_relaunched_child(
     adopted = [
         r
         for r in caplog.records
-        if r.name == "airflow_provider_kinetic.core.submit" and "exists; keeping it" in r.message
+        if r.name == "airflow_provider_kinetic.core.jobs.submit"
+        and "exists; keeping it" in r.message
     ]
     assert [r.levelno for r in adopted] == [logging.WARNING]
     assert jobs[1] in adopted[0].message

@@ -17,11 +17,12 @@ import pytest
 from airflow_provider_kinetic.core.backends import local_venv
 from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.datacache import cache_key, marker_key
-from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
+from airflow_provider_kinetic.core.data.cache import cache_key, marker_key
+from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.jobs.submit import submit_job
+from airflow_provider_kinetic.core.jobs.taskrecord import SYNC, TaskRecord, write_record
 from airflow_provider_kinetic.core.runtime.context import context_key
-from airflow_provider_kinetic.core.submit import JobRequest, submit_job
-from airflow_provider_kinetic.core.taskrecord import SYNC, TaskRecord, write_record
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 from tests.fixtures.tiny_wheel import write_wheel
 

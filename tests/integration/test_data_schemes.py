@@ -14,9 +14,10 @@ import pytest
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data, content_hash_of
-from airflow_provider_kinetic.core.handles import JobStatus
-from airflow_provider_kinetic.core.results import collect
-from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.jobs.results import collect
+from airflow_provider_kinetic.core.jobs.submit import submit_job
+from airflow_provider_kinetic.core.spec.handles import JobStatus
 from tests.fixtures.airflow_env import task_states, xcoms
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core import datacache
 from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.data import cache as datacache
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore
 from tests.fixtures.fake_gcs import requires_fake_gcs
 
@@ -161,7 +161,7 @@ def test_local_cache_entries_are_read_only(tmp_path):
     import stat
 
     from airflow_provider_kinetic.core.data import Data
-    from airflow_provider_kinetic.core.datacache import cache_key, upload_data
+    from airflow_provider_kinetic.core.data.cache import cache_key, upload_data
     from airflow_provider_kinetic.core.storage import LocalStore
 
     (tmp_path / "src" / "sub").mkdir(parents=True)

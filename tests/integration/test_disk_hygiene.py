@@ -7,12 +7,13 @@ import stat
 import time
 from pathlib import Path
 
-from airflow_provider_kinetic.core import batchrun
 from airflow_provider_kinetic.core.backends.local import LocalBackend
-from airflow_provider_kinetic.core.batch import plan_batch
+from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
-from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.jobs.submit import submit_job
 
 SECRET = b"k" * 32
 

@@ -26,8 +26,8 @@ from airflow_provider_kinetic.core.backends.manifests import (
     lws_manifest,
 )
 from airflow_provider_kinetic.core.backends.pathways import PathwaysBackend
-from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
-from airflow_provider_kinetic.core.jobspec import JobSpec, SpecInputs, build_job_spec
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
+from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_job_spec
 from airflow_provider_kinetic.hooks.gke_auth import (
     ClusterEndpoint,
     GkeApiClientFactory,

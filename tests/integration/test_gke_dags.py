@@ -35,9 +35,9 @@ from airflow_provider_kinetic.core.backends import k8s_logs
 from airflow_provider_kinetic.core.backends import k8s_status as ks
 from airflow_provider_kinetic.core.backends.local import RUNNER_MODULE
 from airflow_provider_kinetic.core.backends.manifests import job_manifest
-from airflow_provider_kinetic.core.jobspec import SpecInputs, build_job_spec
+from airflow_provider_kinetic.core.jobs.signing import job_key
 from airflow_provider_kinetic.core.runtime.context import build_context
-from airflow_provider_kinetic.core.signing import job_key
+from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
 from airflow_provider_kinetic.core.storage.gcs import GcsStore
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 from tests.fixtures.airflow_env import task_states, xcoms

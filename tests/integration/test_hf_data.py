@@ -15,7 +15,11 @@ from pathlib import Path
 import datasets
 import pytest
 
-from airflow_provider_kinetic.core.schemes.hf_load import HfSource, load_hf_to_disk, parse_hf_uri
+from airflow_provider_kinetic.core.data.schemes.hf_load import (
+    HfSource,
+    load_hf_to_disk,
+    parse_hf_uri,
+)
 
 PARQUET = "data/{split}-00000-of-00001.parquet"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -161,7 +165,7 @@ def test_trust_remote_code_is_ignored_with_a_warning_by_script_free_datasets(
     hf_hub, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     hf_hub.add_dataset("org/name", {"train": {"x": [7]}})
-    caplog.set_level(logging.WARNING, logger="airflow_provider_kinetic.core.schemes.hf_load")
+    caplog.set_level(logging.WARNING, logger="airflow_provider_kinetic.core.data.schemes.hf_load")
 
     out = load_hf_to_disk("hf://org/name?split=train", str(tmp_path / "out"), True)
 
@@ -230,7 +234,7 @@ def test_subprocess_reaches_the_double_through_its_environment(hf_hub, tmp_path:
     # A child started with a clean environment plus hf_hub.env reaches the double.
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **hf_hub.env}
     code = f"""
-        from airflow_provider_kinetic.core.schemes.hf_load import load_hf_to_disk
+        from airflow_provider_kinetic.core.data.schemes.hf_load import load_hf_to_disk
         load_hf_to_disk("hf://org/name?split=train", {str(target)!r})
     """
 
@@ -246,7 +250,7 @@ def test_missing_datasets_package_is_named(tmp_path: Path) -> None:
     code = f"""
         import sys
         sys.modules["datasets"] = None  # as if it were not installed
-        from airflow_provider_kinetic.core.schemes import hf_load
+        from airflow_provider_kinetic.core.data.schemes import hf_load
         hf_load.load_hf_to_disk("hf://org/name?split=train", {str(tmp_path / "out")!r})
     """
 

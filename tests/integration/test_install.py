@@ -87,7 +87,8 @@ def test_wheel_with_gke_extra_in_a_clean_venv_passes_providers_get(tmp_path: Pat
     # The stat cache's native comparison was compiled into the wheel (setup.py).
     native = _run(
         [str(python), "-c",
-         "from airflow_provider_kinetic.core import fastlstat; print(fastlstat.available())"],
+         "from airflow_provider_kinetic.core.data.hashing import fastlstat; "
+         "print(fastlstat.available())"],
         env=env, cwd=tmp_path,
     ).stdout.strip()  # fmt: skip
     assert native == "True"

@@ -15,15 +15,16 @@ from typing import Any
 import pendulum
 import pytest
 
-from airflow_provider_kinetic.core import batchrun
 from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
 from airflow_provider_kinetic.core.backends.local_venv import VENV_DIR
-from airflow_provider_kinetic.core.batch import plan_batch
-from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
-from airflow_provider_kinetic.core.results import collect
+from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch.plan import plan_batch
+from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.jobs.results import collect
+from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE, ContextTooLargeError
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.storage import LocalStore
-from airflow_provider_kinetic.core.submit import JobRequest, submit_job
 from tests.fixtures.airflow_env import task_states, xcoms
 from tests.fixtures.tiny_wheel import write_wheel
 

@@ -23,8 +23,8 @@ from airflow_provider_kinetic.core.backends.k8s_retry import RetryPolicy, retry_
 from airflow_provider_kinetic.core.backends.manifests import job_manifest
 from airflow_provider_kinetic.core.backends.pathways import PathwaysBackend
 from airflow_provider_kinetic.core.config import KineticConfig, KineticConfigError
-from airflow_provider_kinetic.core.handles import JobStatus
-from airflow_provider_kinetic.core.jobspec import JobSpec, SpecInputs, build_job_spec
+from airflow_provider_kinetic.core.spec.handles import JobStatus
+from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_job_spec
 from airflow_provider_kinetic.hooks.kinetic import backend_for as hook_backend_for
 from tests.fixtures import records
 from tests.fixtures.google_creds import FakeCredentials

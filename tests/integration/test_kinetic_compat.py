@@ -20,15 +20,20 @@ from typing import Any
 import cloudpickle
 import pytest
 
-from airflow_provider_kinetic.core import batchrun
-from airflow_provider_kinetic.core.backends.base import StatusReport
 from airflow_provider_kinetic.core.backends.gke import GkeBackend
-from airflow_provider_kinetic.core.batch import plan_batch
+from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
-from airflow_provider_kinetic.core.handles import GROUP_FIELDS, HANDLE_FIELDS, JobHandle
+from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.jobs.submit import submit_job
+from airflow_provider_kinetic.core.spec.handles import (
+    GROUP_FIELDS,
+    HANDLE_FIELDS,
+    JobHandle,
+    StatusReport,
+)
 from airflow_provider_kinetic.core.storage import GcsStore
-from airflow_provider_kinetic.core.submit import JobRequest, submit_job
 from tests.fixtures import records
 
 spec = importlib.util.find_spec("kinetic")

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
-from airflow_provider_kinetic.core.backends.base import StatusReport
 from airflow_provider_kinetic.core.backends.local import (
     STATE_DIR,
     LocalBackend,
@@ -27,10 +26,11 @@ from airflow_provider_kinetic.core.backends.local import (
     local_env,
 )
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
-from airflow_provider_kinetic.core.jobspec import SpecInputs, build_job_spec
-from airflow_provider_kinetic.core.results import collect
-from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.jobs.results import collect
+from airflow_provider_kinetic.core.jobs.submit import submit_job
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
+from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
 from tests.fixtures import records
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -125,7 +125,8 @@ def test_job_outlives_the_submitting_process(config, backend, tmp_path: Path) ->
         import json, os, time
         from airflow_provider_kinetic.core.backends.local import LocalBackend
         from airflow_provider_kinetic.core.config import KineticConfig
-        from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+        from airflow_provider_kinetic.core.jobs.request import JobRequest
+        from airflow_provider_kinetic.core.jobs.submit import submit_job
 
         def job(path):
             deadline = time.monotonic() + 60

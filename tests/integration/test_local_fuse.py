@@ -7,8 +7,9 @@ import time
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
-from airflow_provider_kinetic.core.results import collect
-from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.jobs.results import collect
+from airflow_provider_kinetic.core.jobs.submit import submit_job
 
 
 def peek(folder: str, single: str, mounted: str) -> dict:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core import locallinks
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.data import Data
-from airflow_provider_kinetic.core.handles import JobStatus
-from airflow_provider_kinetic.core.results import collect
-from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+from airflow_provider_kinetic.core.data import Data, locallinks
+from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.jobs.results import collect
+from airflow_provider_kinetic.core.jobs.submit import submit_job
+from airflow_provider_kinetic.core.spec.handles import JobStatus
 
 
 def hold(mount: str, release: str) -> list[str]:

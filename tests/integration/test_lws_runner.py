@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 from airflow_provider_kinetic.core.backends import k8s_status as ks
-from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.spec.handles import JobStatus
 from airflow_provider_kinetic.core.storage import LocalStore
-from airflow_provider_kinetic.core.submit import JobRequest
 from tests.integration.test_runner import REPO_ROOT, stage
 
 

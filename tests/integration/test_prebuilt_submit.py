@@ -10,11 +10,12 @@ import pytest
 
 from airflow_provider_kinetic.core.backends.gke import GkeBackend
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.handles import artifact_key
+from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.runtime import wheel
 from airflow_provider_kinetic.core.runtime.requirements import RequirementsError
+from airflow_provider_kinetic.core.spec.handles import artifact_key
 from airflow_provider_kinetic.core.storage.gcs import GcsStore
-from airflow_provider_kinetic.core.submit import JobRequest, submit_job
 from tests.fixtures.k8s_double import threaded_double
 
 REPO = "us-docker.pkg.dev/proj/kinetic"
@@ -57,8 +58,8 @@ def test_a_local_path_fails_before_anything_is_uploaded(fake_gcs, config):
 
 
 def test_a_prebuilt_batch_uploads_its_requirements_once_for_every_child(fake_gcs, config):
-    from airflow_provider_kinetic.core import batchrun
-    from airflow_provider_kinetic.core.batch import plan_batch
+    from airflow_provider_kinetic.core.batch import run as batchrun
+    from airflow_provider_kinetic.core.batch.plan import plan_batch
 
     store = GcsStore(config.bucket, client=fake_gcs.client())
     request = JobRequest(func=double_it, requirements=["six==1.16"])

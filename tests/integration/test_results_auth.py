@@ -13,10 +13,16 @@ import pytest
 
 from airflow_provider_kinetic.core.backends.local import SECRETS_FILE, LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.handles import JobStatus
-from airflow_provider_kinetic.core.results import collect
-from airflow_provider_kinetic.core.signing import AUTH_HMAC, AUTH_NONE, ResultAuthError, job_key
-from airflow_provider_kinetic.core.submit import JobRequest, submit_job
+from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.jobs.results import collect
+from airflow_provider_kinetic.core.jobs.signing import (
+    AUTH_HMAC,
+    AUTH_NONE,
+    ResultAuthError,
+    job_key,
+)
+from airflow_provider_kinetic.core.jobs.submit import submit_job
+from airflow_provider_kinetic.core.spec.handles import JobStatus
 
 SECRET = os.urandom(32)
 

@@ -20,11 +20,12 @@ from typing import Any, NamedTuple
 import cloudpickle
 import pytest
 
-from airflow_provider_kinetic.core import datacache
 from airflow_provider_kinetic.core.data import Data
-from airflow_provider_kinetic.core.handles import artifact_key, new_job_id
+from airflow_provider_kinetic.core.data import cache as datacache
+from airflow_provider_kinetic.core.jobs.pack import prepare
+from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.spec.handles import artifact_key, new_job_id
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore
-from airflow_provider_kinetic.core.submit import JobRequest, prepare
 from tests.fixtures.fake_gcs import requires_fake_gcs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -226,7 +227,7 @@ def test_data_refs_volumes_and_output_dir(store: ObjectStore, tmp_path: Path, mo
         volumes={mount: Data(str(vol))},
         capture_env_vars=["KINETIC_TEST_*"],
     )
-    from airflow_provider_kinetic.core.submit import capture_env
+    from airflow_provider_kinetic.core.jobs.request import capture_env
 
     flags = stage(store, request, capture_env(request.capture_env_vars))
     proc = run_runner(flags, {"KINETIC_TEST_CAPTURED": ""})

@@ -27,10 +27,11 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-from airflow_provider_kinetic.core.handles import artifact_key, new_job_id
+from airflow_provider_kinetic.core.jobs.pack import prepare
+from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.runtime.images import PUBLISHED_PYTHON, write_prebuilt_context
+from airflow_provider_kinetic.core.spec.handles import artifact_key, new_job_id
 from airflow_provider_kinetic.core.storage import LocalStore
-from airflow_provider_kinetic.core.submit import JobRequest, prepare
 
 REPO = Path(__file__).resolve().parents[2]
 UV = shutil.which("uv")

@@ -321,7 +321,7 @@ def test_import_is_light() -> None:
 
 _UPLOAD_CHILD = """
 import shutil, sys
-from airflow_provider_kinetic.core import datacache
+from airflow_provider_kinetic.core.data import cache as datacache
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.storage import LocalStore
 
@@ -349,8 +349,8 @@ def _temp_files(root: Path) -> list[Path]:
 def test_killed_local_upload_leaves_nothing_in_the_cache_entry(tmp_path: Path) -> None:
     import signal
 
-    from airflow_provider_kinetic.core import datacache
     from airflow_provider_kinetic.core.data import Data
+    from airflow_provider_kinetic.core.data import cache as datacache
 
     src, root = tmp_path / "src", tmp_path / "store"
     files = make_tree(src, n=40)

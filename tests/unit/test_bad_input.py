@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from airflow_provider_kinetic.core.accelerators import InvalidAcceleratorError
-from airflow_provider_kinetic.core.backends.base import StatusReport
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
-from airflow_provider_kinetic.core.handles import JobStatus
-from airflow_provider_kinetic.core.payload import UnpicklableArgumentError
+from airflow_provider_kinetic.core.jobs.payload import UnpicklableArgumentError
+from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.jobs.submit import submit_job
+from airflow_provider_kinetic.core.spec.handles import JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import LocalStore
-from airflow_provider_kinetic.core.submit import JobRequest, submit_job
 
 
 class RecordingBackend(LocalBackend):
@@ -176,7 +176,7 @@ def test_dangerous_mount_paths_are_refused_before_any_upload(env, volumes, match
 
 
 def test_safe_mount_paths_pass(env) -> None:
-    from airflow_provider_kinetic.core.mounts import check_mount_paths
+    from airflow_provider_kinetic.core.data.mounts import check_mount_paths
 
     paths = ["/mnt/a", "/mnt/b", "/data/x/y", "/tmp/work", "/etcetera", "/mnt/ab"]
     assert check_mount_paths(paths, "/_kinetic/fuse-data") == {p: p for p in paths}

@@ -11,11 +11,10 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from airflow_provider_kinetic.core import batchlogs
-from airflow_provider_kinetic.core.backends.base import StatusReport
 from airflow_provider_kinetic.core.backends.local import LocalBackend
-from airflow_provider_kinetic.core.batchstate import BatchState
-from airflow_provider_kinetic.core.handles import JobStatus
+from airflow_provider_kinetic.core.batch import logs as batchlogs
+from airflow_provider_kinetic.core.batch.state import BatchState
+from airflow_provider_kinetic.core.spec.handles import JobStatus, StatusReport
 from tests.fixtures import records
 
 

@@ -7,12 +7,11 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core import batchrun
-from airflow_provider_kinetic.core.backends.base import StatusReport
 from airflow_provider_kinetic.core.backends.k8s_status import REASON_PREEMPTED
 from airflow_provider_kinetic.core.backends.local import LocalBackend
-from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
-from airflow_provider_kinetic.core.payload import dump_result, make_result
+from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import LocalStore
 from tests.fixtures.records import batch_state as state
 from tests.fixtures.records import handle

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core import treehash, treewalk
 from airflow_provider_kinetic.core.data import Data, DataPathError, DataReadError, content_hash_of
+from airflow_provider_kinetic.core.data.hashing import treehash, treewalk
 
 KINETIC_PIN = "keras-kinetic==0.0.4"
 

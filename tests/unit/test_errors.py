@@ -15,19 +15,18 @@ from airflow_provider_kinetic import (
     KineticMapOperator,
     KineticRunOperator,
 )
-from airflow_provider_kinetic.core import batchrun
 from airflow_provider_kinetic.core.accelerators import InvalidAcceleratorError
-from airflow_provider_kinetic.core.backends.base import StatusReport
 from airflow_provider_kinetic.core.backends.gke import KubernetesApiError
 from airflow_provider_kinetic.core.backends.local import LocalBackend
-from airflow_provider_kinetic.core.handles import InvalidHandleError, JobStatus
-from airflow_provider_kinetic.core.payload import (
+from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.jobs.payload import (
     RemoteFunctionError,
     UnpicklableArgumentError,
     dump_result,
     make_result,
 )
-from airflow_provider_kinetic.core.signing import sign
+from airflow_provider_kinetic.core.jobs.signing import sign
+from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectNotFound, PreconditionFailed
 from airflow_provider_kinetic.hooks.signing import result_key
 from tests.fixtures import records

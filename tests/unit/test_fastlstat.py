@@ -1,4 +1,4 @@
-"""The native stat comparison (``core/_lstatcmp.c``) agrees with ``os.lstat``, and a
+"""The native stat comparison (``core/data/hashing/_lstatcmp.c``) agrees with ``os.lstat``, and a
 re-hash uses it where it is built (``$KINETIC_REQUIRE_NATIVE=1``, as the test command
 sets, makes its absence a failure)."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core import fastlstat, treehash
 from airflow_provider_kinetic.core.data import content_hash_of
-from airflow_provider_kinetic.core.statcache import StatCache
+from airflow_provider_kinetic.core.data.hashing import fastlstat, treehash
+from airflow_provider_kinetic.core.data.hashing.statcache import StatCache
 from tests.fixtures.native import require_native
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from airflow_provider_kinetic.core.jobspec import identity_labels, label_value
+from airflow_provider_kinetic.core.spec.pod import identity_labels, label_value
 
 VALID = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 

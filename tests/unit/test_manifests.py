@@ -25,7 +25,8 @@ from airflow_provider_kinetic.core.backends.manifests import (
     lws_manifest,
     to_yaml,
 )
-from airflow_provider_kinetic.core.jobspec import FuseMount, JobSpec, SpecInputs, build_job_spec
+from airflow_provider_kinetic.core.data.mounts import FuseMount
+from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_job_spec
 
 K8S_VERSION = "1.33"
 JOB_ID = "job-0123abcd"
@@ -343,8 +344,9 @@ def _cached_k8s_schemas() -> Any:
 
 def test_secret_is_created_first_then_owned_by_the_job_and_removed_if_creation_fails():
     """The submit plan, driven by hand: no I/O, every call and its order checked."""
-    from airflow_provider_kinetic.core.backends.gke import GkeBackend, KubernetesApiError, Reply
-    from airflow_provider_kinetic.core.jobspec import SpecInputs, build_job_spec
+    from airflow_provider_kinetic.core.backends.gke import GkeBackend, KubernetesApiError
+    from airflow_provider_kinetic.core.backends.k8s_api import Reply
+    from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
 
     spec = build_job_spec(
         SpecInputs(

@@ -18,10 +18,10 @@ import cloudpickle
 import pytest
 
 from airflow_provider_kinetic import Data, KineticMapOperator, KineticRunOperator
-from airflow_provider_kinetic.core import batchrun
-from airflow_provider_kinetic.core.batch import PAYLOAD_CACHE
-from airflow_provider_kinetic.core.jobspec import JobSpec
-from airflow_provider_kinetic.core.submit import plan_job
+from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch.plan import PAYLOAD_CACHE
+from airflow_provider_kinetic.core.jobs.submit import plan_job
+from airflow_provider_kinetic.core.spec.pod import JobSpec
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 

@@ -17,7 +17,7 @@ import cloudpickle
 import pytest
 
 from airflow_provider_kinetic.core.data import Data, make_data_ref
-from airflow_provider_kinetic.core.payload import (
+from airflow_provider_kinetic.core.jobs.payload import (
     UnpicklableArgumentError,
     dump_result,
     find_data,
@@ -26,7 +26,7 @@ from airflow_provider_kinetic.core.payload import (
     raise_remote_failure,
     replace_data,
 )
-from airflow_provider_kinetic.core.submit import ENV_BLOCKLIST, capture_env
+from airflow_provider_kinetic.core.jobs.request import ENV_BLOCKLIST, capture_env
 
 
 class Pair(NamedTuple):

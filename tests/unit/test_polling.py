@@ -9,7 +9,7 @@ import time
 
 from airflow_provider_kinetic.core.backends.gke import GkeBackend
 from airflow_provider_kinetic.core.backends.local import LocalBackend
-from airflow_provider_kinetic.core.polling import poll_delays
+from airflow_provider_kinetic.core.jobs.polling import poll_delays
 from tests.fixtures import records
 
 
@@ -31,7 +31,7 @@ def test_cluster_polls_keep_their_rate():
 
 def test_local_wait_wakes_when_the_job_exits(tmp_path):
     from airflow_provider_kinetic.core.accelerators import parse_accelerator
-    from airflow_provider_kinetic.core.jobspec import SpecInputs, build_job_spec
+    from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
 
     spec = build_job_spec(
         SpecInputs(

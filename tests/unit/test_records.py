@@ -10,14 +10,14 @@ import json
 
 import pytest
 
-from airflow_provider_kinetic.core.batchstate import BatchState
-from airflow_provider_kinetic.core.handles import (
+from airflow_provider_kinetic.core.batch.state import BatchState
+from airflow_provider_kinetic.core.data.mounts import FuseMount
+from airflow_provider_kinetic.core.spec.handles import (
     GROUP_FIELDS,
     HANDLE_FIELDS,
     InvalidHandleError,
     JobHandle,
 )
-from airflow_provider_kinetic.core.jobspec import FuseMount
 from tests.fixtures import records
 
 

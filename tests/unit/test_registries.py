@@ -18,8 +18,8 @@ from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.backends.pathways import PathwaysBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
-from airflow_provider_kinetic.core.schemes import _SCHEMES as SCHEMES
-from airflow_provider_kinetic.core.schemes import (
+from airflow_provider_kinetic.core.data.schemes import _SCHEMES as SCHEMES
+from airflow_provider_kinetic.core.data.schemes import (
     DataScheme,
     register_scheme,
     scheme_for,
@@ -135,7 +135,7 @@ class S3Scheme(DataScheme):
         return data.path.endswith("/")
 
     def ref(self, data: Data, store: Any, mount: str | None) -> tuple[dict, None]:
-        from airflow_provider_kinetic.core.schemes.base import plain_ref
+        from airflow_provider_kinetic.core.data.schemes.base import plain_ref
 
         return plain_ref(data, data.path, self.is_dir(data), mount), None
 
@@ -148,7 +148,8 @@ def s3_scheme():
 
 
 def test_a_new_scheme_is_one_class_and_one_registration(s3_scheme, tmp_path):
-    from airflow_provider_kinetic.core.submit import JobRequest, prepare
+    from airflow_provider_kinetic.core.jobs.pack import prepare
+    from airflow_provider_kinetic.core.jobs.request import JobRequest
 
     assert "s3" in scheme_names()
     data = Data("s3://bucket/prefix/")

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core import fastlstat, statcache, treewalk
 from airflow_provider_kinetic.core.data import Data, content_hash_of, content_hash_tree
-from airflow_provider_kinetic.core.statcache import NEVER, DirRecord, StatCache
+from airflow_provider_kinetic.core.data.hashing import fastlstat, statcache, treewalk
+from airflow_provider_kinetic.core.data.hashing.statcache import NEVER, DirRecord, StatCache
 from tests.fixtures.native import require_native
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +46,7 @@ def kinetic() -> types.ModuleType:
 @pytest.fixture(autouse=True, params=["native", "python"])
 def lstat_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs twice: re-hashes compare files with their record natively
-    (``core/_lstatcmp.c``) and in Python; both must decide the same."""
+    (``core/data/hashing/_lstatcmp.c``) and in Python; both must decide the same."""
     if request.param == "python":
         monkeypatch.setenv(fastlstat.ENV_OFF, "0")
     else:
@@ -224,7 +224,7 @@ def test_writer_between_walk_and_read(kinetic, cache, reads, tmp_path, monkeypat
         return out
 
     monkeypatch.setattr(treewalk, "stat_dir", racing)
-    from airflow_provider_kinetic.core import treehash
+    from airflow_provider_kinetic.core.data.hashing import treehash
 
     monkeypatch.setattr(treehash, "stat_dir", racing)
     check(kinetic, root, cache)  # what was read: the newest bytes
@@ -266,7 +266,7 @@ def test_processes_sharing_the_cache(kinetic, tmp_path):
     code = (
         "import sys, json\n"
         "from airflow_provider_kinetic.core.data import content_hash_of\n"
-        "from airflow_provider_kinetic.core.statcache import StatCache\n"
+        "from airflow_provider_kinetic.core.data.hashing.statcache import StatCache\n"
         "c = StatCache(sys.argv[1], racy_ns=0)\n"
         "print(json.dumps([content_hash_of(p, stat_cache=c) for p in sys.argv[2:] * 5]))\n"
     )
@@ -294,7 +294,7 @@ def test_new_process_hit_reads_nothing(kinetic, cache, tmp_path):
     expected = check(kinetic, root, cache)
     code = (
         "import json, sys\n"
-        "from airflow_provider_kinetic.core import treewalk\n"
+        "from airflow_provider_kinetic.core.data.hashing import treewalk\n"
         "from airflow_provider_kinetic.core.data import Data\n"
         "n = [0]\n"
         "real = treewalk._digest_open\n"
@@ -421,7 +421,7 @@ def test_unchanged_directories_are_not_listed_again(kinetic, cache, tmp_path, mo
 def test_directories_of_files_only_take_the_fast_path(kinetic, cache, reads, tmp_path, monkeypatch):
     """A re-hash vouches for a directory of files only with one ``lstat`` per file:
     the full per-entry scan runs only where there are subdirectories."""
-    from airflow_provider_kinetic.core import treehash
+    from airflow_provider_kinetic.core.data.hashing import treehash
 
     root = tree(tmp_path)
     write(root, {"shard-0/\u00e9t\u00e9.bin": b"non-ASCII name"})
@@ -465,7 +465,7 @@ def test_fast_path_declines_a_symlinked_file(kinetic, cache, reads, tmp_path):
 def test_file_removed_during_the_fast_check(kinetic, cache, tmp_path, monkeypatch):
     """A concurrent writer removes a file after its directory's facts were compared:
     the directory is listed again and the hash is the tree's as it is now."""
-    from airflow_provider_kinetic.core import treehash
+    from airflow_provider_kinetic.core.data.hashing import treehash
 
     root = tree(tmp_path)
     first = check(kinetic, root, cache)

@@ -10,13 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core.backends.base import StatusReport
 from airflow_provider_kinetic.core.backends.local import LocalBackend
-from airflow_provider_kinetic.core.handles import JobStatus
-from airflow_provider_kinetic.core.payload import dump_result, make_result
-from airflow_provider_kinetic.core.signing import job_key, seal, sign
-from airflow_provider_kinetic.core.storage import LocalStore
-from airflow_provider_kinetic.core.taskrecord import (
+from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
+from airflow_provider_kinetic.core.jobs.signing import job_key, seal, sign
+from airflow_provider_kinetic.core.jobs.taskrecord import (
     DEFERRED,
     SYNC,
     Step,
@@ -28,6 +25,8 @@ from airflow_provider_kinetic.core.taskrecord import (
     request_cancel,
     write_record,
 )
+from airflow_provider_kinetic.core.spec.handles import JobStatus, StatusReport
+from airflow_provider_kinetic.core.storage import LocalStore
 from tests.fixtures import records
 
 SECRET = b"s" * 32

@@ -11,7 +11,7 @@ import pytest
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.jobspec import SpecInputs, build_job_spec
+from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
 from airflow_provider_kinetic.hooks.kinetic import config_to_json
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger

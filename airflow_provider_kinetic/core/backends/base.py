@@ -17,33 +17,15 @@ import abc
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_kinetic.core.accelerators import Accelerator
-from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
-from airflow_provider_kinetic.core.jobspec import JobSpec
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
+from airflow_provider_kinetic.core.spec.pod import JobSpec
 
 if TYPE_CHECKING:
-    from airflow_provider_kinetic.core.config import KineticConfig
+    from airflow_provider_kinetic.core.settings import KineticSettings
     from airflow_provider_kinetic.core.storage import ObjectStore
-
-
-@dataclass(frozen=True)
-class StatusReport:
-    """A status plus the reason a person needs to act on it (shown in the task log)."""
-
-    status: JobStatus
-    reason: str | None = None
-    message: str = ""
-
-    def describe(self) -> str:
-        text = self.status.value
-        if self.reason:
-            text += f" ({self.reason})"
-        if self.message:
-            text += f": {self.message}"
-        return text
 
 
 class Backend(abc.ABC):
@@ -67,24 +49,24 @@ class Backend(abc.ABC):
         return None
 
     @classmethod
-    def validate_config(cls, config: KineticConfig) -> None:
+    def validate_config(cls, config: KineticSettings) -> None:
         """Raise ``ValueError`` naming the connection extra this backend is missing."""
         return None
 
     @classmethod
     @abc.abstractmethod
-    def bucket_for(cls, config: KineticConfig) -> str:
+    def bucket_for(cls, config: KineticSettings) -> str:
         """The store root this backend's jobs use (bucket name or local directory)."""
 
     @classmethod
     @abc.abstractmethod
-    def store_for(cls, config: KineticConfig) -> ObjectStore:
+    def store_for(cls, config: KineticSettings) -> ObjectStore:
         """The object store holding payloads, results, data cache and outputs."""
 
     @classmethod
     @abc.abstractmethod
     def from_config(
-        cls, config: KineticConfig, api_client_factory: Callable[[], Any] | None = None
+        cls, config: KineticSettings, api_client_factory: Callable[[], Any] | None = None
     ) -> Backend:
         """An instance for ``config`` (``api_client_factory`` when ``needs_cluster``)."""
 

@@ -1,36 +1,32 @@
 """The GKE backend: one batch/v1 Job per run, through the official ``kubernetes`` client.
 
-Each operation is written once, as a *plan*: a generator that yields API calls
-(:class:`Call`) and receives their replies (:class:`Reply`), holding no client.
-Two small drivers run plans, one with the blocking ``kubernetes`` client (worker
-processes) and one with ``kubernetes_asyncio`` (the triggerer's event loop), so the
-sync and async paths cannot drift apart.  Replies are raw JSON (``_preload_content
-=False``): no model round trip that could choke on fields newer than the client,
-and pod logs arrive byte for byte (the typed client mangles JSON-looking log lines).
-
-A 401 means the bearer token went stale (GKE tokens last an hour): the driver
-rebuilds the client from the factory once (a GKE factory refreshes its token) and
-repeats the call.
+Each operation (create with its Secret, status with the pods and events that explain
+a wait, a batch's status in two list calls, logs, cancel) is a *plan* of API calls
+(``k8s_api.py``), run by the sync or the async driver; what the replies mean is
+``k8s_status.py``'s and ``k8s_logs.py``'s business, console links ``gke_console.py``'s.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import json
 import logging
-import threading
-import urllib.parse
-from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
-
-import kubernetes.client as k8s
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kinetic.core.accelerators import Accelerator
-from airflow_provider_kinetic.core.backends import k8s_logs, k8s_retry, k8s_status
-from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.backends import k8s_logs, k8s_status
+from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.backends.gke_console import job_console_url, logging_url
+from airflow_provider_kinetic.core.backends.k8s_api import (
+    ApiClientFactory,
+    AsyncApiClientFactory,
+    Call,
+    KubernetesApiError,
+    Plan,
+    PlanDriver,
+    items,
+    json_or_none,
+)
 from airflow_provider_kinetic.core.backends.manifests import (
     GROUP_LABEL,
     job_manifest,
@@ -38,81 +34,19 @@ from airflow_provider_kinetic.core.backends.manifests import (
     owner_reference,
     secret_manifest,
 )
-from airflow_provider_kinetic.core.errors import KineticError
-from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
-from airflow_provider_kinetic.core.jobspec import CONTAINER_NAME, JobSpec, label_value, secret_name
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
+from airflow_provider_kinetic.core.spec.pod import CONTAINER_NAME, JobSpec, label_value, secret_name
 
 if TYPE_CHECKING:
-    from airflow_provider_kinetic.core.config import KineticConfig
+    from airflow_provider_kinetic.core.settings import KineticSettings
     from airflow_provider_kinetic.core.storage import GcsStore
 
-CONSOLE = "https://console.cloud.google.com"
+__all__ = ["GkeBackend", "KubernetesApiError"]
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-ApiClientFactory = Callable[[], k8s.ApiClient]
-#: Returns a ``kubernetes_asyncio`` ApiClient (or an awaitable of one).
-AsyncApiClientFactory = Callable[[], Any]
 
-
-@dataclass(frozen=True)
-class Call:
-    """One API call: ``getattr(<api class>(client), method)(*args, **kwargs)``."""
-
-    api: str
-    method: str
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Reply:
-    """HTTP status and raw body of one call."""
-
-    status: int
-    body: bytes
-
-    @property
-    def ok(self) -> bool:
-        return 200 <= self.status < 300
-
-    def json(self) -> Any:
-        return json.loads(self.body) if self.body else None
-
-
-Plan = Generator[Call, Reply, T]
-
-
-class KubernetesApiError(KineticError, RuntimeError):
-    """A call the API server refused; ``status`` is the HTTP code, the message is the server's."""
-
-    def __init__(self, what: str, reply: Reply):
-        self.status = reply.status
-        try:
-            detail = (reply.json() or {}).get("message") or ""
-        except (ValueError, AttributeError):
-            detail = reply.body[:300].decode("utf-8", "replace")
-        super().__init__(f"{what}: HTTP {reply.status} {detail}".rstrip())
-
-
-def json_or_none(reply: Reply, what: str) -> dict[str, Any] | None:
-    """The object in ``reply``, ``None`` on 404, raise on any other error."""
-    if reply.status == 404:
-        return None
-    if not reply.ok:
-        raise KubernetesApiError(what, reply)
-    return reply.json()
-
-
-def items(reply: Reply, what: str) -> list[dict[str, Any]]:
-    """The ``items`` of a list reply; raise on any error."""
-    if not reply.ok:
-        raise KubernetesApiError(what, reply)
-    return list((reply.json() or {}).get("items") or [])
-
-
-class GkeBackend(Backend):
+class GkeBackend(PlanDriver, Backend):
     """Runs each job as a batch/v1 Job (``kinetic-{job_id}``) on a GKE cluster.
 
     ``api_client_factory`` returns a ``kubernetes.client.ApiClient``; production
@@ -139,7 +73,7 @@ class GkeBackend(Backend):
             )
 
     @classmethod
-    def bucket_for(cls, config: KineticConfig) -> str:
+    def bucket_for(cls, config: KineticSettings) -> str:
         """Explicit ``bucket``, or kinetic's ``{project}-kn-{cluster}-jobs``."""
         if config.bucket:
             return config.bucket
@@ -148,19 +82,19 @@ class GkeBackend(Backend):
         raise ValueError("set 'bucket', or 'project' and 'cluster', for a GKE kinetic target")
 
     @classmethod
-    def store_for(cls, config: KineticConfig) -> GcsStore:
+    def store_for(cls, config: KineticSettings) -> GcsStore:
         from airflow_provider_kinetic.core.storage import GcsStore
 
         return GcsStore(cls.bucket_for(config), project=config.project)
 
     @classmethod
-    def cluster_fields_missing(cls, config: KineticConfig) -> list[str]:
+    def cluster_fields_missing(cls, config: KineticSettings) -> list[str]:
         """Connection extras a cluster backend cannot do without."""
         return [f for f in ("project", "zone", "cluster") if not getattr(config, f)]
 
     @classmethod
     def from_config(
-        cls, config: KineticConfig, api_client_factory: Callable[[], Any] | None = None
+        cls, config: KineticSettings, api_client_factory: Callable[[], Any] | None = None
     ) -> GkeBackend:
         missing = cls.cluster_fields_missing(config)
         if missing:
@@ -188,7 +122,7 @@ class GkeBackend(Backend):
     @classmethod
     def logs_url(cls, handle: JobHandle) -> str | None:
         """Cloud Logging, filtered to the job's containers (pods carry ``job-id``)."""
-        return _logging_url(
+        return logging_url(
             handle.project, handle.cluster_name, handle.namespace, "job-id", handle.job_id
         )
 
@@ -196,14 +130,14 @@ class GkeBackend(Backend):
     def group_logs_url(
         cls, group_id: str, project: str, cluster: str, namespace: str
     ) -> str | None:
-        return _logging_url(project, cluster, namespace, GROUP_LABEL, label_value(group_id))
+        return logging_url(project, cluster, namespace, GROUP_LABEL, label_value(group_id))
 
     @classmethod
     def console_url(cls, handle: JobHandle) -> str:
-        return (
-            f"{CONSOLE}/kubernetes/{cls.console_kind}/{handle.zone}/{handle.cluster_name}/"
-            f"{handle.namespace}/{handle.k8s_name}/details?project={handle.project}"
-        )
+        return job_console_url(
+            cls.console_kind, handle.zone, handle.cluster_name, handle.namespace,
+            handle.k8s_name, handle.project,
+        )  # fmt: skip
 
     def __init__(
         self,
@@ -215,14 +149,9 @@ class GkeBackend(Backend):
         schedule_timeout_s: float | None = 1800.0,
         create_grace_s: float = 180.0,
     ):
-        self._factory = api_client_factory
-        self._async_factory = async_api_client_factory or getattr(
-            api_client_factory, "async_client", None
-        )
+        super().__init__(api_client_factory, async_api_client_factory)
         self.namespace = namespace
         self.limits = k8s_status.Limits(image_pull_grace_s, schedule_timeout_s, create_grace_s)
-        self._client: k8s.ApiClient | None = None
-        self._lock = threading.Lock()
 
     # ---- the Backend API --------------------------------------------------------
     def submit(self, spec: JobSpec) -> None:
@@ -410,113 +339,6 @@ class GkeBackend(Backend):
         if not reply.ok and reply.status != 404:
             raise KubernetesApiError(f"deleting Job {ns}/{name}", reply)
 
-    # ---- drivers ------------------------------------------------------------------
-    def _run(self, plan: Plan[T]) -> T:
-        try:
-            call = next(plan)
-            while True:
-                call = plan.send(self._send(call))
-        except StopIteration as stop:
-            return stop.value
-
-    def _send(self, call: Call) -> Reply:
-        """One call: 429/5xx/lost connections retried, a 401 renews the client once
-        (:mod:`~airflow_provider_kinetic.core.backends.k8s_retry`)."""
-        policy = k8s_retry.policy_for(self)
-        answer = k8s_retry.send(call, self._sync_client, self._reset_client, policy)
-        return Reply(answer.status, answer.body)
-
-    def _sync_client(self) -> k8s.ApiClient:
-        with self._lock:
-            if self._client is None:
-                self._client = self._factory()
-            return self._client
-
-    def _reset_client(self, stale: k8s.ApiClient) -> None:
-        # Not closed: another thread may still be using it; it goes with its last user.
-        with self._lock:
-            if self._client is stale:
-                self._client = None
-                _invalidate(self._factory)
-
-    async def _arun(self, plan: Plan[T]) -> T:
-        client = await self._new_async_client()
-        try:
-            call = next(plan)
-            while True:
-                reply, client = await self._asend(call, client)
-                call = plan.send(reply)
-        except StopIteration as stop:
-            return stop.value
-        finally:
-            await client.close()
-
-    async def _asend(self, call: Call, client: Any) -> tuple[Reply, Any]:
-        """:meth:`_send` on the event loop; returns the client to go on with."""
-
-        async def renew(stale: Any) -> Any:
-            await stale.close()
-            _invalidate(self._factory)
-            if self._async_factory is not None:
-                _invalidate(self._async_factory)
-            with self._lock:
-                self._client = None
-            return await self._new_async_client()
-
-        policy = k8s_retry.policy_for(self)
-        answer, client = await k8s_retry.asend(call, client, renew, policy)
-        return Reply(answer.status, answer.body), client
-
-    async def _new_async_client(self) -> Any:
-        if self._async_factory is not None:
-            made = self._async_factory()
-            return await made if inspect.isawaitable(made) else made
-        import kubernetes_asyncio.client as ak8s
-
-        # Building the sync client may fetch a token: off the loop.  The aiohttp
-        # session inside the async client must be made on the loop.
-        sync_client = await asyncio.to_thread(self._sync_client)
-        cfg = await asyncio.to_thread(async_configuration_like, sync_client)
-        return ak8s.ApiClient(cfg)
-
-
-def async_configuration_like(client: k8s.ApiClient) -> Any:
-    """A ``kubernetes_asyncio`` Configuration with the same host, TLS settings and token.
-
-    The token is copied as it is now (a sync refresh hook may block, which an
-    event loop must not do); a 401 makes the driver build a fresh copy.
-    """
-    import kubernetes_asyncio.client as ak8s
-
-    src = client.configuration
-    cfg = ak8s.Configuration(host=src.host)
-    for attr in ("ssl_ca_cert", "verify_ssl", "cert_file", "key_file", "tls_server_name", "proxy"):
-        if hasattr(src, attr) and hasattr(cfg, attr):
-            setattr(cfg, attr, getattr(src, attr))
-    token = src.get_api_key_with_prefix("BearerToken", alias="authorization")
-    if token:
-        cfg.api_key = {"BearerToken": token}
-    return cfg
-
-
-def _logging_url(project: str, cluster: str, namespace: str, label: str, value: str) -> str:
-    """A Cloud Logging query URL for the containers whose pods carry ``label=value``."""
-    query = "\n".join(
-        [
-            'resource.type="k8s_container"',
-            f'resource.labels.cluster_name="{cluster}"',
-            f'resource.labels.namespace_name="{namespace}"',
-            f'labels."k8s-pod/{label}"="{value}"',
-        ]
-    )
-    return f"{CONSOLE}/logs/query;query={urllib.parse.quote(query)}?project={project}"
-
 
 def _labels(obj: dict[str, Any]) -> dict[str, str]:
     return (obj.get("metadata") or {}).get("labels") or {}
-
-
-def _invalidate(factory: Any) -> None:
-    invalidate = getattr(factory, "invalidate", None)
-    if callable(invalidate):
-        invalidate()

@@ -20,9 +20,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_provider_kinetic.core.backends.base import StatusReport
-from airflow_provider_kinetic.core.handles import JobStatus
-from airflow_provider_kinetic.core.jobspec import CONTAINER_NAME
+from airflow_provider_kinetic.core.spec.handles import (
+    REASON_EVICTED,
+    REASON_PREEMPTED,
+    JobStatus,
+    StatusReport,
+)
+from airflow_provider_kinetic.core.spec.pod import CONTAINER_NAME
 
 # -- reasons (StatusReport.reason); values are stable strings, shown in task logs --
 REASON_NOT_FOUND = "NotFound"
@@ -35,8 +39,6 @@ REASON_FAILED_MOUNT = "FailedMount"
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_FAILED_CREATE = "FailedCreate"
 REASON_OOM_KILLED = "OOMKilled"
-REASON_EVICTED = "Evicted"
-REASON_PREEMPTED = "Preempted"
 REASON_NONZERO_EXIT = "NonZeroExit"
 REASON_POD_FAILED = "PodFailed"
 REASON_WORKER_FAILED = "WorkerFailed"

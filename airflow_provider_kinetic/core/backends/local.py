@@ -22,15 +22,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kinetic.core.backends import local_venv
-from airflow_provider_kinetic.core.backends.base import Backend, StatusReport
+from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.supervise import SECRETS_FILE
-from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
-from airflow_provider_kinetic.core.jobspec import JobSpec
-from airflow_provider_kinetic.core.locallinks import LOCAL_MOUNTS_ENV
+from airflow_provider_kinetic.core.data.locallinks import LOCAL_MOUNTS_ENV
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
+from airflow_provider_kinetic.core.spec.pod import JobSpec
 from airflow_provider_kinetic.core.storage import LocalStore
 
 if TYPE_CHECKING:
-    from airflow_provider_kinetic.core.config import KineticConfig
+    from airflow_provider_kinetic.core.settings import KineticSettings
 
 log = logging.getLogger(__name__)
 
@@ -96,21 +96,21 @@ class LocalBackend(Backend):
 
     # ---- the kind ---------------------------------------------------------------
     @classmethod
-    def validate_config(cls, config: KineticConfig) -> None:
+    def validate_config(cls, config: KineticSettings) -> None:
         if not config.root:
             raise ValueError("the local backend needs a root directory ('root' extra)")
 
     @classmethod
-    def bucket_for(cls, config: KineticConfig) -> str:
+    def bucket_for(cls, config: KineticSettings) -> str:
         return os.path.abspath(config.root or "")
 
     @classmethod
-    def store_for(cls, config: KineticConfig) -> LocalStore:
+    def store_for(cls, config: KineticSettings) -> LocalStore:
         return LocalStore(cls.bucket_for(config))
 
     @classmethod
     def from_config(
-        cls, config: KineticConfig, api_client_factory: Callable[[], Any] | None = None
+        cls, config: KineticSettings, api_client_factory: Callable[[], Any] | None = None
     ) -> LocalBackend:
         return cls(cls.bucket_for(config))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from airflow_provider_kinetic.core.jobspec import JobSpec, secret_name
+from airflow_provider_kinetic.core.spec.pod import JobSpec, secret_name
 
 #: Label that marks every Job (and pod) of one batch, so one list call answers for
 #: all children (``Backend.batch_status``).  Set it through ``SpecInputs.extra_labels``.

@@ -13,14 +13,8 @@ from typing import Any
 
 from airflow_provider_kinetic.core.accelerators import Accelerator
 from airflow_provider_kinetic.core.backends import k8s_status
-from airflow_provider_kinetic.core.backends.base import StatusReport
-from airflow_provider_kinetic.core.backends.gke import (
-    Call,
-    GkeBackend,
-    KubernetesApiError,
-    Plan,
-    json_or_none,
-)
+from airflow_provider_kinetic.core.backends.gke import GkeBackend, KubernetesApiError
+from airflow_provider_kinetic.core.backends.k8s_api import Call, Plan, json_or_none
 from airflow_provider_kinetic.core.backends.manifests import (
     LWS_DEFAULT_VERSION,
     LWS_GROUP,
@@ -29,8 +23,8 @@ from airflow_provider_kinetic.core.backends.manifests import (
     lws_manifest,
     lws_name,
 )
-from airflow_provider_kinetic.core.handles import JobHandle, JobStatus
-from airflow_provider_kinetic.core.jobspec import JobSpec
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
+from airflow_provider_kinetic.core.spec.pod import JobSpec
 
 
 class PathwaysBackend(GkeBackend):

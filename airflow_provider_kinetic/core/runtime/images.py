@@ -300,26 +300,6 @@ def context_tarball(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def plan_for_request(request: Any, config: Any, kind: str) -> ImagePlan:
-    """The image plan of a ``JobRequest`` on backend ``kind``: the one the operator
-    resolved (``request.image_plan``), else resolved now.  Backends that run no
-    containers (local) get ``mode="local"``."""
-    if getattr(request, "image_plan", None) is not None:
-        return request.image_plan
-    from airflow_provider_kinetic.core.accelerators import parse_accelerator
-    from airflow_provider_kinetic.core.backends.registry import backend_class
-
-    return plan_image(
-        container_image=getattr(request, "container_image", None),
-        requirements=getattr(request, "requirements", None),
-        entry_file=getattr(request, "entry_file", None),
-        category=parse_accelerator(request.accelerator_spec).category,
-        local=not backend_class(kind).needs_cluster,
-        config=config,
-        ceilings=getattr(request, "by_value_roots", None) or (),
-    )
-
-
 def write_prebuilt_context(folder: str, python: str = PUBLISHED_PYTHON) -> list[str]:
     """Write the prebuilt images' build context: ``Dockerfile.{cpu,gpu,tpu}``, the
     runner shim and ``dist/`` (this package's wheel; not committed).  Returns the

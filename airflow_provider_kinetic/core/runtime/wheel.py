@@ -15,15 +15,17 @@ import io
 import os
 import zipfile
 
-import airflow_provider_kinetic
+from airflow_provider_kinetic.core.version import __version__
 
 PACKAGE = "airflow_provider_kinetic"
+#: The package directory these files run from (this module is core/runtime/wheel.py).
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: A fixed timestamp: identical files give an identical wheel.
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
 def package_version() -> str:
-    return airflow_provider_kinetic.__version__
+    return __version__
 
 
 def wheel_name() -> str:
@@ -33,7 +35,7 @@ def wheel_name() -> str:
 
 def package_files() -> list[tuple[str, bytes]]:
     """(archive path, bytes) of every source file of the package, sorted."""
-    root = os.path.dirname(os.path.abspath(airflow_provider_kinetic.__file__))
+    root = PACKAGE_DIR
     out = []
     for here, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))

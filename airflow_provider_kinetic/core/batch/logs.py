@@ -1,0 +1,241 @@
+"""Live logs of a batch's children: new lines into the task log, each once, bounded.
+
+Whoever drives a batch (the map operator in sync mode, the batch trigger while it is
+deferred, the batch sensor) calls :func:`show` / :func:`ashow` once per poll.  Per
+running child the offset already shown rides in ``BatchState.log_offsets``
+(``index -> [job_id, offset]``), so nothing is shown twice and nothing is skipped
+across polls, deferrals and processes.  Only children still active (or just
+finished, until drained) have an entry, so the state stays bounded by
+``max_concurrent``.
+
+Each running child shows at most ``max_bytes`` per poll; the rest comes next poll.
+A poll reads at most ``CHILDREN_PER_POLL`` children's logs (finished ones first,
+then running ones in turn, ``BatchState.log_turn``), so a poll of a 1,000-child
+batch still makes a bounded number of API calls; pending children have no log yet.
+A child that has just finished is drained in full before the driver deletes its
+Job (on GKE its pod log goes with it).  When a child fails, the last
+``TAIL_LINES`` lines of its log are kept in ``BatchState.log_tails`` for the
+batch's failure summary (for at most ``MAX_TAILS`` children, lines cut to
+``TAIL_LINE_CHARS``, so the state stays small).
+
+The backend contract's offsets are opaque (bytes for the local backend, lines for
+pod logs), so capping a read cannot just count: :func:`take` works out from the
+read itself which unit the offset moved in and verifies it, and when it cannot
+(a log that was not valid UTF-8 and was decoded with replacements), it shows the
+whole read rather than risk a gap or a repeat.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.batch.state import BatchState
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
+
+log = logging.getLogger(__name__)
+
+#: Bytes of new log shown per running child per poll (the rest comes next poll).
+LOG_BYTES_PER_POLL = 64 * 1024
+#: Children whose logs one poll reads (each read is an API call or two on GKE).
+CHILDREN_PER_POLL = 8
+#: Lines of a failed child's log repeated in the failure summary.
+TAIL_LINES = 20
+#: Failed children whose tails are kept (the state travels through the triggerer).
+MAX_TAILS = 10
+TAIL_LINE_CHARS = 300
+
+#: ``emit(index, line)``: one log line of child ``index`` into the task log.
+Emit = Callable[[int, str], None]
+
+
+def take(text: str, offset: int, new_offset: int, max_bytes: int | None) -> tuple[list[str], int]:
+    """Whole lines of one read, at most ``max_bytes`` of them, and the offset after them.
+
+    ``text`` is what ``read_logs(handle, offset)`` returned with ``new_offset``.  If
+    the offset moved by the number of lines, it counts lines; if by the UTF-8 size
+    of the text, bytes (identical cuts when every line is empty).  Anything else:
+    all of it, uncapped.  A single line longer than the cap is still taken (cut for
+    display by :func:`clip`), so every poll makes progress.
+    """
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if max_bytes is None or max_bytes <= 0 or len(text.encode()) <= max_bytes:
+        return lines, new_offset
+    moved = new_offset - offset
+    if moved == len(lines):
+        unit = "lines"
+    elif moved == len(text.encode()):
+        unit = "bytes"
+    else:
+        return lines, new_offset
+    size, count = 0, 0
+    for line in lines:
+        grow = len(line.encode()) + 1
+        if count and size + grow > max_bytes:
+            break
+        size, count = size + grow, count + 1
+    return lines[:count], offset + (count if unit == "lines" else size)
+
+
+def clip(line: str, limit: int) -> str:
+    """A line cut to ``limit`` characters, saying how much was left out."""
+    line = line.rstrip("\r")
+    if len(line) <= limit:
+        return line
+    return f"{line[:limit]}... ({len(line) - limit} more characters)"
+
+
+def _start(state: BatchState, index: int, handle: JobHandle) -> int:
+    """Where child ``index``'s current job continues (0 for a new job: a retry's log
+    starts over)."""
+    entry = state.log_offsets.get(index)
+    if entry and entry[0] == handle.job_id:
+        return int(entry[1])
+    return 0
+
+
+def _keep_tail(state: BatchState, index: int, lines: list[str]) -> None:
+    if index not in state.log_tails and len(state.log_tails) >= MAX_TAILS:
+        return
+    state.log_tails[index] = [clip(line, TAIL_LINE_CHARS) for line in lines[-TAIL_LINES:]]
+
+
+def _plan(
+    state: BatchState, reports: dict[str, StatusReport], drain_all: bool
+) -> list[tuple[int, JobHandle, bool, JobStatus]]:
+    """(index, handle, finished, status) of the children whose logs this poll reads:
+    finished ones first (all of them with ``drain_all``: their Jobs go next), then
+    running ones in turn, ``CHILDREN_PER_POLL`` in all."""
+    finished, running = [], []
+    for index, handle in sorted(state.active.items()):
+        report = reports.get(handle.job_id)
+        if report is None:
+            continue
+        if report.status.is_terminal:
+            finished.append((index, handle, True, report.status))
+        elif report.status is JobStatus.RUNNING:
+            running.append((index, handle, False, report.status))
+    if not drain_all:
+        finished = finished[:CHILDREN_PER_POLL]
+    room = max(CHILDREN_PER_POLL - len(finished), 0)
+    if len(running) > room:
+        start = (state.log_turn * room) % len(running)
+        running = (running[start:] + running[:start])[:room]
+    state.log_turn += 1
+    return finished + running
+
+
+def _fold(
+    state: BatchState,
+    index: int,
+    handle: JobHandle,
+    read: tuple[str, int],
+    start: int,
+    finished: bool,
+    emit: Emit,
+    max_bytes: int | None,
+    line_limit: int,
+    drop: bool,
+) -> None:
+    text, end = read
+    lines, moved_to = take(text, start, end, None if finished else max_bytes)
+    for line in lines:
+        emit(index, clip(line, line_limit))
+    if drop:
+        state.log_offsets.pop(index, None)
+    else:
+        state.log_offsets[index] = [handle.job_id, moved_to]
+
+
+def show(
+    state: BatchState,
+    backend: Backend,
+    reports: dict[str, StatusReport],
+    emit: Emit,
+    max_bytes: int | None = LOG_BYTES_PER_POLL,
+) -> None:
+    """One poll's new lines of every active child (finished ones drained); call it
+    before ``batchrun.observe``, which deletes finished children's Jobs."""
+    streaming = bool(max_bytes and max_bytes > 0)
+    limit = max(max_bytes or 0, TAIL_LINE_CHARS)
+    for index, handle, finished, status in _plan(state, reports, drain_all=True):
+        try:
+            read = None
+            if streaming:
+                start = _start(state, index, handle)
+                read = backend.read_logs(handle, start)
+                _fold(state, index, handle, read, start, finished, emit, max_bytes, limit, finished)
+            if status is JobStatus.FAILED:
+                whole = read[0] if read and start == 0 else backend.read_logs(handle, 0)[0]
+                _keep_tail(state, index, whole.split("\n")[:-1])
+            elif status is JobStatus.SUCCEEDED:
+                state.log_tails.pop(index, None)
+        except Exception as exc:  # noqa: BLE001 - a log read never fails the batch
+            log.warning("could not read the log of inputs[%d] (%s): %s", index, handle.job_id, exc)
+
+
+async def ashow(
+    state: BatchState,
+    backend: Backend,
+    reports: dict[str, StatusReport],
+    emit: Emit,
+    max_bytes: int | None = LOG_BYTES_PER_POLL,
+) -> None:
+    """:func:`show` for the triggerer's event loop.  A finished child is drained
+    here too (its lines show while the task is deferred) but keeps its offset: the
+    operator's :func:`show` on resume finds nothing new, keeps its tail, drops it."""
+    if not max_bytes or max_bytes <= 0:
+        return
+    limit = max(max_bytes, TAIL_LINE_CHARS)
+    for index, handle, finished, _ in _plan(state, reports, drain_all=False):
+        start = _start(state, index, handle)
+        try:
+            read = await backend.aread_logs(handle, start)
+        except Exception as exc:  # noqa: BLE001 - a log read never ends the wait
+            log.warning("could not read the log of inputs[%d] (%s): %s", index, handle.job_id, exc)
+            continue
+        _fold(state, index, handle, read, start, finished, emit, max_bytes, limit, False)
+
+
+def forget_finished(state: BatchState) -> None:
+    """Drop offsets of children no longer active (cancelled by fail_fast, say)."""
+    for index in [i for i in state.log_offsets if i not in state.active]:
+        del state.log_offsets[index]
+
+
+def tail_text(state: BatchState, index: int) -> str:
+    """The kept last lines of a failed child, indented for the failure summary."""
+    lines = state.log_tails.get(index)
+    if not lines:
+        return ""
+    head = f"    last {len(lines)} log lines of inputs[{index}]:\n"
+    return head + "\n".join(f"    [child {index}] {line}" for line in lines)
+
+
+def failure_summary(state: BatchState, failures: dict[int, BaseException]) -> str:
+    """The ``KineticBatchFailed`` message: each failed input, its error and, for a
+    child that ran and failed, the last lines of its log."""
+    lines = [
+        f"kinetic batch {state.group_id}: {len(failures)} of {state.total} "
+        "inputs failed (results of the others stay in the store):"
+    ]
+    for i, exc in sorted(failures.items()):
+        job = state.jobs.get(i, "not submitted")
+        lines.append(f"  inputs[{i}] ({job}): {type(exc).__name__}: {exc}")
+        tail = tail_text(state, i)
+        if tail:
+            lines.append(tail)
+    return "\n".join(lines)
+
+
+def wire(state: BatchState) -> dict[str, Any]:
+    """The log fields of ``state`` in their wire form (to patch a state dict)."""
+    return {
+        "log_offsets": {str(k): list(v) for k, v in state.log_offsets.items()},
+        "log_tails": {str(k): list(v) for k, v in state.log_tails.items()},
+        "log_turn": state.log_turn,
+    }

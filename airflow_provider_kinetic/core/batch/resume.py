@@ -1,0 +1,126 @@
+"""Batches resume: a retried or re-run map task reattaches to its group.
+
+The plan (the initial ``BatchState``: template, options, inputs) is written once per
+batch, sealed with the deployment secret, at ``_groups/{group_id}/state.json``.
+Children have derived job ids (``batchrun.child_job_id``), so a new try finds every
+child the earlier tries created by probing ``{job_id}/handle.json`` — no per-child
+record, so a batch still writes N + c objects.  Then the try-rule applies per child:
+succeeded children are collected, running ones adopted (unless the earlier try was
+deferred and killed from outside: then they are cancelled and run again), and only
+failed, cancelled or missing ones are submitted again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.jobs.signing import seal, unseal
+from airflow_provider_kinetic.core.jobs.taskrecord import (
+    cancel_requested,
+    request_cancel,
+    succeeded_result,
+)
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, artifact_key
+from airflow_provider_kinetic.core.storage import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+def plan_key(group_id: str) -> str:
+    return f"_groups/{group_id}/state.json"
+
+
+def save_plan(store: ObjectStore, state: BatchState, secret: bytes) -> None:
+    """Write the batch's initial state once (sealed): what a resumed try starts from."""
+    store.write_bytes(
+        plan_key(state.group_id), seal(secret, state.to_dict()), content_type="application/json"
+    )
+
+
+def live_key(group_id: str) -> str:
+    return f"_groups/{group_id}/live.json"
+
+
+def save_live(store: ObjectStore, state: BatchState, secret: bytes) -> None:
+    """The batch's current state (sealed), for a driver in another process: a batch
+    submitted with ``wait_for_completion=False`` is driven by ``KineticBatchSensor``,
+    whose pokes (reschedule mode) or retries start from this.  Written when the
+    state changes, not per poll."""
+    store.write_bytes(
+        live_key(state.group_id), seal(secret, state.to_dict()), content_type="application/json"
+    )
+
+
+def load_live(store: ObjectStore, group_id: str, secret: bytes) -> BatchState:
+    """The state :func:`save_live` wrote (``ObjectNotFound`` if none)."""
+    return BatchState.from_dict(unseal(secret, store.read_bytes(live_key(group_id)), group_id))
+
+
+def _latest_launch(store: ObjectStore, group_id: str, index: int) -> int:
+    launch = 0
+    while store.exists(
+        artifact_key(batchrun.child_job_id(group_id, index, launch + 1), "handle.json")
+    ):
+        launch += 1
+    return launch
+
+
+def resume_batch(
+    store: ObjectStore,
+    backend: Backend,
+    config: KineticConfig,
+    group_id: str,
+    secret: bytes,
+    result_key: Callable[[JobHandle], str | None],
+    *,
+    cancel_live: bool,
+) -> BatchState:
+    """The batch's state rebuilt from the store and the backend (see module docstring)."""
+    state = BatchState.from_dict(unseal(secret, store.read_bytes(plan_key(group_id)), group_id))
+    state.queue, state.order, state.stopped = [], [], False
+    latest: dict[int, JobHandle] = {}
+    for index in range(state.total):
+        launch = _latest_launch(store, group_id, index)
+        state.launches[index] = launch
+        if launch:
+            job_id = batchrun.child_job_id(group_id, index, launch)
+            spec = batchrun.child_spec(state, index, job_id, config, store, secret)
+            latest[index] = state.template.handle(config, store, spec, index)
+            state.jobs[index] = job_id
+    reports = backend.batch_status(group_id, list(latest.values())) if latest else {}
+    for index in range(state.total):
+        handle = latest.get(index)
+        report = reports.get(handle.job_id) if handle else None
+        if handle is None or report is None:
+            state.queue.append(index)
+            continue
+        if report.status in (JobStatus.PENDING, JobStatus.RUNNING):
+            if cancel_live and not cancel_requested(store, handle):
+                request_cancel(store, backend, handle)
+            if cancel_live or cancel_requested(store, handle):
+                state.queue.append(index)
+            else:
+                state.active[index] = handle
+                state.attempts[index] = 1
+            continue
+        if report.status is JobStatus.SUCCEEDED or (
+            report.status is JobStatus.NOT_FOUND and succeeded_result(store, handle, result_key)
+        ):
+            state.done[index] = SUCCEEDED
+            state.order.append(index)
+            continue
+        state.queue.append(index)  # failed, cancelled or gone: run it again
+    state.manifest_dirty = True
+    log.info(
+        "batch %s resumed: %d succeeded, %d running adopted, %d to (re)submit",
+        group_id,
+        len(state.done),
+        len(state.active),
+        len(state.queue),
+    )
+    return state

@@ -1,0 +1,302 @@
+"""Running a planned batch: launch under the cap, fold statuses, retry, stop, gather.
+
+Everything works on the :class:`BatchState` from ``core.batch.plan_batch`` (JSON on
+the wire) so the operator can carry it across deferrals.  One status query per poll covers every
+active child (``Backend.batch_status``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.batch.plan import PAYLOAD_CACHE
+from airflow_provider_kinetic.core.batch.state import (
+    CANCELLED,
+    FAILED,
+    NOT_SUBMITTED,
+    SUCCEEDED,
+    BatchState,
+)
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.data import cache as datacache
+from airflow_provider_kinetic.core.jobs.results import collect, collect_with_blob, is_preemption
+from airflow_provider_kinetic.core.jobs.submit import create_job, make_private
+from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE
+from airflow_provider_kinetic.core.spec.handles import JobStatus, StatusReport
+from airflow_provider_kinetic.core.spec.pod import JobSpec
+from airflow_provider_kinetic.core.storage import ObjectStore
+
+log = logging.getLogger(__name__)
+
+MANIFEST_INTERVAL_S = 30.0
+MAX_PREEMPTION_RETRIES = 3
+
+
+def start_batch(
+    state: BatchState, objects: dict[str, bytes], local: list[Data], store: ObjectStore
+) -> None:
+    """Upload data and shared objects (content-addressed: present = skipped), manifest."""
+    datacache.upload_all(store, local)
+    for key, blob in objects.items():
+        if key.startswith((PAYLOAD_CACHE, CONTEXT_CACHE)) and store.exists(key):
+            log.info("shared object %s already in the store", store.uri(key))
+            continue
+        store.write_bytes(key, blob)
+        make_private(store, key)
+    write_manifest(state, store)
+
+
+def write_manifest(state: BatchState, store: ObjectStore) -> None:
+    """kinetic's manifest: group fields + one entry per submitted child."""
+    children = [
+        {"group_index": i, "job_id": job, "attempts": state.attempts.get(i, 1)}
+        for i, job in sorted(state.jobs.items())
+    ]
+    manifest = {
+        "group_id": state.group_id,
+        "group_kind": "map",
+        "group_name": state.group_name,
+        "tags": state.tags,
+        "created_at": state.created_at,
+        "total_expected": state.total,
+        "submit_fn_name": state.template.func_name,
+        "children": children,
+    }
+    store.write_bytes(
+        manifest_key(state.group_id),
+        json.dumps(manifest, sort_keys=True).encode(),
+        content_type="application/json",
+    )
+    state.manifest_at = time.time()
+    state.manifest_dirty = False
+
+
+def manifest_key(group_id: str) -> str:
+    return f"_groups/{group_id}/manifest.json"
+
+
+def batch_handle(state: BatchState, store: ObjectStore) -> dict[str, Any]:
+    """What stands for a submitted batch in XCom (``KineticBatchSensor`` waits on it):
+    the group id finds its saved state, the rest is for people."""
+    return {
+        "kind": "kinetic_batch",
+        "group_id": state.group_id,
+        "backend": state.backend,
+        "bucket": store.bucket,
+        "total": state.total,
+        "output_dir": state.template.output_dir,
+        "manifest_uri": store.uri(manifest_key(state.group_id)),
+    }
+
+
+def child_job_id(group_id: str, index: int, launch: int) -> str:
+    """The job id of a child's ``launch``-th job: derived, so a resumed batch (a retried
+    or re-run map task) finds every child it created without a per-child record."""
+    digest = hashlib.sha256(f"{group_id}/{index}/{launch}".encode()).hexdigest()
+    return "job-" + digest[:8]
+
+
+def child_spec(
+    state: BatchState,
+    index: int,
+    job_id: str,
+    config: KineticConfig,
+    store: ObjectStore,
+    signing_secret: bytes | None = None,
+) -> JobSpec:
+    """The JobSpec of one child: the batch's template plus its input index."""
+    return state.template.spec(config, store, job_id, index, signing_secret)
+
+
+def launch(
+    state: BatchState,
+    config: KineticConfig,
+    backend: Backend,
+    store: ObjectStore,
+    signing_secret: bytes | None = None,
+) -> int:
+    """Submit queued inputs while fewer than ``max_concurrent`` are active."""
+    launched = 0
+    while state.queue and len(state.active) < state.max_concurrent and not state.stopped:
+        index = state.queue.pop(0)
+        state.launches[index] = state.launches.get(index, 0) + 1
+        job_id = child_job_id(state.group_id, index, state.launches[index])
+        spec = child_spec(state, index, job_id, config, store, signing_secret)
+        handle = state.template.handle(config, store, spec, index)
+        try:
+            create_job(store, backend, spec, handle)
+        except Exception as exc:  # noqa: BLE001 - recorded per index, never retried
+            state.submit_errors[index] = f"{type(exc).__name__}: {exc}"
+            state.done[index] = FAILED
+            state.order.append(index)
+            log.error("could not submit inputs[%d]: %s", index, exc)
+            if state.fail_fast:
+                state.stopped = True
+            continue
+        state.active[index] = handle
+        state.jobs[index] = handle.job_id
+        state.attempts[index] = state.attempts.get(index, 0) + 1
+        state.manifest_dirty = True
+        launched += 1
+    return launched
+
+
+def observe(
+    state: BatchState, statuses: dict[str, StatusReport], backend: Backend, store: ObjectStore
+) -> list[int]:
+    """Fold terminal child statuses into ``state``; returns indices that finished."""
+    finished = []
+    for index, handle in list(state.active.items()):
+        report = statuses.get(handle.job_id)
+        if report is None or not report.status.is_terminal:
+            continue
+        del state.active[index]
+        # Its outcome is in the store (or it failed): delete the Job / LeaderWorkerSet
+        # now, so no finished child holds a node (a stuck pod's Job goes before a retry).
+        backend.cancel(handle)
+        if report.status is JobStatus.SUCCEEDED:
+            state.done[index] = SUCCEEDED
+        elif (
+            is_preemption(report, store, handle)
+            and state.preemptions.get(index, 0) < MAX_PREEMPTION_RETRIES
+        ):
+            state.preemptions[index] = state.preemptions.get(index, 0) + 1
+            state.attempts[index] -= 1  # does not count against ``retries``
+            log.warning("inputs[%d] (%s) was preempted: resubmitting", index, handle.job_id)
+            state.queue.insert(0, index)
+            continue
+        elif state.attempts.get(index, 1) <= state.retries and not state.stopped:
+            log.warning(
+                "inputs[%d] (%s) failed (%s): retrying",
+                index,
+                handle.job_id,
+                report.reason or report.status.value,
+            )
+            state.queue.insert(0, index)
+            continue
+        else:
+            state.done[index] = FAILED
+            if state.fail_fast and not state.stopped:
+                stop(state, backend, f"inputs[{index}] failed")
+        state.order.append(index)
+        finished.append(index)
+    return finished
+
+
+def stop(state: BatchState, backend: Backend, why: str) -> None:
+    """fail_fast: launch nothing more and cancel running siblings."""
+    state.stopped = True
+    log.warning(
+        "fail_fast: %s; cancelling %d running children, skipping %d queued",
+        why,
+        len(state.active),
+        len(state.queue),
+    )
+    for index, handle in list(state.active.items()):
+        backend.cancel(handle)
+        state.done[index] = CANCELLED
+        state.order.append(index)
+    state.active.clear()
+    for index in state.queue:
+        state.done[index] = NOT_SUBMITTED
+    state.queue.clear()
+
+
+def is_finished(state: BatchState) -> bool:
+    return state.finished
+
+
+def maybe_write_manifest(state: BatchState, store: ObjectStore, now: float | None = None) -> bool:
+    """Rewrite the manifest when children changed and the interval passed (or at the end)."""
+    if not state.manifest_dirty:
+        return False
+    now = time.time() if now is None else now
+    if state.queue and now - state.manifest_at < MANIFEST_INTERVAL_S:
+        return False
+    write_manifest(state, store)
+    return True
+
+
+def counts(state: BatchState) -> dict[str, int]:
+    """Per-status counts for the task log and the ``kinetic_batch`` XCom."""
+    done = Counter(state.done.values())
+    return {
+        "total": state.total,
+        "queued": len(state.queue),
+        "active": len(state.active),
+        "succeeded": done[SUCCEEDED],
+        "failed": done[FAILED],
+        "cancelled": done[CANCELLED],
+        "not_submitted": done[NOT_SUBMITTED],
+        "submitted": len(state.jobs),
+    }
+
+
+def gather(
+    state: BatchState,
+    store: ObjectStore,
+    *,
+    ordered: bool = True,
+    result_key: Callable[[str], str | None] = lambda _job_id: None,
+    deliver: Callable[[Any, str, bytes], Any] = lambda value, _job_id, _blob: value,
+) -> tuple[list[Any], dict[int, BaseException]]:
+    """Results (input order, or completion order) and the exception of each failure.
+
+    ``result_key(job_id)``: the key each child's payloads are verified with;
+    ``deliver(value, job_id, blob)``: what stands for a value in the results (e.g. a
+    reference when it does not fit XCom).
+    """
+    indices = range(state.total) if ordered else state.order
+    values: list[Any] = []
+    failures: dict[int, BaseException] = {}
+    for index in indices:
+        outcome = state.done.get(index)
+        if outcome == SUCCEEDED:
+            job = state.jobs[index]
+            value, blob = collect_with_blob(
+                store, job, JobStatus.SUCCEEDED, result_key=result_key(job)
+            )
+            values.append(deliver(value, job, blob))
+            continue
+        exc = _failure(state, store, index, outcome, result_key)
+        failures[index] = exc
+        values.append(exc)
+    return values, failures
+
+
+def _failure(
+    state: BatchState,
+    store: ObjectStore,
+    index: int,
+    outcome: str | None,
+    result_key: Callable[[str], str | None],
+) -> BaseException:
+    if index in state.submit_errors:
+        return RuntimeError(f"submission failed: {state.submit_errors[index]}")
+    if outcome in (CANCELLED, NOT_SUBMITTED, None):
+        return RuntimeError(f"{(outcome or 'not run').lower().replace('_', ' ')} (fail_fast)")
+    try:
+        job = state.jobs[index]
+        collect(store, job, JobStatus.FAILED, result_key=result_key(job))
+    except Exception as exc:  # noqa: BLE001 - the remote error is the value we want
+        return exc
+    return RuntimeError("failed without an error payload")
+
+
+def describe_exception(exc: BaseException) -> dict[str, Any]:
+    """JSON form of a failed position (XCom cannot hold exception objects)."""
+    tb = next((n for n in getattr(exc, "__notes__", []) if n.startswith("Remote traceback")), None)
+    return {
+        "__kinetic_error__": True,
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": tb,
+    }

@@ -1,0 +1,121 @@
+"""``BatchState``: a running batch, as one typed record that travels as JSON.
+
+The map operator carries it across deferrals (the batch trigger echoes it in its
+event), so it has a wire form (``to_dict``/``from_dict``); keys a newer version
+adds survive a round trip in ``extra``.  The state knows which inputs are queued,
+running (with their handles), done, retried and preempted, and the job template
+every child is made from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from airflow_provider_kinetic.core.jobs.template import JobTemplate
+from airflow_provider_kinetic.core.spec.handles import JobHandle
+
+#: Terminal outcomes of one input.
+SUCCEEDED, FAILED, CANCELLED, NOT_SUBMITTED = "SUCCEEDED", "FAILED", "CANCELLED", "NOT_SUBMITTED"
+
+
+@dataclass
+class BatchState:
+    """Everything needed to continue a batch from any process."""
+
+    group_id: str
+    group_name: str
+    template: JobTemplate
+    total: int
+    max_concurrent: int
+    retries: int
+    fail_fast: bool
+    created_at: str = ""
+    tags: list[str] = field(default_factory=list)
+    #: Input indices waiting to be submitted, next first.
+    queue: list[int] = field(default_factory=list)
+    #: Running children: input index -> handle.
+    active: dict[int, JobHandle] = field(default_factory=dict)
+    #: Latest job id per submitted input.
+    jobs: dict[int, str] = field(default_factory=dict)
+    attempts: dict[int, int] = field(default_factory=dict)
+    #: Jobs created per input so far (retries and preemptions included): the next
+    #: child's deterministic job id, so a resumed batch finds every child again.
+    launches: dict[int, int] = field(default_factory=dict)
+    preemptions: dict[int, int] = field(default_factory=dict)
+    #: Terminal outcome per input (SUCCEEDED, FAILED, CANCELLED, NOT_SUBMITTED).
+    done: dict[int, str] = field(default_factory=dict)
+    #: Input indices in the order they finished.
+    order: list[int] = field(default_factory=list)
+    submit_errors: dict[int, str] = field(default_factory=dict)
+    stopped: bool = False
+    manifest_at: float = 0.0
+    manifest_dirty: bool = False
+    #: Live logs: input index -> [job id, offset shown so far] of each active child
+    #: (``core.batchlogs``; bounded by ``max_concurrent``).
+    log_offsets: dict[int, list[Any]] = field(default_factory=dict)
+    #: The last log lines of failed children, for the failure summary (bounded).
+    log_tails: dict[int, list[str]] = field(default_factory=dict)
+    #: Polls that read children's logs so far: which running children are read next.
+    log_turn: int = 0
+    #: Epoch seconds of the task's execution_timeout (None: no deadline).
+    deadline: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def backend(self) -> str:
+        return self.template.backend
+
+    @property
+    def finished(self) -> bool:
+        return not self.active and not self.queue
+
+    # ---- wire form ----------------------------------------------------------------
+    _INT_KEYED = (
+        "active",
+        "jobs",
+        "attempts",
+        "launches",
+        "preemptions",
+        "done",
+        "submit_errors",
+        "log_offsets",
+        "log_tails",
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict (JSON object keys are strings)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "extra":
+                continue
+            if f.name == "template":
+                value = value.to_dict()
+            elif f.name == "active":
+                value = {str(k): h.to_dict() for k, h in value.items()}
+            elif f.name in self._INT_KEYED:
+                value = {str(k): v for k, v in value.items()}
+            elif isinstance(value, list):
+                value = list(value)
+            out[f.name] = value
+        for key, value in self.extra.items():
+            out.setdefault(key, value)
+        return out
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> BatchState:
+        if isinstance(value, BatchState):
+            return value
+        if not isinstance(value, dict) or "group_id" not in value or "template" not in value:
+            raise TypeError(f"not a kinetic batch state: {value!r:.200}")
+        known = {f.name for f in fields(cls)} - {"extra"}
+        kwargs: dict[str, Any] = {k: v for k, v in value.items() if k in known}
+        kwargs["template"] = JobTemplate.from_dict(value["template"])
+        kwargs["active"] = {
+            int(k): JobHandle.from_dict(h) for k, h in value.get("active", {}).items()
+        }
+        for name in cls._INT_KEYED[1:]:
+            kwargs[name] = {int(k): v for k, v in value.get(name, {}).items()}
+        kwargs["extra"] = {k: v for k, v in value.items() if k not in known}
+        return cls(**kwargs)

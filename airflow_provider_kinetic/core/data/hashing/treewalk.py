@@ -1,0 +1,401 @@
+"""Walking and reading a Data tree for its content hash (stdlib only).
+
+Kinetic's order: ``os.walk`` top-down without following directory symlinks, each
+directory's files sorted and hashed before its sorted subdirectories.  Symlinked files
+count with their target's bytes; symlinked directories and broken links are skipped
+(as ``os.walk`` does).  A FIFO, socket or device, inside the tree or as the path
+itself, is an error naming it and the Data path, raised while hashing (so before
+anything is uploaded), never a hang: files are opened non-blocking, reads are bounded
+by the size the walk saw, and an ``fstat`` of the open file confirms a regular file
+before more than that is read.
+
+Each directory is listed once and each entry stat-ed once, relative to an open
+directory descriptor (no ``relpath``/``abspath`` per file): on a stat cache check
+that loop (:func:`stat_dir`) is all the work there is, so it records regular files
+only and leaves the rare other entries to :func:`_sort_out`.  A first hash
+(:func:`fresh_dir`) takes entry types from the listing and each file's facts from the
+``fstat`` of the descriptor it reads, one system call fewer per file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from stat import S_ISDIR, S_ISLNK, S_ISREG, filemode
+from typing import Any
+
+from airflow_provider_kinetic.core.data.hashing.statcache import Sig
+from airflow_provider_kinetic.core.errors import KineticError
+
+log = logging.getLogger(__name__)
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+#: Non-blocking: opening a FIFO that appeared after the walk must not wait for a writer.
+_FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+_REG, _FMT = 0o100000, 0o170000
+#: Read in one call below this size; bigger files stream through a buffer.
+SMALL_FILE = 1 << 20
+#: Read buffer: small enough to stay in the core's L2 cache while it is hashed, which
+#: makes a streamed file hash faster than hashing the same bytes from one big buffer.
+_BLOCK = 1 << 20
+_RETRIES = 3
+
+
+class DataPathError(KineticError, ValueError):
+    """A Data path is, or contains, something that is not a file or a directory."""
+
+
+class DataReadError(KineticError, OSError):
+    """A file or directory of a Data path cannot be read (permissions, I/O error)."""
+
+
+#: A directory's own facts, ``(st_dev, st_ino, mtime_ns, ctime_ns)``: while they are
+#: unchanged (and were not racy), so is its listing (any entry created, removed or
+#: renamed moves its mtime and ctime).
+Facts = tuple[int, int, int, int]
+
+
+def dir_facts(st: os.stat_result) -> Facts:
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _lazy(slot: str) -> Any:
+    """A ``DirScan`` attribute that may be given as a function, called on first read."""
+
+    def get(self: DirScan) -> Any:
+        if callable(value := getattr(self, slot)):
+            setattr(self, slot, value := value())
+        return value
+
+    return property(get)
+
+
+class DirScan:
+    """One directory as walked now: its files (sorted) and their stat signatures, its
+    whole sorted listing and its own facts (``None`` when unknown).  ``names``, ``sigs``
+    and ``entries`` may be functions, called on first read (a directory found equal to
+    its stat cache record takes them from the record only if they are asked for)."""
+
+    __slots__ = ("_entries", "_names", "_sigs", "dev", "facts", "rel")
+    names: list[str] = _lazy("_names")
+    sigs: list[Sig] = _lazy("_sigs")
+    entries: list[str] = _lazy("_entries")
+
+    def __init__(
+        self, rel: str, dev: int, names: Any, sigs: Any, entries: Any, facts: Facts | None = None
+    ) -> None:
+        self.rel, self.dev, self.facts = rel, dev, facts  # rel: "" for the root, else "a/b/"
+        self._names, self._sigs, self._entries = names, sigs, entries
+
+
+def _kind(mode: int) -> str:
+    return {"p": "a FIFO", "s": "a socket", "c": "a character device", "b": "a block device"}.get(
+        filemode(mode)[0], f"not a regular file (mode {filemode(mode)})"
+    )
+
+
+def _special(label: str, path: str, mode: int, *, is_root: bool = False) -> DataPathError:
+    if is_root:
+        return DataPathError(
+            f"Data path {label!r} is {_kind(mode)}: only files and directories can be Data"
+        )
+    return DataPathError(
+        f"Data path {label!r} contains {path!r}, which is {_kind(mode)}: "
+        "only regular files and directories can be hashed and uploaded"
+    )
+
+
+def _unreadable(label: str, path: str, exc: OSError) -> DataReadError:
+    return DataReadError(
+        exc.errno, f"Data path {label!r}: cannot read {path!r}: {exc.strerror or exc}"
+    )
+
+
+def open_dir(path: str, rel: str, label: str) -> int:
+    """An open descriptor of a directory of the tree (the root may be a symlink to a
+    directory, followed as ``os.walk`` does; below it, symlinks are never followed)."""
+    try:
+        return os.open(path, _DIR_FLAGS | (os.O_NOFOLLOW if rel else 0))
+    except OSError as exc:
+        raise _unreadable(label, path, exc) from exc
+
+
+def stat_dir(
+    fd: int, path: str, rel: str, label: str, facts: Facts | None = None,
+    entries: list[str] | None = None,
+) -> tuple[DirScan, list[tuple[str, Facts]]]:  # fmt: skip
+    """One directory's files and their stat signatures (one ``lstat`` per entry), and
+    its subdirectories with their facts (a stat cache check where the fast one cannot
+    vouch).  ``entries``: its sorted listing when known to be unchanged (not re-read)."""
+    lstat, fmt, reg = os.lstat, _FMT, _REG
+    subdirs: list[tuple[str, Facts]] = []
+    try:
+        dev = os.fstat(fd).st_dev
+        if entries is None:
+            entries = os.listdir(fd)
+            entries.sort()
+        names = entries
+        sigs: list[Sig] = []
+        add = sigs.append
+        odd: list[tuple[int, os.stat_result]] = []
+        for name in entries:
+            st = lstat(name, dir_fd=fd)
+            if st.st_mode & fmt == reg:
+                add((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+            else:
+                odd.append((len(sigs) + len(odd), st))
+        if odd:
+            names, sigs = _sort_out(label, path, fd, entries, sigs, odd, subdirs)
+    except OSError as exc:
+        if isinstance(exc, KineticError):
+            raise
+        raise _unreadable(label, path, exc) from exc
+    return DirScan(rel, dev, names, sigs, entries, facts), subdirs
+
+
+def walk(root: str, label: str) -> Iterator[tuple[DirScan, int]]:
+    """Yield each directory of ``root`` in kinetic's order with an open descriptor of
+    it (valid until the next iteration); raises on special files.  ``label`` is the
+    Data path as the user wrote it, for error messages."""
+    stack: list[tuple[str, str, Facts | None]] = [("", root, None)]
+    while stack:
+        rel, path, facts = stack.pop()
+        fd = open_dir(path, rel, label)
+        try:
+            scan, subdirs = stat_dir(fd, path, rel, label, facts)
+            yield scan, fd
+        finally:
+            os.close(fd)
+        for name, sub_facts in reversed(subdirs):
+            stack.append((f"{rel}{name}/", os.path.join(path, name), sub_facts))
+
+
+def scan_tree(root: str, label: str) -> list[DirScan]:
+    """Every directory of ``root`` (see :func:`walk`), without reading a file."""
+    return [scan for scan, _ in walk(root, label)]
+
+
+@dataclass
+class FreshDir:
+    """A directory hashed with nothing cached: ``digests[j]`` is None for the files
+    left to the caller (``big``: at least ``big_size`` bytes, or symlinked)."""
+
+    scan: DirScan
+    digests: list[bytes | None]
+    unstable: list[int]
+    big: list[int]
+    subdirs: list[tuple[str, Facts]]
+
+
+def fresh_dir(
+    fd: int, path: str, rel: str, label: str, big_size: int, facts: Facts | None = None
+) -> FreshDir:
+    """List and hash one directory in one go, for a first hash: entry types from the
+    listing itself (no ``lstat``), and each small file's signature from the ``fstat``
+    of the descriptor it is read through, taken before reading."""
+    try:
+        dev = os.fstat(fd).st_dev
+        with os.scandir(fd) as it:
+            entries = sorted(it, key=_entry_name)
+    except OSError as exc:
+        raise _unreadable(label, path, exc) from exc
+    listing = [entry.name for entry in entries]
+    out = FreshDir(DirScan(rel, dev, [], [], listing, facts), [], [], [], [])
+    names, sigs, digests = out.scan.names, out.scan.sigs, out.digests
+    prefix = rel.encode("utf-8", "surrogateescape")
+    for entry in entries:
+        name = entry.name
+        if entry.is_file(follow_symlinks=False):
+            where = os.path.join(path, name)
+            try:
+                file_fd = os.open(name, _FILE_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                raise _unreadable(label, where, exc) from exc
+            try:
+                st = os.fstat(file_fd)
+                sig = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                names.append(name)
+                sigs.append(sig)
+                if st.st_size >= big_size:
+                    out.big.append(len(digests))
+                    digests.append(None)
+                    continue
+                relb = prefix + _utf8(label, rel, name) + b"\0"
+                digest, stable = _digest_open(file_fd, relb, st, label, where)
+            finally:
+                os.close(file_fd)
+            if not stable:
+                out.unstable.append(len(digests))
+            digests.append(digest)
+        elif entry.is_dir(follow_symlinks=False):
+            try:
+                out.subdirs.append((name, dir_facts(entry.stat(follow_symlinks=False))))
+            except OSError as exc:
+                raise _unreadable(label, os.path.join(path, name), exc) from exc
+        else:  # symlinks and anything special: the stat walk's rules
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError as exc:
+                raise _unreadable(label, os.path.join(path, name), exc) from exc
+            files, fsigs = _sort_out(label, path, fd, [name], [], [(0, st)], out.subdirs)
+            for name, sig in zip(files, fsigs, strict=True):
+                names.append(name)
+                sigs.append(sig)
+                out.big.append(len(digests))
+                digests.append(None)
+    return out
+
+
+def _entry_name(entry: os.DirEntry[str]) -> str:
+    return entry.name
+
+
+def _sort_out(
+    label: str,
+    path: str,
+    fd: int,
+    names: list[str],
+    sigs: list[Sig],
+    odd: list[tuple[int, os.stat_result]],
+    subdirs: list[tuple[str, Facts]],
+) -> tuple[list[str], list[Sig]]:
+    """Files and their signatures of one directory, given the entries the scan loop
+    set aside (``odd``: name index and ``lstat``): directories go to ``subdirs``,
+    symlinked files join the files with their target's facts, symlinked directories
+    and broken links are skipped (as kinetic's ``os.walk`` does), anything else raises.
+    """
+    files: list[str] = []
+    fsigs: list[Sig] = []
+    last = done = 0
+    for idx, st in odd:
+        files.extend(names[last:idx])
+        fsigs.extend(sigs[done : done + idx - last])
+        done += idx - last
+        last = idx + 1
+        name = names[idx]
+        if S_ISDIR(st.st_mode):
+            subdirs.append((name, dir_facts(st)))
+            continue
+        if not S_ISLNK(st.st_mode):
+            raise _special(label, os.path.join(path, name), st.st_mode)
+        try:
+            target = os.stat(name, dir_fd=fd)
+        except OSError:
+            continue  # broken or looping link: nothing to hash
+        if S_ISREG(target.st_mode):
+            files.append(name)
+            fsigs.append(
+                (target.st_ino, target.st_size, target.st_mtime_ns, target.st_ctime_ns,
+                 target.st_dev)
+            )  # fmt: skip
+        elif not S_ISDIR(target.st_mode):  # symlinked directories are not descended
+            raise _special(label, os.path.join(path, name), target.st_mode)
+    files.extend(names[last:])
+    fsigs.extend(sigs[done:])
+    return files, fsigs
+
+
+_local = threading.local()
+
+
+def _utf8(label: str, rel: str, name: str) -> bytes:
+    """A name as kinetic hashes it (UTF-8); other names cannot be object names."""
+    try:
+        return name.encode()
+    except UnicodeEncodeError:
+        raise DataPathError(
+            f"Data path {label!r} contains {rel + name!r}, whose name is not valid UTF-8 "
+            "(object names must be)"
+        ) from None
+
+
+def relpath_bytes(label: str, rel: str, name: str) -> bytes:
+    """``relpath + NUL``, the prefix of a file's digest."""
+    return _utf8(label, "", rel) + _utf8(label, rel, name) + b"\0"
+
+
+def _read_stream(fd: int, h: hashlib._Hash) -> int:
+    """Hash ``fd`` from its current offset to EOF into ``h``; returns bytes read."""
+    buf = getattr(_local, "buf", None)
+    if buf is None:  # one buffer per thread, reused: no 1 MiB zero-fill per file
+        buf = _local.buf = bytearray(_BLOCK)
+    view = memoryview(buf)
+    total = 0
+    while n := os.readv(fd, [buf]):
+        h.update(view[:n])
+        total += n
+    return total
+
+
+def file_digest(
+    name: str,
+    relb: bytes,
+    sig: Sig,
+    label: str,
+    dir_fd: int | None = None,
+    verify: bool = True,
+    where: str | None = None,
+) -> tuple[bytes, bool]:
+    """kinetic's digest of one file (``name`` relative to ``dir_fd``, or a path).
+
+    ``stable`` says the bytes read are those of the file the walk saw (``sig``):
+    only then may the digest be cached under ``sig``.  ``verify=False`` (nothing will
+    be cached) skips the ``fstat`` that proves it for small files.
+    """
+    where = where or name
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        raise _unreadable(label, where, exc) from exc
+    try:
+        if not verify and sig[1] < SMALL_FILE:
+            data = os.read(fd, sig[1] + 1)
+            if len(data) == sig[1]:
+                return hashlib.sha256(relb + data).digest(), False
+            os.lseek(fd, 0, os.SEEK_SET)
+        st = os.fstat(fd)
+        digest, stable = _digest_open(fd, relb, st, label, where)
+        return digest, stable and (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == sig[:4]
+    except BlockingIOError:  # a FIFO swapped in after the walk
+        raise _special(label, where, os.fstat(fd).st_mode) from None
+    except OSError as exc:
+        if isinstance(exc, KineticError):
+            raise
+        raise _unreadable(label, where, exc) from exc
+    finally:
+        os.close(fd)
+
+
+def _digest_open(
+    fd: int, relb: bytes, st: os.stat_result, label: str, where: str
+) -> tuple[bytes, bool]:
+    """Digest of the open file ``fd`` (at offset 0) whose ``fstat`` before reading is
+    ``st``.  ``stable``: what was read is the file ``st`` describes.  Non-regular files
+    raise (never read: reads are bounded by the size and ``fd`` is non-blocking)."""
+    if not S_ISREG(st.st_mode):
+        raise _special(label, where, st.st_mode)
+    size = st.st_size
+    try:
+        if size < SMALL_FILE:  # the common case: one read, one hash call
+            data = os.read(fd, size + 1)
+            if len(data) == size:
+                return hashlib.sha256(relb + data).digest(), True
+        before = st
+        h = hashlib.sha256()
+        for _ in range(_RETRIES):  # stream, with fstat before and after
+            os.lseek(fd, 0, os.SEEK_SET)
+            h = hashlib.sha256(relb)
+            _read_stream(fd, h)
+            after = os.fstat(fd)
+            facts = (after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns)
+            if facts == (before.st_ino, before.st_size, before.st_mtime_ns, before.st_ctime_ns):
+                return h.digest(), facts[1:] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            before = after
+        log.warning("Data path %r: %s kept changing while it was hashed", label, where)
+        return h.digest(), False
+    except BlockingIOError:  # a FIFO swapped in after the walk
+        raise _special(label, where, os.fstat(fd).st_mode) from None

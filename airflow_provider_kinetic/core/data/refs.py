@@ -1,0 +1,93 @@
+"""The wire form of ``Data``: kinetic's ref dict, the cache keys refs point at, and the
+walk that swaps Data for refs.
+
+A resolved ``Data`` travels to the function as a plain dict (``make_data_ref``); the
+client replaces Data with refs and the runner replaces refs with local paths, both
+through :func:`map_leaves`.  Nothing here knows schemes or stores: the runner and
+every scheme use it.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "CACHE_PREFIX",
+    "KEEP",
+    "MARKER_PREFIX",
+    "cache_key",
+    "is_data_ref",
+    "make_data_ref",
+    "map_leaves",
+    "marker_key",
+]
+
+#: ``map_leaves`` sentinel: "not a leaf I replace".
+KEEP = object()
+#: kinetic's data cache: content at ``{CACHE_PREFIX}/{hash}/``, and an empty marker at
+#: ``{MARKER_PREFIX}/{hash}`` written last (present = complete).  A local Data's ref
+#: points at its cache entry.
+CACHE_PREFIX = "default/data-cache"
+MARKER_PREFIX = "default/data-markers"
+
+
+def cache_key(content_hash: str) -> str:
+    return f"{CACHE_PREFIX}/{content_hash}"
+
+
+def marker_key(content_hash: str) -> str:
+    return f"{MARKER_PREFIX}/{content_hash}"
+
+
+def make_data_ref(
+    uri: str,
+    is_dir: bool,
+    mount_path: str | None = None,
+    fuse: bool = False,
+    hf_trust_remote_code: bool = False,
+) -> dict[str, Any]:
+    """The wire form of a resolved ``Data`` (kinetic's ref dict)."""
+    return {
+        "__data_ref__": True,
+        "uri": uri,
+        "is_dir": is_dir,
+        "mount_path": mount_path,
+        "fuse": fuse,
+        "hf_trust_remote_code": hf_trust_remote_code,
+    }
+
+
+def is_data_ref(obj: Any) -> bool:
+    return isinstance(obj, dict) and obj.get("__data_ref__") is True
+
+
+def map_leaves(obj: Any, leaf: Callable[[Any], Any]) -> Any:
+    """Rebuild list/tuple/dict containers with ``leaf(x)`` applied where it answers.
+
+    ``leaf`` returns ``KEEP`` for values it does not replace (containers are then
+    walked).  A container in which nothing changed is returned as it is (aliasing
+    preserved); subclasses (NamedTuple, OrderedDict, defaultdict) keep their type.
+    Used for Data -> ref on the client and ref -> path in the runner.
+    """
+    new = leaf(obj)
+    if new is not KEEP:
+        return new
+    if isinstance(obj, dict):
+        items = {k: map_leaves(v, leaf) for k, v in obj.items()}
+        if all(items[k] is v for k, v in obj.items()):
+            return obj
+        if isinstance(obj, collections.defaultdict):  # its constructor wants the factory
+            clone = collections.defaultdict(obj.default_factory)
+            clone.update(items)
+            return clone
+        return type(obj)(items)
+    if isinstance(obj, list | tuple):
+        values = [map_leaves(v, leaf) for v in obj]
+        if all(a is b for a, b in zip(values, obj, strict=True)):
+            return obj
+        if hasattr(obj, "_fields"):  # NamedTuple
+            return type(obj)(*values)
+        return type(obj)(values)
+    return obj

@@ -1,0 +1,178 @@
+"""``Data``: a local path or URI that the remote function receives as a path.
+
+Local data is content-addressed with kinetic 0.0.4's exact hash so that a kinetic
+user's data cache (``default/data-cache/{hash}``) is reused by our jobs and vice
+versa.  The hash is computed once per instance (snapshot semantics, as kinetic), by
+``core/data/hashing/treehash.py``, which skips re-reading files a per-machine stat cache
+(``core/data/hashing/statcache.py``) vouches for.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from airflow_provider_kinetic.core.data.hashing.statcache import StatCache
+from airflow_provider_kinetic.core.data.hashing.treehash import TreeHash
+from airflow_provider_kinetic.core.data.hashing.treehash import content_hash as _tree_hash
+from airflow_provider_kinetic.core.data.hashing.treewalk import scan_tree
+from airflow_provider_kinetic.core.data.schemes import DataScheme, scheme_for
+
+__all__ = ["Data", "content_hash_of", "content_hash_tree", "iter_tree"]
+
+#: ``stat_cache`` default: the machine's cache (``statcache.default_dir()``).
+DEFAULT_CACHE: Any = object()
+
+
+def _resolve_cache(stat_cache: StatCache | str | None) -> StatCache | None:
+    if stat_cache is DEFAULT_CACHE:
+        return StatCache.default()
+    if isinstance(stat_cache, str | os.PathLike):
+        return StatCache(os.fspath(stat_cache))
+    return stat_cache
+
+
+def iter_tree(root: str) -> Iterator[tuple[str, str]]:
+    """Yield ``(abs_path, relpath)`` of the files of ``root`` in kinetic's order.
+
+    ``os.walk`` order without following directory symlinks: directories sorted, a
+    directory's files (sorted) before its subdirectories.  Symlinked files are
+    included (their target's content); a FIFO, socket or device raises
+    ``DataPathError``.
+    """
+    base = root if root.endswith(os.sep) else root + os.sep
+    for scan in scan_tree(root, root):
+        for name in scan.names:
+            yield base + scan.rel + name, scan.rel + name
+
+
+def content_hash_tree(
+    path: str, *, label: str | None = None, stat_cache: Any = DEFAULT_CACHE
+) -> TreeHash:
+    """kinetic 0.0.4's content hash of a local file or directory, with its file list.
+
+    ``stat_cache``: a :class:`StatCache`, a directory for one, ``None`` (hash every
+    byte), or the machine's default cache.
+    """
+    path = os.path.abspath(os.path.expanduser(path))
+    return _tree_hash(path, label or path, _resolve_cache(stat_cache))
+
+
+def content_hash_of(path: str, *, stat_cache: Any = DEFAULT_CACHE) -> str:
+    """kinetic 0.0.4's content hash of a local file or directory (hex)."""
+    return content_hash_tree(path, stat_cache=stat_cache).hexdigest
+
+
+class Data:
+    """A reference to data the remote function needs, resolved to a local path there.
+
+    Args:
+        path: a local file or directory (``~`` expanded, made absolute; it must exist
+            when the job is submitted), a ``file:///abs/path`` URI (e.g. an earlier
+            task's ``output_dir`` on the local backend), a ``gs://`` URI (trailing
+            ``/`` = directory), or ``hf://org/name?split=&config_name=&revision=``
+            (a Hugging Face dataset, always a directory).  Airflow renders Jinja in
+            the path before the existence check, so ``Data("/data/{{ ds }}/")`` works
+            as an operator argument.
+        fuse: mount through the GCS FUSE CSI driver instead of downloading.
+        hf_trust_remote_code: passed to ``datasets.load_dataset`` for ``hf://`` data.
+    """
+
+    # Lets Airflow's templater render ``path`` when Data sits inside op_kwargs.
+    template_fields = ("path",)
+
+    def __init__(self, path: str, fuse: bool = False, hf_trust_remote_code: bool = False):
+        if not isinstance(path, str | os.PathLike) or not str(path):
+            raise TypeError(f"Data path must be a non-empty str or os.PathLike, got {path!r}")
+        self.path = os.fspath(path)
+        self.fuse = bool(fuse)
+        self.hf_trust_remote_code = bool(hf_trust_remote_code)
+        self._hash: str | None = None
+        self._tree: TreeHash | None = None
+        self._lock = threading.Lock()
+
+    # ---- classification (delegated to the Data scheme registry) -----------------
+    @property
+    def scheme(self) -> DataScheme:
+        """The scheme that owns this path (local path, ``file://``, ``gs://``, ``hf://``)."""
+        return scheme_for(self.path)
+
+    @property
+    def uploads(self) -> bool:
+        """Whether the content is hashed and uploaded (local data) or passed by reference."""
+        return self.scheme.uploads
+
+    @property
+    def local_path(self) -> str:
+        """Absolute local path of local data (``~`` expanded, ``file://`` decoded)."""
+        return self.scheme.local_path(self)
+
+    @property
+    def is_dir(self) -> bool:
+        return self.scheme.is_dir(self)
+
+    def validate(self) -> None:
+        """Raise naming the path when the data cannot be used (missing local path,
+        unknown scheme, bad URI).  Called at submit time, after template rendering,
+        before anything is uploaded."""
+        self.scheme.validate(self)
+
+    def content_hash(self) -> str:
+        """kinetic-compatible content hash of local data (cached per instance).
+
+        A FIFO, socket or device in (or as) the path raises ``DataPathError``, an
+        unreadable file ``DataReadError``, both naming this Data's path.
+        """
+        if not self.uploads:
+            raise ValueError(f"content_hash() applies to local data only, not {self.path!r}")
+        if self._hash is None:
+            with self._lock:
+                if self._hash is None:
+                    self.validate()
+                    tree = content_hash_tree(self.local_path, label=self.path)
+                    self._tree, self._hash = tree, tree.hexdigest
+        return self._hash
+
+    def hashed_files(self) -> tuple[str, list[tuple[str, int]]]:
+        """``(root, [(relpath, size), ...])``: the files ``content_hash`` covered, for
+        the upload (so it sends exactly what was hashed).  An unpickled instance that
+        kept only its hash lists the path again."""
+        self.content_hash()
+        tree: TreeHash | None = getattr(self, "_tree", None)
+        if tree is None:
+            with self._lock:
+                path = self.local_path
+                if os.path.isdir(path):
+                    scans = scan_tree(path, self.path)
+                    tree = TreeHash(self._hash or "", path, scans)
+                else:
+                    size = os.path.getsize(path)
+                    return os.path.dirname(path), [(os.path.basename(path), size)]
+        return tree.root, tree.files()
+
+    # ---- pickling / repr ------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_lock", None)
+        state.pop("_tree", None)  # the file list is local to this machine and large
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        extra = ", fuse=True" if self.fuse else ""
+        return f"Data({self.path!r}{extra})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Data) and (self.path, self.fuse, self.hf_trust_remote_code) == (
+            other.path,
+            other.fuse,
+            other.hf_trust_remote_code,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.path, self.fuse))

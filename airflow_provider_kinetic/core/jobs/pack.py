@@ -1,0 +1,114 @@
+"""Packing one job: Data validated and resolved to refs, the payload pickled, the
+job context zipped.  Nothing is uploaded here (dry runs stop after packing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from airflow_provider_kinetic.core.accelerators import Accelerator, parse_accelerator
+from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.data.mounts import FUSE_ROOT, FuseMount
+from airflow_provider_kinetic.core.jobs.payload import (
+    build_context_zip,
+    find_data,
+    pack_payload,
+    replace_data,
+)
+from airflow_provider_kinetic.core.jobs.request import JobRequest, validate_data, validate_volumes
+from airflow_provider_kinetic.core.runtime import context as job_context
+from airflow_provider_kinetic.core.storage import ObjectStore
+
+
+@dataclass
+class PackedJob:
+    """A validated, packed job: nothing uploaded yet."""
+
+    accelerator: Accelerator
+    local_data: list[Data]
+    payload: bytes
+    context: bytes
+    fuse: list[FuseMount]
+
+    @property
+    def context_sha256(self) -> str:
+        return hashlib.sha256(self.context).hexdigest()
+
+    @property
+    def context_key(self) -> str:
+        """The shared, content-addressed object every job with this context uses."""
+        return job_context.context_key(self.context_sha256)
+
+
+def ref_for_data(
+    data: Data, store: ObjectStore, mount: str | None
+) -> tuple[dict, FuseMount | None]:
+    """The wire ref for ``data`` (hash computed, nothing uploaded) and its FUSE mount;
+    what that means is the Data scheme's business."""
+    return data.scheme.ref(data, store, mount)
+
+
+def prepare(
+    request: JobRequest,
+    store: ObjectStore,
+    env_vars: dict[str, str],
+    batch_inputs: dict[str, str] | None = None,
+    input_refs: bool = False,
+) -> PackedJob:
+    """Validate everything and pack the payload; uploads nothing.
+
+    ``batch_inputs`` / ``input_refs``: a batch's shared payload (see ``core.batch``).
+    """
+    accel = parse_accelerator(request.accelerator_spec)
+    volumes = validate_volumes(request.volumes)
+    excludes = job_context.check_patterns(request.context_excludes)
+    found = [(d, f"volumes[{p!r}]", p) for p, d in volumes.items()]
+    found += [(d, w, None) for d, w in find_data(tuple(request.args), "op_args")]
+    found += [(d, w, None) for d, w in find_data(dict(request.kwargs), "op_kwargs")]
+    validate_data((d, w) for d, w, _ in found)
+    refs: dict[int, dict] = {}
+    volume_refs: list[dict] = []
+    fuse: list[FuseMount] = []
+    for data, _, volume in found:
+        if volume is None and id(data) in refs:
+            continue  # the same Data object twice: one ref, one download
+        mount = volume
+        if data.fuse and mount is None and store.scheme == "gs":
+            mount = f"{FUSE_ROOT}/{len(fuse)}"
+        ref, fuse_mount = ref_for_data(data, store, mount)
+        if fuse_mount is not None:
+            fuse.append(fuse_mount)
+        if volume is not None:
+            volume_refs.append(ref)
+        else:
+            refs[id(data)] = ref
+    args = replace_data(tuple(request.args), refs)
+    kwargs = replace_data(dict(request.kwargs), refs)
+    payload = pack_payload(
+        request.func,
+        args,
+        kwargs,
+        env_vars=env_vars,
+        volumes=volume_refs,
+        has_data_refs=bool(refs) or input_refs,
+        by_value_roots=request.by_value_roots,
+        batch_inputs=batch_inputs,
+    )
+    local = [d for d, _, _ in found if d.uploads]
+    return PackedJob(accel, local, payload, build_context(request, excludes, local), fuse)
+
+
+def build_context(request: JobRequest, excludes: list[str], local: list[Data]) -> bytes:
+    """The DAG's project directory as the job context (local Data inside it is left out:
+    it travels through the data cache); a plan-only context without a DAG file."""
+    if request.entry_file is None:
+        return build_context_zip()
+    built = job_context.build_context(
+        request.entry_file,
+        excludes=excludes,
+        max_mb=request.max_context_mb,
+        skip=[d.local_path for d in local],
+        ceilings=request.by_value_roots,  # the DAGs folder: never climb out of it
+    )
+    return built.data

@@ -1,0 +1,232 @@
+"""Packing the call (function + arguments) and the result, in kinetic's wire shapes.
+
+The payload is one cloudpickle dict (``func``, ``args``, ``kwargs``, ``env_vars``,
+``has_data_refs``, ``volumes``, ``client_fingerprint``) so a kinetic runner can execute
+our jobs and ours can execute kinetic's.  Code from the DAG file and modules under
+the DAGs folder is pickled *by value*: the pod has no DAG files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import cloudpickle
+
+from airflow_provider_kinetic.core.data import KEEP, Data, map_leaves
+from airflow_provider_kinetic.core.errors import KineticError
+from airflow_provider_kinetic.core.version import __version__
+
+#: Modules never pickled by value even when they live under a by-value root.
+_NEVER_BY_VALUE = ("airflow_provider_kinetic", "airflow", "kinetic", "__main__")
+
+
+class UnpicklableArgumentError(KineticError, ValueError):
+    """An argument (or the callable) cannot be serialised; names which one."""
+
+
+# ---- Data discovery and replacement ---------------------------------------------
+
+
+def find_data(obj: Any, where: str) -> Iterator[tuple[Data, str]]:
+    """Yield every ``Data`` in list/tuple/dict containers with a readable location."""
+    if isinstance(obj, Data):
+        yield obj, where
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            if _holds_data(k):
+                raise TypeError(f"Data cannot be a dict key (at {where})")
+            yield from find_data(v, f"{where}[{k!r}]")
+    elif isinstance(obj, list | tuple):
+        for i, v in enumerate(obj):
+            yield from find_data(v, f"{where}[{i}]")
+    elif isinstance(obj, set | frozenset) and any(_holds_data(v) for v in obj):
+        raise TypeError(f"Data inside a set is not supported (at {where}); use a list")
+
+
+def _holds_data(value: Any) -> bool:
+    """Whether ``value`` is or contains a Data (e.g. a tuple set element or dict key)."""
+    try:
+        return next(find_data(value, ""), None) is not None
+    except TypeError:  # a set or dict key holding Data further down
+        return True
+
+
+def replace_data(obj: Any, refs: dict[int, dict[str, Any]]) -> Any:
+    """Return ``obj`` with each ``Data`` replaced by its ref dict (keyed by ``id``)."""
+    return map_leaves(obj, lambda x: refs[id(x)] if isinstance(x, Data) else KEEP)
+
+
+# ---- payload ----------------------------------------------------------------------
+
+
+def client_fingerprint() -> dict[str, str]:
+    return {
+        "python": platform.python_version(),
+        "cloudpickle": cloudpickle.__version__,
+        "kinetic": __version__,
+    }
+
+
+def _modules_under(roots: list[str]) -> list[Any]:
+    real_roots = [os.path.realpath(r) + os.sep for r in roots if r]
+    found = []
+    for name, mod in list(sys.modules.items()):
+        if mod is None or name.split(".")[0] in _NEVER_BY_VALUE:
+            continue
+        path = getattr(mod, "__file__", None)
+        if path and any(os.path.realpath(path).startswith(r) for r in real_roots):
+            found.append(mod)
+    return found
+
+
+@contextlib.contextmanager
+def by_value(func: Callable[..., Any], roots: list[str]) -> Iterator[None]:
+    """Register the callable's module and modules under ``roots`` for by-value pickling."""
+    mods = _modules_under(roots)
+    own = sys.modules.get(getattr(func, "__module__", "") or "")
+    if own is not None and own.__name__.split(".")[0] not in _NEVER_BY_VALUE and own not in mods:
+        mods.append(own)
+    registered = []
+    for mod in mods:
+        try:
+            cloudpickle.register_pickle_by_value(mod)
+            registered.append(mod)
+        except ValueError:  # not importable by its own name; cloudpickle copes by reference
+            continue
+    try:
+        yield
+    finally:
+        for mod in registered:
+            with contextlib.suppress(ValueError):
+                cloudpickle.unregister_pickle_by_value(mod)
+
+
+def _name_culprit(func: Any, args: tuple, kwargs: dict, exc: Exception) -> str:
+    """Bisect the payload to name what cannot be pickled (function, argument, kwarg)."""
+    candidates = [("the callable", func)]
+    candidates += [(f"op_args[{i}]", a) for i, a in enumerate(args)]
+    candidates += [(f"op_kwargs[{k!r}]", v) for k, v in kwargs.items()]
+    for label, value in candidates:
+        try:
+            cloudpickle.dumps(value)
+        except Exception as inner:  # noqa: BLE001 - any failure names the culprit
+            return f"{label} ({type(value).__name__}) cannot be pickled: {inner}"
+    return f"the payload cannot be pickled: {exc}"
+
+
+def pack_payload(
+    func: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+    *,
+    env_vars: dict[str, str],
+    volumes: list[dict[str, Any]] | None = None,
+    has_data_refs: bool,
+    by_value_roots: list[str] | None = None,
+    batch_inputs: dict[str, str] | None = None,
+) -> bytes:
+    """cloudpickle the call into kinetic's payload dict; names an unpicklable argument.
+
+    ``batch_inputs`` (uri + sha256 of a batch's inputs blob) makes a batch payload:
+    the function moves to ``batch_func`` and ``func`` becomes a loud guard.
+    """
+    from airflow_provider_kinetic.core.jobs import batchwire
+
+    payload: dict[str, Any] = {
+        "func": func,
+        "args": tuple(args),
+        "kwargs": dict(kwargs),
+        "env_vars": dict(env_vars),
+        "has_data_refs": has_data_refs,
+        "client_fingerprint": client_fingerprint(),
+    }
+    if volumes:
+        payload["volumes"] = volumes
+    if batch_inputs:
+        payload.update(func=batchwire.batch_guard, batch_func=func, batch_inputs=batch_inputs)
+        cloudpickle.register_pickle_by_value(batchwire)
+    with by_value(func, by_value_roots or []):
+        try:
+            return cloudpickle.dumps(payload)
+        except Exception as exc:
+            raise UnpicklableArgumentError(_name_culprit(func, args, kwargs, exc)) from exc
+        finally:
+            if batch_inputs:
+                cloudpickle.unregister_pickle_by_value(batchwire)
+
+
+def build_context_zip() -> bytes:
+    """A plan-only ``context.zip`` for a job without a DAG file (plain Python use).
+
+    The code travels by value inside the payload; the plan keeps kinetic's runner
+    (which insists on a context archive) happy.  With a DAG file the context is its
+    project directory (``core.runtime.context``).
+    """
+    from airflow_provider_kinetic.core.runtime.context import minimal_context
+
+    return minimal_context()
+
+
+# ---- result ------------------------------------------------------------------------
+
+
+def make_result(
+    *,
+    success: bool,
+    result: Any = None,
+    exception: BaseException | None = None,
+    traceback: str | None = None,
+    phase: str = "execute",
+    host_index: int = 0,
+) -> dict[str, Any]:
+    return {
+        "success": success,
+        "result": result,
+        "exception": exception,
+        "traceback": traceback,
+        "phase": phase,
+        "host_index": host_index,
+    }
+
+
+def dump_result(payload: dict[str, Any]) -> tuple[bytes, bool]:
+    """Serialise a result dict; an unpicklable value becomes a described failure.
+
+    Returns the bytes and whether the original payload could be serialised.
+    """
+    try:
+        return cloudpickle.dumps(payload), True
+    except Exception as exc:  # noqa: BLE001
+        value = payload.get("result") if payload.get("success") else payload.get("exception")
+        fallback = make_result(
+            success=False,
+            exception=RuntimeError(f"Result serialization failed: {type(exc).__name__}: {exc}"),
+            traceback=payload.get("traceback"),
+            phase="result serialization",
+            host_index=payload.get("host_index", 0),
+        )
+        fallback["serialization_failed"] = True
+        fallback["result_repr"] = repr(value)[:20_000]
+        return cloudpickle.dumps(fallback), False
+
+
+class RemoteFunctionError(KineticError, RuntimeError):
+    """Raised on the worker when the remote function failed and its exception is lost."""
+
+
+def raise_remote_failure(result: dict[str, Any], where: str) -> None:
+    """Re-raise the remote exception with the remote phase and traceback as notes."""
+    exc = result.get("exception")
+    if not isinstance(exc, BaseException):
+        exc = RemoteFunctionError(f"remote job failed without an exception object ({where})")
+    if result.get("serialization_failed"):
+        exc.add_note(f"Unserialisable return value: {result.get('result_repr', '')[:2000]}")
+    exc.add_note(f"Failed during kinetic phase: {result.get('phase', 'unknown')}")
+    if result.get("traceback"):
+        exc.add_note("Remote traceback:\n" + result["traceback"])
+    raise exc

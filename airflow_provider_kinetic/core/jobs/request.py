@@ -1,0 +1,149 @@
+"""One remote call as the operator (or plain Python) describes it, and the checks on it.
+
+A :class:`JobRequest` holds every option a task gives; everything here runs before
+anything is packed or uploaded: which environment variables travel
+(:func:`capture_env`), whether volumes and Data are usable, and which image the job
+needs (:func:`plan_for_request`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_kinetic.core.accelerators import parse_accelerator, with_spot
+from airflow_provider_kinetic.core.backends.registry import backend_class
+from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.data.mounts import FUSE_ROOT, check_mount_paths
+from airflow_provider_kinetic.core.runtime.images import ImagePlan, plan_image
+
+ENV_BLOCKLIST = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "PYTHONPATH",
+        "LD_LIBRARY_PATH",
+        "LD_PRELOAD",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "CONDA_DEFAULT_ENV",
+        "SHELL",
+        "TMPDIR",
+        "TEMP",
+        "TMP",
+        "HOSTNAME",
+        "USER",
+        "LOGNAME",
+        "SSH_AUTH_SOCK",
+        "KUBERNETES_SERVICE_HOST",
+        "KERAS_BACKEND",
+    }
+)
+
+
+@dataclass
+class JobRequest:
+    """One call to run remotely, as the operator (or plain Python) describes it."""
+
+    func: Callable[..., Any]
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    accelerator: str = "cpu"
+    volumes: dict[str, Data] | None = None
+    capture_env_vars: list[str] | None = None
+    output_dir: str | None = None
+    identity: dict[str, Any] = field(default_factory=dict)
+    by_value_roots: list[str] = field(default_factory=list)
+    cpu_request: str | None = None
+    memory_request: str | None = None
+    job_id: str | None = None
+    extra_labels: dict[str, str] = field(default_factory=dict)
+    #: Spot VMs; the same as a ``:spot`` suffix on ``accelerator`` (kinetic has both).
+    spot: bool = False
+    #: The DAG file: its project directory becomes the job context (``core.runtime.context``);
+    #: None (plain Python without a DAG) sends a plan-only context.
+    entry_file: str | None = None
+    #: Extra glob patterns left out of the context (as lines of ``.kineticignore``).
+    context_excludes: list[str] = field(default_factory=list)
+    #: Size cap of the context in MB (``[kinetic] max_context_mb``); None: the default.
+    max_context_mb: float | None = None
+    #: ``bundled`` | ``prebuilt`` | an image URI; None: the connection's (core.runtime.images).
+    container_image: str | None = None
+    #: Requirement lines or a file path; None: discovered next to ``entry_file``.
+    requirements: list[str] | str | None = None
+    #: The image plan the operator already resolved (and built); None: resolved here.
+    image_plan: ImagePlan | None = None
+
+    @property
+    def accelerator_spec(self) -> str:
+        """``accelerator`` with ``:spot`` appended when ``spot`` asks for it."""
+        return with_spot(self.accelerator, self.spot)
+
+    @property
+    def func_name(self) -> str:
+        return getattr(self.func, "__name__", type(self.func).__name__)
+
+
+def capture_env(
+    patterns: list[str] | None, environ: dict[str, str] | None = None
+) -> dict[str, str]:
+    """kinetic's capture rules: exact names, ``PREFIX*`` patterns, ``*`` for all.
+
+    Wildcards skip the blocklist unless the name is also listed exactly.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    out: dict[str, str] = {}
+    exact = {p for p in patterns or [] if not p.endswith("*")}
+    for pattern in patterns or []:
+        if not isinstance(pattern, str) or not pattern:
+            raise ValueError(f"capture_env_vars entries must be non-empty strings, got {pattern!r}")
+        if pattern in exact:
+            if pattern in environ:
+                out[pattern] = environ[pattern]
+            continue
+        for name, value in environ.items():
+            if fnmatch.fnmatchcase(name, pattern) and (name not in ENV_BLOCKLIST or name in exact):
+                out[name] = value
+    return out
+
+
+def validate_volumes(volumes: Any) -> dict[str, Data]:
+    """Mount paths safe (``core.mounts``) and values Data; raises naming the bad entry."""
+    if volumes is None:
+        return {}
+    if not isinstance(volumes, dict):
+        raise TypeError(f"volumes must be a dict of absolute path -> Data, got {volumes!r}")
+    check_mount_paths(volumes, FUSE_ROOT)
+    for path, value in volumes.items():
+        if not isinstance(value, Data):
+            raise TypeError(f"volume {path!r} must be a Data(...), got {type(value).__name__}")
+    return volumes
+
+
+def validate_data(found: Iterable[tuple[Data, str]]) -> None:
+    """Check every (Data, location) pair; the error names the location and the path."""
+    for data, where in found:
+        try:
+            data.validate()
+        except (FileNotFoundError, ValueError) as exc:
+            raise type(exc)(f"{where}: {exc}") from None
+
+
+def plan_for_request(request: JobRequest, config: Any, kind: str) -> ImagePlan:
+    """The image plan of a request on backend ``kind``: the one the operator resolved
+    (``request.image_plan``), else resolved now.  Backends that run no containers
+    (local) get ``mode="local"``."""
+    if request.image_plan is not None:
+        return request.image_plan
+    return plan_image(
+        container_image=request.container_image,
+        requirements=request.requirements,
+        entry_file=request.entry_file,
+        category=parse_accelerator(request.accelerator_spec).category,
+        local=not backend_class(kind).needs_cluster,
+        config=config,
+        ceilings=request.by_value_roots or (),
+    )

@@ -1,0 +1,75 @@
+"""Results that do not fit XCom stay in the store; XCom carries a small reference.
+
+A reference is ``{"kinetic_result": uri, "type": ..., "bytes": n, "sha256": digest}``
+of the job's ``result.pkl``.  The worker creates it only after verifying the result's
+signature, and XCom (Airflow's database) is trusted, so whoever loads a reference
+checks the blob against ``sha256`` and needs no key: a Kinetic task's runner (when
+the reference is passed in its arguments) or ``load_result`` in a plain Python task.
+The job is never re-run to deliver its value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from airflow_provider_kinetic.core.data import KEEP, map_leaves
+from airflow_provider_kinetic.core.errors import KineticError
+from airflow_provider_kinetic.core.jobs import unpickling
+from airflow_provider_kinetic.core.storage import store_for_uri
+
+REF_KEY = "kinetic_result"
+
+
+class ResultRefError(KineticError, ValueError):
+    """A result reference that cannot be loaded (missing, altered, or not a success)."""
+
+
+def make_result_ref(uri: str, value: Any, blob: bytes) -> dict[str, Any]:
+    kind = type(value)
+    return {
+        REF_KEY: uri,
+        "type": f"{kind.__module__}.{kind.__qualname__}",
+        "bytes": len(blob),
+        "sha256": hashlib.sha256(blob).hexdigest(),
+    }
+
+
+def is_result_ref(obj: Any) -> bool:
+    return (
+        isinstance(obj, dict)
+        and isinstance(obj.get(REF_KEY), str)
+        and isinstance(obj.get("sha256"), str)
+    )
+
+
+def load_result(ref: dict[str, Any]) -> Any:
+    """The object a reference stands for (from a plain Python task, or the runner)."""
+    if not is_result_ref(ref):
+        raise ResultRefError(f"not a kinetic result reference: {ref!r:.200}")
+    store, key = store_for_uri(ref[REF_KEY])
+    blob = store.read_bytes(key)
+    digest = hashlib.sha256(blob).hexdigest()
+    if digest != ref["sha256"]:
+        raise ResultRefError(
+            f"{ref[REF_KEY]} changed since its reference was made "
+            f"(sha256 {digest}, expected {ref['sha256']}): refusing to unpickle it"
+        )
+    payload = unpickling.loads(blob)
+    if not isinstance(payload, dict) or not payload.get("success"):
+        raise ResultRefError(f"{ref[REF_KEY]} does not hold a successful result")
+    return payload.get("result")
+
+
+def resolve_result_refs(obj: Any, cache: dict[str, Any] | None = None) -> Any:
+    """``obj`` with every reference replaced by its object (each URI loaded once)."""
+    cache = {} if cache is None else cache
+
+    def resolve(x: Any) -> Any:
+        if not is_result_ref(x):
+            return KEEP
+        if x[REF_KEY] not in cache:
+            cache[x[REF_KEY]] = load_result(x)
+        return cache[x[REF_KEY]]
+
+    return map_leaves(obj, resolve)

@@ -1,0 +1,189 @@
+"""Submission: validate, hash, pack (``pack.py``), upload, create — in that order.
+
+Every check that can fail on bad input runs before the first byte is uploaded.
+If the backend cannot create the job, the job's artifacts are deleted again, so
+nothing is left behind that looks like a job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+
+from airflow_provider_kinetic.core.accelerators import parse_accelerator
+from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.data import cache as datacache
+from airflow_provider_kinetic.core.jobs.pack import PackedJob, prepare
+from airflow_provider_kinetic.core.jobs.request import (
+    JobRequest,
+    capture_env,
+    plan_for_request,
+)
+from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC, AUTH_NONE, encrypt_env
+from airflow_provider_kinetic.core.jobs.template import JobTemplate, function_output_dir
+from airflow_provider_kinetic.core.runtime import context as job_context
+from airflow_provider_kinetic.core.runtime.images import ImagePlan
+from airflow_provider_kinetic.core.spec.handles import JobHandle, artifact_key, new_job_id
+from airflow_provider_kinetic.core.spec.pod import JobSpec
+from airflow_provider_kinetic.core.storage import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+def create_job(store: ObjectStore, backend: Backend, spec: JobSpec, handle: JobHandle) -> None:
+    """Write ``handle.json``, then create the job.
+
+    If creation fails and the job does not exist after all, the job's artifacts are
+    removed (nothing is left that looks like a job) and the error is re-raised.
+    """
+    job_id = spec.job_id
+    store.write_bytes(
+        artifact_key(job_id, "handle.json"), handle.to_json(), content_type="application/json"
+    )
+    make_private(store, artifact_key(job_id, "handle.json"))
+    try:
+        backend.submit(spec)
+    except Exception:
+        if backend.exists(handle):
+            log.warning("create reported an error but job %s exists; keeping it", job_id)
+            return
+        log.error("could not create job %s; removing its artifacts", job_id)
+        store.delete_prefix(f"{job_id}/")
+        raise
+
+
+def make_private(store: ObjectStore, key: str) -> None:
+    """On a local store, job data is owner-only (0600); a bucket has IAM instead."""
+    restrict = getattr(store, "make_private", None)
+    if restrict is not None:
+        restrict(key)
+
+
+def template_for(
+    request: JobRequest,
+    packed: PackedJob,
+    kind: str,
+    *,
+    payload_uri: str,
+    context_uri: str,
+    output_dir: str,
+    captured: dict[str, str],
+    group_id: str | None = None,
+    signing_secret: bytes | None = None,
+    image: ImagePlan | None = None,
+    requirements_uri: str | None = None,
+) -> JobTemplate:
+    """The one place a request's options become a job template (jobs and batches).
+
+    ``image``: the task's image plan (its URI is the job's image; its requirements are
+    installed from ``requirements_uri`` at start when the plan says so).
+
+    With the deployment's ``signing_secret`` the job signs its result and the
+    ``captured`` env travels encrypted, to become secrets of the job; without it
+    (kinetic's own runner) the captured env is plain env, as kinetic does it.
+    """
+    signed = signing_secret is not None
+    return JobTemplate(
+        backend=kind,
+        accelerator=request.accelerator_spec,
+        func_name=request.func_name,
+        payload_uri=payload_uri,
+        payload_sha256=hashlib.sha256(packed.payload).hexdigest(),
+        context_uri=context_uri,
+        context_sha256=packed.context_sha256,
+        output_dir=output_dir,
+        env={} if signed else dict(captured),
+        sealed_env=encrypt_env(signing_secret, captured) if signed and captured else None,
+        identity=dict(request.identity),
+        labels=dict(request.extra_labels),
+        fuse=list(packed.fuse),
+        cpu=request.cpu_request,
+        memory=request.memory_request,
+        group_id=group_id,
+        result_auth=AUTH_HMAC if signed else AUTH_NONE,
+        image=image.uri if image is not None else None,
+        requirements=list(image.requirements.lines) if image is not None else [],
+        requirements_uri=requirements_uri
+        if image is not None and image.needs_requirements_upload
+        else None,
+    )
+
+
+@dataclass
+class PlannedJob:
+    """One job, validated and packed, with its spec and handle; nothing uploaded yet."""
+
+    packed: PackedJob
+    template: JobTemplate
+    spec: JobSpec
+    handle: JobHandle
+    image: ImagePlan | None = None
+
+    @property
+    def output_uri(self) -> str:
+        return self.template.output_dir
+
+
+def plan_job(
+    request: JobRequest,
+    config: KineticConfig,
+    store: ObjectStore,
+    job_id: str,
+    signing_secret: bytes | None = None,
+) -> PlannedJob:
+    """Validate, pack and build the spec and handle of one job; uploads nothing
+    (dry runs stop here).  With ``signing_secret`` the job signs its result (the
+    Airflow layer always passes it; ``None`` is for kinetic's own runner)."""
+    kind = config.backend_kind(parse_accelerator(request.accelerator_spec))
+    output_uri = request.output_dir or store.uri(f"outputs/{job_id}")
+    captured = capture_env(request.capture_env_vars)
+    env_vars = {} if signing_secret is not None else dict(captured)  # secrets: not in payload
+    env_vars["KINETIC_OUTPUT_DIR"] = function_output_dir(output_uri)
+    image = plan_for_request(request, config, kind)  # bad image/requirements: raise here
+    packed = prepare(request, store, env_vars)
+    template = template_for(
+        request,
+        packed,
+        kind,
+        payload_uri=store.uri(artifact_key(job_id, "payload.pkl")),
+        context_uri=store.uri(packed.context_key),
+        output_dir=output_uri,
+        captured=captured,
+        signing_secret=signing_secret,
+        image=image,
+        requirements_uri=store.uri(artifact_key(job_id, "requirements.txt")),
+    )
+    spec = template.spec(config, store, job_id, signing_secret=signing_secret)
+    return PlannedJob(packed, template, spec, template.handle(config, store, spec), image)
+
+
+def submit_job(
+    request: JobRequest,
+    config: KineticConfig,
+    backend: Backend,
+    store: ObjectStore | None = None,
+    signing_secret: bytes | None = None,
+) -> tuple[JobHandle, JobSpec]:
+    """Run the whole submission; returns the handle and the spec it launched."""
+    store = store or config.store()
+    job_id = request.job_id or new_job_id()
+    planned = plan_job(request, config, store, job_id, signing_secret)
+    if planned.template.backend != backend.name:
+        raise ValueError(
+            f"this job runs on the {planned.template.backend!r} backend, not {backend.name!r}"
+        )
+    # ---- side effects start here --------------------------------------------------
+    datacache.upload_all(store, planned.packed.local_data)
+    job_context.upload_context(store, planned.packed.context, planned.packed.context_sha256)
+    store.write_bytes(artifact_key(job_id, "payload.pkl"), planned.packed.payload)
+    make_private(store, artifact_key(job_id, "payload.pkl"))
+    if planned.template.requirements_uri:  # prebuilt: installed at pod start
+        assert planned.image is not None
+        key = artifact_key(job_id, "requirements.txt")
+        store.write_bytes(key, planned.image.requirements.text.encode())
+        make_private(store, key)
+    create_job(store, backend, planned.spec, planned.handle)
+    log.info("submitted %s (%s) on backend %s", job_id, planned.spec.name, backend.name)
+    return planned.handle, planned.spec

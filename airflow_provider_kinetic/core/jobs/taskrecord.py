@@ -1,0 +1,158 @@
+"""One rule for every try of a task: find the task's job, then adopt, collect or submit.
+
+A task's job identity survives its tries in a small record in the store, keyed by the
+task's identity (dag, run, task, map index) so any try on any worker finds it, on every
+Airflow version.  The record is sealed with the deployment secret (``core.signing``):
+the store is shared, and a forged record must not make a worker adopt someone else's
+job.  What the next try does is read from real state, never from memory:
+
+==========================================  =========================================
+job found for this task                     the new try
+==========================================  =========================================
+none, or its result was already delivered   submit (a clear of a finished task re-runs)
+PENDING / RUNNING                            adopt and wait
+PENDING / RUNNING, but cancel requested,    submit anew (a clear or mark-failed of a
+or owned by a deferred try that ended          deferred task: "run it again"; the old
+from outside                                   job is cancelled first)
+SUCCEEDED (or gone with a good result)      collect, no new job
+FAILED / cancelled / gone                   submit anew
+==========================================  =========================================
+
+A deferred try never ends while its job still runs: its trigger fires only for a
+terminal job, a timeout, or an error the operator turns into a cancel.  So a live job
+owned by a deferred try means the try was killed from outside (user clear or
+mark-failed), where a new try must not adopt it.  A live job owned by a sync try means
+the worker died (SIGKILL, OOM), where adopting avoids running the job twice.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.jobs.results import read_result
+from airflow_provider_kinetic.core.jobs.signing import ResultAuthError, seal, unseal
+from airflow_provider_kinetic.core.spec.handles import (
+    JobHandle,
+    JobStatus,
+    StatusReport,
+    artifact_key,
+)
+from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
+
+log = logging.getLogger(__name__)
+
+RECORDS_PREFIX = "_airflow/tasks"
+CANCEL_MARKER = "cancel-requested"
+SYNC, DEFERRED = "sync", "deferred"
+_SAFE = re.compile(r"[^A-Za-z0-9._=-]+")
+
+
+class Step(enum.Enum):
+    SUBMIT = "submit"
+    ADOPT = "adopt"
+    COLLECT = "collect"
+
+
+@dataclass
+class TaskRecord:
+    """Which job (or batch) a task's tries work on, and how the latest try waited."""
+
+    kind: str  # "job" | "batch"
+    mode: str  # SYNC | DEFERRED: how the try that wrote it waits
+    try_number: int | None = None
+    handle: dict[str, Any] | None = None
+    group_id: str | None = None
+    delivered: bool = False
+    #: Platform kills (spot reclaim, eviction) resubmitted so far, across tries.
+    preemptions: int = 0
+
+    @property
+    def job(self) -> JobHandle | None:
+        return JobHandle.from_dict(self.handle) if self.handle else None
+
+
+def record_key(identity: Mapping[str, Any]) -> str:
+    parts = [identity["dag_id"], identity["run_id"], identity["task_id"]]
+    parts.append(str(identity.get("map_index", -1)))
+    return RECORDS_PREFIX + "/" + "/".join(_SAFE.sub("_", str(p)) for p in parts) + ".json"
+
+
+def read_record(
+    store: ObjectStore, identity: Mapping[str, Any], secret: bytes
+) -> TaskRecord | None:
+    """The task's record, or None (none yet, or one that fails its seal: ignored)."""
+    key = record_key(identity)
+    try:
+        blob = store.read_bytes(key)
+    except ObjectNotFound:
+        return None
+    try:
+        return TaskRecord(**unseal(secret, blob, store.uri(key)))
+    except (ResultAuthError, TypeError) as exc:
+        log.warning("ignoring the task record %s: %s", store.uri(key), exc)
+        return None
+
+
+def write_record(
+    store: ObjectStore, identity: Mapping[str, Any], record: TaskRecord, secret: bytes
+) -> None:
+    store.write_bytes(
+        record_key(identity), seal(secret, asdict(record)), content_type="application/json"
+    )
+
+
+def request_cancel(store: ObjectStore, backend: Backend, handle: JobHandle) -> None:
+    """Cancel a job so that no later try adopts it: the marker first, then the cancel."""
+    store.write_bytes(artifact_key(handle.job_id, CANCEL_MARKER), b"")
+    backend.cancel(handle)
+
+
+def cancel_requested(store: ObjectStore, handle: JobHandle) -> bool:
+    return store.exists(artifact_key(handle.job_id, CANCEL_MARKER))
+
+
+def succeeded_result(
+    store: ObjectStore, handle: JobHandle, result_key: Callable[[JobHandle], str | None]
+) -> bool:
+    """Whether the job left an authentic success payload (its pod may be gone)."""
+    try:
+        payload = read_result(store, handle.job_id, (0,), result_key(handle))
+    except Exception as exc:  # noqa: BLE001 - unreadable or forged: not a result
+        log.warning("result of job %s is not usable: %s", handle.job_id, exc)
+        return False
+    return bool(payload and payload.get("success"))
+
+
+def decide_job(
+    record: TaskRecord | None,
+    backend: Backend,
+    store: ObjectStore,
+    result_key: Callable[[JobHandle], str | None] = lambda _handle: None,
+) -> tuple[Step, JobHandle | None, StatusReport | None, str]:
+    """Apply the table above to a single job: (step, the old job, its status, why)."""
+    job = record.job if record is not None else None
+    if record is None or job is None:
+        return Step.SUBMIT, None, None, "no earlier job for this task"
+    if record.delivered:
+        return Step.SUBMIT, job, None, f"job {job.job_id} already delivered its result: run again"
+    report = backend.status(job)
+    live = report.status in (JobStatus.PENDING, JobStatus.RUNNING)
+    if live and cancel_requested(store, job):
+        return Step.SUBMIT, job, report, f"job {job.job_id} is being cancelled"
+    if live and record.mode == DEFERRED:
+        request_cancel(store, backend, job)
+        why = f"job {job.job_id} belonged to a deferred try that was cleared or marked failed"
+        return Step.SUBMIT, job, report, why + ": cancelled it, running again"
+    if live:
+        return Step.ADOPT, job, report, f"job {job.job_id} is still {report.status.value}"
+    if report.status is JobStatus.SUCCEEDED or (
+        report.status is JobStatus.NOT_FOUND and succeeded_result(store, job, result_key)
+    ):
+        return Step.COLLECT, job, report, f"job {job.job_id} finished; collecting its result"
+    return Step.SUBMIT, job, report, f"job {job.job_id} ended {report.describe()}"

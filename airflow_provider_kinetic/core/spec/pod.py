@@ -1,0 +1,227 @@
+"""ONE builder for the container and pod every backend runs.
+
+The GKE backend wraps :class:`JobSpec` in a batch/v1 Job, Pathways in a
+LeaderWorkerSet, and the local backend executes the very same command, args and
+env as a process.  Manifests are plain Kubernetes-shaped dicts (camelCase), which
+the kubernetes client accepts as request bodies and ``kubernetes-validate`` checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_kinetic.core.accelerators import Accelerator
+from airflow_provider_kinetic.core.data.mounts import FuseMount
+
+#: kinetic image layout: the runner script sits at this path in the image.
+KINETIC_RUNNER_COMMAND = ["python3", "-u", "/app/remote_runner.py"]
+CONTAINER_NAME = "kinetic-worker"
+FUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+DEFAULT_TTL_SECONDS = 600
+
+_LABEL_VALUE_RE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def label_value(value: Any) -> str:
+    """Sanitise to Kubernetes label-value syntax; hash-suffix values that are too long."""
+    text = _LABEL_VALUE_RE.sub("-", str(value)).strip("-_.")
+    if len(text) > 63:
+        digest = hashlib.sha256(str(value).encode()).hexdigest()[:10]
+        text = text[:52].rstrip("-_.") + "-" + digest
+    return text
+
+
+@dataclass
+class SpecInputs:
+    """Everything the builder needs; collected by ``core.submit``."""
+
+    job_id: str
+    bucket: str
+    context_uri: str
+    payload_uri: str
+    result_uri: str
+    payload_sha256: str
+    context_sha256: str
+    accelerator: Accelerator
+    image: str
+    output_dir: str
+    namespace: str = "default"
+    service_account: str = "kinetic"
+    runner_command: list[str] = field(default_factory=lambda: list(KINETIC_RUNNER_COMMAND))
+    env: dict[str, str] = field(default_factory=dict)
+    identity: dict[str, Any] = field(default_factory=dict)
+    extra_labels: dict[str, str] = field(default_factory=dict)
+    fuse: list[FuseMount] = field(default_factory=list)
+    cpu_request: str | None = None
+    memory_request: str | None = None
+    ttl_seconds: int = DEFAULT_TTL_SECONDS
+    #: Env vars whose values are secret: delivered as a Kubernetes Secret (GKE) or a
+    #: 0600 file (local), never written into a manifest, spec file, store or log.
+    secrets: dict[str, str] = field(default_factory=dict)
+    #: Requirements the runner installs before the call (prebuilt images).
+    requirements_uri: str | None = None
+
+
+def secret_name(job_id: str) -> str:
+    """The Kubernetes Secret holding a job's secret env (owned by its Job/LWS)."""
+    return f"kinetic-{job_id}-secrets"
+
+
+@dataclass
+class JobSpec:
+    """The container + pod of one job, independent of the wrapper object."""
+
+    job_id: str
+    name: str
+    namespace: str
+    labels: dict[str, str]
+    container: dict[str, Any]
+    pod: dict[str, Any]
+    accelerator: Accelerator
+    fuse: list[FuseMount]
+    ttl_seconds: int
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    #: Requirement lines of the task: the local backend runs the job in a venv built
+    #: from them (``backends.local_venv``); pods get them through their image.
+    requirements: list[str] = field(default_factory=list)
+
+    @property
+    def command(self) -> list[str]:
+        return list(self.container["command"])
+
+    @property
+    def args(self) -> list[str]:
+        return list(self.container["args"])
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {e["name"]: e["value"] for e in self.container.get("env", []) if "value" in e}
+
+    def pod_template(self, labels: dict[str, str] | None = None) -> dict[str, Any]:
+        """A PodTemplateSpec dict (metadata + spec) with the given extra labels."""
+        meta: dict[str, Any] = {"labels": {**self.labels, **(labels or {})}}
+        if self.pod.get("annotations"):
+            meta["annotations"] = dict(self.pod["annotations"])
+        spec = {k: v for k, v in self.pod.items() if k != "annotations"}
+        spec["containers"] = [self.container]
+        return {"metadata": meta, "spec": spec}
+
+
+def identity_labels(identity: dict[str, Any]) -> dict[str, str]:
+    """Airflow identity (dag/task/run/map index/try) as label-safe values."""
+    keys = {
+        "dag_id": "airflow-dag-id",
+        "task_id": "airflow-task-id",
+        "run_id": "airflow-run-id",
+        "map_index": "airflow-map-index",
+        "try_number": "airflow-try-number",
+    }
+    return {
+        label: label_value(identity[key])
+        for key, label in keys.items()
+        # map_index -1 (not mapped) has no label: "-1" is not a valid label value.
+        if identity.get(key) is not None and not (key == "map_index" and identity[key] == -1)
+    }
+
+
+def _resources(inp: SpecInputs) -> dict[str, Any]:
+    limits = inp.accelerator.resource_limits()
+    if limits:
+        return {"limits": dict(limits), "requests": dict(limits)}
+    requests = {}
+    if inp.cpu_request:
+        requests["cpu"] = str(inp.cpu_request)
+    if inp.memory_request:
+        requests["memory"] = str(inp.memory_request)
+    return {"requests": requests} if requests else {}
+
+
+def build_job_spec(inp: SpecInputs) -> JobSpec:
+    """Build the container and pod for ``inp`` (no network, no side effects)."""
+    args = [
+        "--context-gcs",
+        inp.context_uri,
+        "--payload-gcs",
+        inp.payload_uri,
+        "--result-gcs",
+        inp.result_uri,
+        *(["--requirements-gcs", inp.requirements_uri] if inp.requirements_uri else []),
+        "--payload-sha256",
+        inp.payload_sha256,
+        "--context-sha256",
+        inp.context_sha256,
+    ]
+    env = {
+        "KERAS_BACKEND": "jax",
+        "JAX_PLATFORMS": inp.accelerator.jax_platform,
+        "JOB_ID": inp.job_id,
+        "GCS_BUCKET": inp.bucket,
+        "KINETIC_OUTPUT_DIR": inp.output_dir,
+        **inp.env,
+    }
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": inp.image,
+        "command": list(inp.runner_command),
+        "args": args,
+        "env": [{"name": k, "value": str(v)} for k, v in env.items() if k not in inp.secrets]
+        + [
+            {
+                "name": k,
+                "valueFrom": {"secretKeyRef": {"name": secret_name(inp.job_id), "key": k}},
+            }
+            for k in sorted(inp.secrets)
+        ],
+    }
+    resources = _resources(inp)
+    if resources:
+        container["resources"] = resources
+    pod: dict[str, Any] = {"restartPolicy": "Never", "serviceAccountName": inp.service_account}
+    selector = inp.accelerator.node_selector()
+    if selector:
+        pod["nodeSelector"] = selector
+    tolerations = inp.accelerator.tolerations()
+    if tolerations:
+        pod["tolerations"] = tolerations
+    if inp.fuse:
+        pod["annotations"] = {"gke-gcsfuse/volumes": "true"}
+        pod["volumes"] = [_fuse_volume(i, m) for i, m in enumerate(inp.fuse)]
+        container["volumeMounts"] = [
+            {"name": f"gcs-fuse-{i}", "mountPath": m.mount_path, "readOnly": True}
+            for i, m in enumerate(inp.fuse)
+        ]
+    labels = {
+        "app": "kinetic",
+        "job-id": inp.job_id,
+        **identity_labels(inp.identity),
+        **{k: label_value(v) for k, v in inp.extra_labels.items()},
+    }
+    return JobSpec(
+        job_id=inp.job_id,
+        name=f"kinetic-{inp.job_id}",
+        namespace=inp.namespace,
+        labels=labels,
+        container=container,
+        pod=pod,
+        accelerator=inp.accelerator,
+        fuse=list(inp.fuse),
+        ttl_seconds=inp.ttl_seconds,
+        secrets=dict(inp.secrets),
+    )
+
+
+def _fuse_volume(index: int, mount: FuseMount) -> dict[str, Any]:
+    options = "implicit-dirs"
+    if mount.only_dir:
+        options += ",only-dir=" + mount.only_dir
+    return {
+        "name": f"gcs-fuse-{index}",
+        "csi": {
+            "driver": FUSE_DRIVER,
+            "readOnly": True,
+            "volumeAttributes": {"bucketName": mount.bucket, "mountOptions": options},
+        },
+    }
