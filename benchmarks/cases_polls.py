@@ -7,7 +7,7 @@ delay to the clock instead of sleeping, and the Job succeeds when the clock reac
 ``JOB_S``.  Every request the trigger sends is counted by the double.  The goal is
 the rate of constant ``poll_interval`` polling, which this code had before the local
 backend got its fast first polls: a read at submission and one every 5 s, 121 in
-10 minutes.  Sync tasks poll on the same schedule (``core.polling.poll_delays``).
+10 minutes.  Sync tasks poll on the same schedule (``core.jobs.polling.poll_delays``).
 """
 
 from __future__ import annotations

@@ -27,15 +27,15 @@ def main() -> int:
             Data,
             schemes,  # noqa: F401
         )
-        from airflow_provider_kinetic.core.data.hashing import treehash, treewalk  # noqa: F401
+        from airflow_provider_kinetic.core.data.hashing import filedigest, treehash  # noqa: F401
 
-        real = treewalk._digest_open  # every file read goes through it
+        real = filedigest._digest_open  # every file read goes through it
 
         def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
             read[0] += 1
             return real(*args, **kwargs)
 
-        treewalk._digest_open = counting
+        filedigest._digest_open = counting
         start = time.perf_counter()
         digest = Data(path).content_hash()
     elif side == "lstat":

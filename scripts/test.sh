@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: fresh (or reused) .venv from the lock, lint, the whole suite on
+# The test command: fresh (or reused) .venv from the lock, lint and import contracts, the whole suite on
 # Airflow 3.3, then the version-sensitive tests on Airflow 3.1 (scripts/test-airflow31.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +16,8 @@ UV="$(command -v uv || echo "${PYTHON:-python3} -m uv")"
 $UV pip install --quiet --python .venv/bin/python --no-deps keras-kinetic==0.0.4
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+# The layers and no import cycles (pyproject.toml [tool.importlinter]).
+.venv/bin/lint-imports --no-cache
 .venv/bin/pytest -q -p no:cacheprovider "$@"
 # The oldest supported Airflow (3.1): the version-sensitive tests again, from its own
 # lock (skipped when arguments pick tests for the main run).

@@ -8,14 +8,15 @@ before the provider is installed as a distribution, and the two entry points can
 drift apart.
 
 Actions are loaded lazily (``lazy_load_command``): ``airflow --help`` imports nothing
-of the backends.
+of the backends.  They live by group: ``jobs``, ``data`` and ``catalog`` (the
+``accelerators`` command), on the shared plumbing in ``common``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-_ACTIONS = "airflow_provider_kinetic.cli.commands."
+_ACTIONS = "airflow_provider_kinetic.cli."  # + "module.function"
 
 
 def get_kinetic_cli_commands() -> list[Any]:
@@ -50,7 +51,7 @@ def get_kinetic_cli_commands() -> list[Any]:
             action(
                 "list",
                 "List jobs in the store, newest first",
-                "jobs_list",
+                "jobs.jobs_list",
                 Arg(("--dag-id",), help="Only jobs of this DAG"),
                 Arg(
                     ("--state",),
@@ -60,11 +61,11 @@ def get_kinetic_cli_commands() -> list[Any]:
                     ("--limit",), help="At most this many jobs (default 100)", type=int, default=100
                 ),
             ),
-            action("status", "Show a job's state", "jobs_status", job),
+            action("status", "Show a job's state", "jobs.jobs_status", job),
             action(
                 "logs",
                 "Print a job's log",
-                "jobs_logs",
+                "jobs.jobs_logs",
                 job,
                 Arg(
                     ("-f", "--follow"), help="Keep printing until the job ends", action="store_true"
@@ -79,7 +80,7 @@ def get_kinetic_cli_commands() -> list[Any]:
             action(
                 "result",
                 "Print a finished job's return value",
-                "jobs_result",
+                "jobs.jobs_result",
                 job,
                 Arg(("--wait",), help="Wait for a running job to end", action="store_true"),
                 Arg(
@@ -92,7 +93,7 @@ def get_kinetic_cli_commands() -> list[Any]:
             action(
                 "cancel",
                 "Cancel a job (no later try of its task adopts it)",
-                "jobs_cancel",
+                "jobs.jobs_cancel",
                 job,
                 Arg(
                     ("--wait-s",),
@@ -104,7 +105,7 @@ def get_kinetic_cli_commands() -> list[Any]:
             action(
                 "cleanup",
                 "Delete finished jobs' artifacts and cluster objects",
-                "jobs_cleanup",
+                "jobs.jobs_cleanup",
                 Arg(("job_id",), help="Job id", metavar="JOB", nargs="?", default=None),
                 Arg(
                     ("--older-than",),
@@ -119,18 +120,20 @@ def get_kinetic_cli_commands() -> list[Any]:
         name="data",
         help="Inspect and trim the content-addressed data cache",
         subcommands=(
-            action("ls", "List data-cache entries", "data_ls"),
+            action("ls", "List data-cache entries", "data.data_ls"),
             action(
                 "gc",
                 "Delete cache entries whose completion marker is older than AGE, and local "
                 "jobs' requirements venvs unused for AGE",
-                "data_gc",
+                "data.data_gc",
                 Arg(("--older-than",), help="e.g. 7d, 12h, 30m, 45s", metavar="AGE", required=True),
                 Arg(("--dry-run",), help="Only show what would be deleted", action="store_true"),
             ),
         ),
     )
-    catalog = action("accelerators", "List the accelerators jobs may ask for", "accelerators")
+    catalog = action(
+        "accelerators", "List the accelerators jobs may ask for", "catalog.accelerators"
+    )
     return [
         GroupCommand(
             name="kinetic",

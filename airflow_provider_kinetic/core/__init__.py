@@ -11,6 +11,7 @@ a module imports only from its own layer's lower modules and from layers below):
     settings.py : spec/      plain target settings | what a job is (handle, pod spec)
     data/       Data, its schemes, content hash + stat cache, data cache, mounts
     storage/    object stores (gs://, file://)
-    accelerators.py          the accelerator catalog and parser
+    accelerators.py          the accelerator parser (Accelerator: pod fields)
+    accelerator_catalog.py   the catalog as data: GPU and TPU types, slice shapes
     errors.py | version.py
 """

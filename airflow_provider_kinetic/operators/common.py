@@ -60,7 +60,7 @@ MAX_XCOM_RESULT_BYTES = 1024 * 1024
 def xcom_value(value: Any, store: ObjectStore, job_id: str, blob: bytes, log: Any) -> Any:
     """``value`` when Airflow can store it in XCom within the limit, else a reference.
 
-    The reference (``core.resultref``) points at the job's verified ``result.pkl``
+    The reference (``core.jobs.resultref``) points at the job's verified ``result.pkl``
     (``blob`` is its bytes), so the task succeeds and nothing is re-run to deliver it.
     """
     limit = conf.getint("kinetic", "max_xcom_result_bytes", fallback=MAX_XCOM_RESULT_BYTES)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from airflow_provider_kinetic.attached import AttachedJob, attach
 from airflow_provider_kinetic.cli import inventory
-from airflow_provider_kinetic.cli.commands import JobStatuses
+from airflow_provider_kinetic.cli.jobs import JobStatuses
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC
 from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobHandle, StatusReport

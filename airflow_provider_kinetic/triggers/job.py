@@ -82,7 +82,8 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         )
 
     def _backend(self):  # noqa: ANN202 - Backend; imported lazily for the triggerer
-        from airflow_provider_kinetic.hooks.kinetic import backend_for, config_from_json
+        from airflow_provider_kinetic.hooks.backends import backend_for
+        from airflow_provider_kinetic.hooks.connection import config_from_json
 
         return backend_for(config_from_json(self.config), self._job.backend)
 
@@ -144,7 +145,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         if not self.cancel_on_kill:
             return
         from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
-        from airflow_provider_kinetic.hooks.kinetic import config_from_json
+        from airflow_provider_kinetic.hooks.connection import config_from_json
 
         backend = await asyncio.to_thread(self._backend)
         from airflow_provider_kinetic.hooks.gcs_auth import store_for

@@ -1,4 +1,4 @@
-"""``core.batchlogs`` against real backends: a per-poll cap that loses and repeats nothing.
+"""``core.batch.logs`` against real backends: a per-poll cap that loses and repeats nothing.
 
 Local: real children (runner subprocesses) print their lines and then wait for the
 test to release them, so every line is read while the child runs, under the cap,

@@ -1,4 +1,4 @@
-"""``core.batchlogs``: capped reads keep offsets exact; a poll reads a bounded set of
+"""``core.batch.logs``: capped reads keep offsets exact; a poll reads a bounded set of
 children, in turn; failed children's tails and the wire form stay bounded.
 
 The local backend reads real log files here (written by the test where a child's

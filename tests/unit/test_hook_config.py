@@ -8,10 +8,10 @@ import os
 import pytest
 
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
+from airflow_provider_kinetic.hooks.connection import config_from_json
 from airflow_provider_kinetic.hooks.kinetic import (
     KineticHook,
     config_from_extras,
-    config_from_json,
     config_to_json,
 )
 

@@ -48,7 +48,7 @@ def test_every_parameter_is_documented(cls, title):
 
 
 def test_every_extra_and_option_is_documented():
-    from airflow_provider_kinetic.hooks.kinetic import _EXTRA_FIELDS
+    from airflow_provider_kinetic.hooks.connection import _EXTRA_FIELDS
     from airflow_provider_kinetic.provider_info import CONFIG
 
     extras = section("Connection extras")

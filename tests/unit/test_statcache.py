@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_kinetic.core.data import Data, content_hash_of, content_hash_tree
-from airflow_provider_kinetic.core.data.hashing import fastlstat, statcache, treewalk
+from airflow_provider_kinetic.core.data.hashing import fastlstat, filedigest, statcache, treewalk
 from airflow_provider_kinetic.core.data.hashing.statcache import NEVER, DirRecord, StatCache
 from tests.fixtures.native import require_native
 
@@ -64,13 +64,13 @@ def cache(tmp_path: Path) -> StatCache:
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every file the hash reads (all reads go through ``_digest_open``)."""
     seen: list[str] = []
-    real = treewalk._digest_open
+    real = filedigest._digest_open
 
     def spy(fd, relb, st, label, where):  # type: ignore[no-untyped-def]
         seen.append(relb[:-1].decode())
         return real(fd, relb, st, label, where)
 
-    monkeypatch.setattr(treewalk, "_digest_open", spy)
+    monkeypatch.setattr(filedigest, "_digest_open", spy)
     return seen
 
 
@@ -240,7 +240,7 @@ def test_writer_between_walk_and_read(kinetic, cache, reads, tmp_path, monkeypat
 def test_change_while_streaming_is_retried(kinetic, cache, tmp_path, monkeypatch):
     root = write(tmp_path / "d", {"big.bin": os.urandom(3 << 20), "small.txt": b"s"})
     calls = []
-    real = treewalk._read_stream
+    real = filedigest._read_stream
 
     def changing(fd, h):  # type: ignore[no-untyped-def]
         n = real(fd, h)
@@ -251,7 +251,7 @@ def test_change_while_streaming_is_retried(kinetic, cache, tmp_path, monkeypatch
         calls.append(n)
         return n
 
-    monkeypatch.setattr(treewalk, "_read_stream", changing)
+    monkeypatch.setattr(filedigest, "_read_stream", changing)
     check(kinetic, root, cache)
     assert len(calls) == 2  # the first read saw the file change and was redone
     view = cache.load(str(root), root.stat().st_dev, "dir").dirs[""]  # type: ignore[union-attr]
@@ -294,14 +294,14 @@ def test_new_process_hit_reads_nothing(kinetic, cache, tmp_path):
     expected = check(kinetic, root, cache)
     code = (
         "import json, sys\n"
-        "from airflow_provider_kinetic.core.data.hashing import treewalk\n"
+        "from airflow_provider_kinetic.core.data.hashing import filedigest\n"
         "from airflow_provider_kinetic.core.data import Data\n"
         "n = [0]\n"
-        "real = treewalk._digest_open\n"
+        "real = filedigest._digest_open\n"
         "def spy(*a):\n"
         "    n[0] += 1\n"
         "    return real(*a)\n"
-        "treewalk._digest_open = spy\n"
+        "filedigest._digest_open = spy\n"
         "print(json.dumps([Data(sys.argv[1]).content_hash(), n[0]]))\n"
     )
     env = {**os.environ, "KINETIC_STATCACHE_DIR": cache.directory}

@@ -1,4 +1,4 @@
-"""The one rule for every try (core.taskrecord), row by row, on a real LocalStore.
+"""The one rule for every try (core.jobs.taskrecord), row by row, on a real LocalStore.
 
 The backend is the local backend with its status answered from a table: the rule
 must decide from the status, the cancel marker, the record's mode and the result.

@@ -38,7 +38,7 @@ def test_a_batch_payload_of_the_old_layout_loads():
 def test_an_exception_of_the_old_layout_loads():
     blob = old_path_pickle(
         DataPathError("bad"),
-        "airflow_provider_kinetic.core.data.hashing.treewalk",
+        "airflow_provider_kinetic.core.data.hashing.errors",
         "airflow_provider_kinetic.core.treewalk",
     )
     err = unpickling.loads(blob)

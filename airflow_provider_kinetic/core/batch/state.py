@@ -52,7 +52,7 @@ class BatchState:
     manifest_at: float = 0.0
     manifest_dirty: bool = False
     #: Live logs: input index -> [job id, offset shown so far] of each active child
-    #: (``core.batchlogs``; bounded by ``max_concurrent``).
+    #: (``core.batch.logs``; bounded by ``max_concurrent``).
     log_offsets: dict[int, list[Any]] = field(default_factory=dict)
     #: The last log lines of failed children, for the failure summary (bounded).
     log_tails: dict[int, list[str]] = field(default_factory=dict)

@@ -58,7 +58,7 @@ def prepare(
 ) -> PackedJob:
     """Validate everything and pack the payload; uploads nothing.
 
-    ``batch_inputs`` / ``input_refs``: a batch's shared payload (see ``core.batch``).
+    ``batch_inputs`` / ``input_refs``: a batch's shared payload (see ``core.batch.plan``).
     """
     accel = parse_accelerator(request.accelerator_spec)
     volumes = validate_volumes(request.volumes)

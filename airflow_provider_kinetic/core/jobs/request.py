@@ -111,7 +111,7 @@ def capture_env(
 
 
 def validate_volumes(volumes: Any) -> dict[str, Data]:
-    """Mount paths safe (``core.mounts``) and values Data; raises naming the bad entry."""
+    """Mount paths safe (``core.data.mounts``) and values Data; raises naming the bad entry."""
     if volumes is None:
         return {}
     if not isinstance(volumes, dict):

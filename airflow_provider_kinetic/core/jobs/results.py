@@ -2,7 +2,7 @@
 
 The status alone never decides: a SUCCEEDED job without ``result.pkl`` is an error,
 and a success payload from a FAILED multi-host job is not trusted (a worker failed).
-With a job's result ``key`` (see ``core.signing``) nothing is unpickled unless its
+With a job's result ``key`` (see ``core.jobs.signing``) nothing is unpickled unless its
 signature matches: a substituted, truncated or crafted payload is an error naming
 the job, and no code in it runs.
 """

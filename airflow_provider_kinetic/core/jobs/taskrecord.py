@@ -2,7 +2,7 @@
 
 A task's job identity survives its tries in a small record in the store, keyed by the
 task's identity (dag, run, task, map index) so any try on any worker finds it, on every
-Airflow version.  The record is sealed with the deployment secret (``core.signing``):
+Airflow version.  The record is sealed with the deployment secret (``core.jobs.signing``):
 the store is shared, and a forged record must not make a worker adopt someone else's
 job.  What the next try does is read from real state, never from memory:
 

@@ -36,7 +36,7 @@ def label_value(value: Any) -> str:
 
 @dataclass
 class SpecInputs:
-    """Everything the builder needs; collected by ``core.submit``."""
+    """Everything the builder needs; collected by ``core.jobs.submit``."""
 
     job_id: str
     bucket: str

@@ -1,13 +1,11 @@
-"""Walking and reading a Data tree for its content hash (stdlib only).
+"""Walking a Data tree for its content hash (stdlib only).
 
 Kinetic's order: ``os.walk`` top-down without following directory symlinks, each
 directory's files sorted and hashed before its sorted subdirectories.  Symlinked files
 count with their target's bytes; symlinked directories and broken links are skipped
 (as ``os.walk`` does).  A FIFO, socket or device, inside the tree or as the path
 itself, is an error naming it and the Data path, raised while hashing (so before
-anything is uploaded), never a hang: files are opened non-blocking, reads are bounded
-by the size the walk saw, and an ``fstat`` of the open file confirms a regular file
-before more than that is read.
+anything is uploaded), never a hang (how files are read safely: ``filedigest.py``).
 
 Each directory is listed once and each entry stat-ed once, relative to an open
 directory descriptor (no ``relpath``/``abspath`` per file): on a stat cache check
@@ -15,42 +13,53 @@ that loop (:func:`stat_dir`) is all the work there is, so it records regular fil
 only and leaves the rare other entries to :func:`_sort_out`.  A first hash
 (:func:`fresh_dir`) takes entry types from the listing and each file's facts from the
 ``fstat`` of the descriptor it reads, one system call fewer per file.
+
+The error types (``errors.py``) and the file digest (``filedigest.py``) live below
+this module; it re-exports the names callers import from here.
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
 import os
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from stat import S_ISDIR, S_ISLNK, S_ISREG, filemode
+from stat import S_ISDIR, S_ISLNK, S_ISREG
 from typing import Any
 
+from airflow_provider_kinetic.core.data.hashing import filedigest
+from airflow_provider_kinetic.core.data.hashing.errors import (
+    DataPathError,
+    DataReadError,
+    _special,
+    _unreadable,
+)
+from airflow_provider_kinetic.core.data.hashing.filedigest import (
+    _FILE_FLAGS,
+    _utf8,
+    file_digest,
+    relpath_bytes,
+)
 from airflow_provider_kinetic.core.data.hashing.statcache import Sig
 from airflow_provider_kinetic.core.errors import KineticError
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "DataPathError",
+    "DataReadError",
+    "DirScan",
+    "Facts",
+    "FreshDir",
+    "dir_facts",
+    "file_digest",
+    "fresh_dir",
+    "open_dir",
+    "relpath_bytes",
+    "scan_tree",
+    "stat_dir",
+    "walk",
+]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-#: Non-blocking: opening a FIFO that appeared after the walk must not wait for a writer.
-_FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 _REG, _FMT = 0o100000, 0o170000
-#: Read in one call below this size; bigger files stream through a buffer.
-SMALL_FILE = 1 << 20
-#: Read buffer: small enough to stay in the core's L2 cache while it is hashed, which
-#: makes a streamed file hash faster than hashing the same bytes from one big buffer.
-_BLOCK = 1 << 20
-_RETRIES = 3
-
-
-class DataPathError(KineticError, ValueError):
-    """A Data path is, or contains, something that is not a file or a directory."""
-
-
-class DataReadError(KineticError, OSError):
-    """A file or directory of a Data path cannot be read (permissions, I/O error)."""
 
 
 #: A directory's own facts, ``(st_dev, st_ino, mtime_ns, ctime_ns)``: while they are
@@ -90,29 +99,6 @@ class DirScan:
     ) -> None:
         self.rel, self.dev, self.facts = rel, dev, facts  # rel: "" for the root, else "a/b/"
         self._names, self._sigs, self._entries = names, sigs, entries
-
-
-def _kind(mode: int) -> str:
-    return {"p": "a FIFO", "s": "a socket", "c": "a character device", "b": "a block device"}.get(
-        filemode(mode)[0], f"not a regular file (mode {filemode(mode)})"
-    )
-
-
-def _special(label: str, path: str, mode: int, *, is_root: bool = False) -> DataPathError:
-    if is_root:
-        return DataPathError(
-            f"Data path {label!r} is {_kind(mode)}: only files and directories can be Data"
-        )
-    return DataPathError(
-        f"Data path {label!r} contains {path!r}, which is {_kind(mode)}: "
-        "only regular files and directories can be hashed and uploaded"
-    )
-
-
-def _unreadable(label: str, path: str, exc: OSError) -> DataReadError:
-    return DataReadError(
-        exc.errno, f"Data path {label!r}: cannot read {path!r}: {exc.strerror or exc}"
-    )
 
 
 def open_dir(path: str, rel: str, label: str) -> int:
@@ -225,7 +211,8 @@ def fresh_dir(
                     digests.append(None)
                     continue
                 relb = prefix + _utf8(label, rel, name) + b"\0"
-                digest, stable = _digest_open(file_fd, relb, st, label, where)
+                # Looked up on the module: a patch of filedigest._digest_open sees every read.
+                digest, stable = filedigest._digest_open(file_fd, relb, st, label, where)
             finally:
                 os.close(file_fd)
             if not stable:
@@ -297,105 +284,3 @@ def _sort_out(
     files.extend(names[last:])
     fsigs.extend(sigs[done:])
     return files, fsigs
-
-
-_local = threading.local()
-
-
-def _utf8(label: str, rel: str, name: str) -> bytes:
-    """A name as kinetic hashes it (UTF-8); other names cannot be object names."""
-    try:
-        return name.encode()
-    except UnicodeEncodeError:
-        raise DataPathError(
-            f"Data path {label!r} contains {rel + name!r}, whose name is not valid UTF-8 "
-            "(object names must be)"
-        ) from None
-
-
-def relpath_bytes(label: str, rel: str, name: str) -> bytes:
-    """``relpath + NUL``, the prefix of a file's digest."""
-    return _utf8(label, "", rel) + _utf8(label, rel, name) + b"\0"
-
-
-def _read_stream(fd: int, h: hashlib._Hash) -> int:
-    """Hash ``fd`` from its current offset to EOF into ``h``; returns bytes read."""
-    buf = getattr(_local, "buf", None)
-    if buf is None:  # one buffer per thread, reused: no 1 MiB zero-fill per file
-        buf = _local.buf = bytearray(_BLOCK)
-    view = memoryview(buf)
-    total = 0
-    while n := os.readv(fd, [buf]):
-        h.update(view[:n])
-        total += n
-    return total
-
-
-def file_digest(
-    name: str,
-    relb: bytes,
-    sig: Sig,
-    label: str,
-    dir_fd: int | None = None,
-    verify: bool = True,
-    where: str | None = None,
-) -> tuple[bytes, bool]:
-    """kinetic's digest of one file (``name`` relative to ``dir_fd``, or a path).
-
-    ``stable`` says the bytes read are those of the file the walk saw (``sig``):
-    only then may the digest be cached under ``sig``.  ``verify=False`` (nothing will
-    be cached) skips the ``fstat`` that proves it for small files.
-    """
-    where = where or name
-    try:
-        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-    except OSError as exc:
-        raise _unreadable(label, where, exc) from exc
-    try:
-        if not verify and sig[1] < SMALL_FILE:
-            data = os.read(fd, sig[1] + 1)
-            if len(data) == sig[1]:
-                return hashlib.sha256(relb + data).digest(), False
-            os.lseek(fd, 0, os.SEEK_SET)
-        st = os.fstat(fd)
-        digest, stable = _digest_open(fd, relb, st, label, where)
-        return digest, stable and (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == sig[:4]
-    except BlockingIOError:  # a FIFO swapped in after the walk
-        raise _special(label, where, os.fstat(fd).st_mode) from None
-    except OSError as exc:
-        if isinstance(exc, KineticError):
-            raise
-        raise _unreadable(label, where, exc) from exc
-    finally:
-        os.close(fd)
-
-
-def _digest_open(
-    fd: int, relb: bytes, st: os.stat_result, label: str, where: str
-) -> tuple[bytes, bool]:
-    """Digest of the open file ``fd`` (at offset 0) whose ``fstat`` before reading is
-    ``st``.  ``stable``: what was read is the file ``st`` describes.  Non-regular files
-    raise (never read: reads are bounded by the size and ``fd`` is non-blocking)."""
-    if not S_ISREG(st.st_mode):
-        raise _special(label, where, st.st_mode)
-    size = st.st_size
-    try:
-        if size < SMALL_FILE:  # the common case: one read, one hash call
-            data = os.read(fd, size + 1)
-            if len(data) == size:
-                return hashlib.sha256(relb + data).digest(), True
-        before = st
-        h = hashlib.sha256()
-        for _ in range(_RETRIES):  # stream, with fstat before and after
-            os.lseek(fd, 0, os.SEEK_SET)
-            h = hashlib.sha256(relb)
-            _read_stream(fd, h)
-            after = os.fstat(fd)
-            facts = (after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns)
-            if facts == (before.st_ino, before.st_size, before.st_mtime_ns, before.st_ctime_ns):
-                return h.digest(), facts[1:] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            before = after
-        log.warning("Data path %r: %s kept changing while it was hashed", label, where)
-        return h.digest(), False
-    except BlockingIOError:  # a FIFO swapped in after the walk
-        raise _special(label, where, os.fstat(fd).st_mode) from None

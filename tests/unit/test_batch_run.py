@@ -1,4 +1,4 @@
-"""Batch scheduling rules (core.batchrun) on hand-made states: retries, preemption,
+"""Batch scheduling rules (core.batch.run) on hand-made states: retries, preemption,
 fail-fast, ordering.  The store is a real LocalStore; the backend records calls."""
 
 from __future__ import annotations

@@ -1,65 +1,35 @@
-"""The actions behind ``airflow kinetic ...`` (each takes the parsed argparse namespace).
+"""``airflow kinetic jobs ...``: list, inspect, cancel and clean up jobs.
 
 Jobs are operated through :func:`~airflow_provider_kinetic.attached.attach`, the same
 path plain Python uses, so the CLI trusts a stored ``handle.json`` no further than
-``attach`` does (job id and backend kind only; results must be signed).  Every
-failure a person can fix ends as one ``error: ...`` line on stderr and exit code 1,
-never a traceback.
+``attach`` does (job id and backend kind only; results must be signed).  The list
+reads the store (``inventory``) and asks each job's backend through
+:class:`JobStatuses`, which the plugin's Kinetic page shares.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import pprint
 import sys
 import time
 from argparse import Namespace
-from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_kinetic.attached import AttachedJob, attach
 from airflow_provider_kinetic.cli import inventory
-from airflow_provider_kinetic.cli.output import emit, human_age, human_bytes
-from airflow_provider_kinetic.core.accelerators import GPU_TYPES, TPU_TYPES
-from airflow_provider_kinetic.core.backends import local_venv
+from airflow_provider_kinetic.cli.common import CliError, command, output_format
+from airflow_provider_kinetic.cli.output import emit
 from airflow_provider_kinetic.core.backends.base import Backend
-from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.backends.registry import backend_class
-from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
-from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
+from airflow_provider_kinetic.core.storage import ObjectNotFound
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 
 
-class CliError(Exception):
-    """A failure reported as one line, without a traceback."""
-
-
-def _fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(1)
-
-
-def command(func: Callable[[Namespace], None]) -> Callable[[Namespace], None]:
-    """Turn the errors a person can act on into ``error: ...`` and exit code 1."""
-
-    @functools.wraps(func)
-    def run(args: Namespace) -> None:
-        try:
-            func(args)
-        except (CliError, KineticError, ValueError, ObjectNotFound) as exc:
-            _fail(str(exc))
-
-    return run
-
-
-def _output(args: Namespace) -> str:
-    return getattr(args, "output", "table") or "table"
-
-
 def _attach(args: Namespace) -> AttachedJob:
+    """``args.job_id`` attached, or a :class:`CliError` naming the store it is not in."""
     try:
         return attach(args.job_id, conn_id=args.conn_id)
     except ObjectNotFound:
@@ -67,9 +37,6 @@ def _attach(args: Namespace) -> AttachedJob:
         raise CliError(
             f"no kinetic job {args.job_id!r} in {store.uri()} (connection {args.conn_id!r})"
         ) from None
-
-
-# ---- jobs -------------------------------------------------------------------------
 
 
 class JobStatuses:
@@ -148,7 +115,7 @@ def jobs_list(args: Namespace) -> None:
         rows.append(_job_row(entry, report))
         if args.limit and len(rows) >= args.limit:
             break
-    emit(rows, _output(args), LIST_COLUMNS)
+    emit(rows, output_format(args), LIST_COLUMNS)
 
 
 @command
@@ -172,7 +139,7 @@ def jobs_status(args: Namespace) -> None:
             "output_dir": h.output_dir,
             "artifacts": job.store.uri(f"{h.job_id}/"),
         },
-        _output(args),
+        output_format(args),
     )
 
 
@@ -180,7 +147,7 @@ def jobs_status(args: Namespace) -> None:
 def jobs_logs(args: Namespace) -> None:
     """The job's log; with ``--follow``, new lines until the job ends."""
     job = _attach(args)
-    as_json = _output(args) == "json"
+    as_json = output_format(args) == "json"
     if not args.follow:
         text = job.logs()
         if as_json:
@@ -207,7 +174,7 @@ def jobs_result(args: Namespace) -> None:
         raise CliError(
             f"kinetic job {job.job_id} failed: {type(exc).__name__}: {exc}".rstrip()
         ) from None
-    if _output(args) == "json":
+    if output_format(args) == "json":
         try:
             print(json.dumps({"job_id": job.job_id, "value": value}, indent=2))
         except (TypeError, ValueError):
@@ -238,7 +205,7 @@ def jobs_cancel(args: Namespace) -> None:
             "state": after.status.value,
             "reason": after.reason,
         },
-        _output(args),
+        output_format(args),
     )
 
 
@@ -277,125 +244,4 @@ def jobs_cleanup(args: Namespace) -> None:
         deleted = job.cleanup()
         row = {"job_id": job_id, "state": report.status.value, "action": "deleted"}
         rows.append({**row, "objects": deleted})
-    emit(rows, _output(args), ("job_id", "state", "action", "objects"))
-
-
-# ---- data cache -------------------------------------------------------------------
-
-
-def _cache_row(entry: inventory.CacheEntry, now: float, action: str | None = None) -> dict:
-    row: dict[str, Any] = {
-        "hash": entry.content_hash,
-        "kind": entry.kind,
-        "complete": entry.complete,
-        "age_s": None if entry.marked_at is None else round(entry.age(now) or 0.0, 1),
-        "age": human_age(entry.age(now)) if entry.complete else "incomplete",
-        "files": entry.files,
-        "bytes": entry.bytes,
-        "size": human_bytes(entry.bytes),
-    }
-    if action:
-        row["action"] = action
-    return row
-
-
-def _venv_row(entry: local_venv.VenvEntry, now: float, action: str | None = None) -> dict:
-    row: dict[str, Any] = {
-        "hash": entry.digest,
-        "kind": "venv",
-        "complete": True,
-        "age_s": round(entry.age(now), 1),
-        "age": human_age(entry.age(now)),
-        "files": entry.files,
-        "bytes": entry.bytes,
-        "size": human_bytes(entry.bytes),
-        "path": entry.path,
-    }
-    if action:
-        row["action"] = action
-    return row
-
-
-def _local_root(hook: KineticHook, store: ObjectStore) -> str | None:
-    """The local backend's root, where local jobs' requirements venvs live (None for
-    a bucket: cluster jobs have images, not venvs)."""
-    config = hook.get_config()
-    if not config.root or store.scheme != "file":
-        return None
-    return LocalBackend.bucket_for(config)  # the root jobs were given, spelled the same
-
-
-@command
-def data_ls(args: Namespace) -> None:
-    """Data-cache entries (age of the completion marker, files, bytes), cached job
-    context archives and, on the local backend, local jobs' requirements venvs (age of
-    their last use)."""
-    hook = KineticHook(args.conn_id)
-    store = hook.get_store()
-    now = time.time()
-    rows = [_cache_row(e, now) for e in inventory.cache_entries(store)]
-    if root := _local_root(hook, store):
-        rows += [_venv_row(e, now) for e in local_venv.list_venvs(root)]
-    emit(rows, _output(args), ("hash", "kind", "age", "files", "size"))
-
-
-@command
-def data_gc(args: Namespace) -> None:
-    """Remove complete cache entries (and context archives) older than ``--older-than``,
-    and local requirements venvs unused for that long that no live job runs in."""
-    age = inventory.parse_age(args.older_than)
-    hook = KineticHook(args.conn_id)
-    store = hook.get_store()
-    now = time.time()
-    rows = []
-    for entry in inventory.gc_candidates(inventory.cache_entries(store), age, now):
-        if args.dry_run:
-            rows.append(_cache_row(entry, now, "would delete"))
-        else:
-            inventory.remove_entry(store, entry)
-            rows.append(_cache_row(entry, now, "deleted"))
-    if root := _local_root(hook, store):
-        in_use = LocalBackend(root).venvs_in_use()
-        for venv in local_venv.list_venvs(root):
-            if not local_venv.idle_enough(venv.age(now), age):
-                continue
-            if venv.path in in_use:
-                rows.append(_venv_row(venv, now, "kept: a live job runs in it"))
-            elif args.dry_run:
-                rows.append(_venv_row(venv, now, "would delete"))
-            elif local_venv.collect(venv, age, in_use):
-                rows.append(_venv_row(venv, now, "deleted"))
-    emit(rows, _output(args), ("hash", "kind", "age", "files", "size", "action"))
-
-
-# ---- accelerators -----------------------------------------------------------------
-
-
-@command
-def accelerators(args: Namespace) -> None:
-    """The accelerator catalog jobs may ask for (names, sizes, GKE labels)."""
-    rows: list[dict[str, Any]] = []
-    for gpu in GPU_TYPES.values():
-        rows.append(
-            {
-                "kind": "gpu",
-                "name": gpu.name,
-                "gke": gpu.gke_label,
-                "sizes": "/".join(str(n) for n in gpu.counts),
-                "example": f"{gpu.name}x{max(gpu.counts)}" if len(gpu.counts) > 1 else gpu.name,
-                "machine_types": {str(n): m for n, m in gpu.counts.items()},
-            }
-        )
-    for tpu in TPU_TYPES.values():
-        rows.append(
-            {
-                "kind": "tpu",
-                "name": tpu.name,
-                "gke": tpu.gke_accelerator,
-                "sizes": "/".join(str(n) for n in tpu.slices),
-                "example": f"{tpu.name}-{tpu.default_chips}",
-                "topologies": {str(n): s.topology for n, s in tpu.slices.items()},
-                "hosts": {str(n): s.num_nodes for n, s in tpu.slices.items()},
-            }
-        )
-    emit(rows, _output(args), ("kind", "name", "gke", "sizes", "example"))
+    emit(rows, output_format(args), ("job_id", "state", "action", "objects"))

@@ -1,0 +1,106 @@
+"""``airflow kinetic data ...``: list and trim the content-addressed data cache.
+
+The cache lives in the connection's store (``inventory`` reads it: entries, their
+completion markers, cached job context archives); on the local backend the rows also
+cover local jobs' requirements venvs, which ``gc`` removes once unused for the given
+age and no live job runs in them.
+"""
+
+from __future__ import annotations
+
+import time
+from argparse import Namespace
+from typing import Any
+
+from airflow_provider_kinetic.cli import inventory
+from airflow_provider_kinetic.cli.common import command, output_format
+from airflow_provider_kinetic.cli.output import emit, human_age, human_bytes
+from airflow_provider_kinetic.core.backends import local_venv
+from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.hooks.kinetic import KineticHook
+
+
+def _cache_row(entry: inventory.CacheEntry, now: float, action: str | None = None) -> dict:
+    row: dict[str, Any] = {
+        "hash": entry.content_hash,
+        "kind": entry.kind,
+        "complete": entry.complete,
+        "age_s": None if entry.marked_at is None else round(entry.age(now) or 0.0, 1),
+        "age": human_age(entry.age(now)) if entry.complete else "incomplete",
+        "files": entry.files,
+        "bytes": entry.bytes,
+        "size": human_bytes(entry.bytes),
+    }
+    if action:
+        row["action"] = action
+    return row
+
+
+def _venv_row(entry: local_venv.VenvEntry, now: float, action: str | None = None) -> dict:
+    row: dict[str, Any] = {
+        "hash": entry.digest,
+        "kind": "venv",
+        "complete": True,
+        "age_s": round(entry.age(now), 1),
+        "age": human_age(entry.age(now)),
+        "files": entry.files,
+        "bytes": entry.bytes,
+        "size": human_bytes(entry.bytes),
+        "path": entry.path,
+    }
+    if action:
+        row["action"] = action
+    return row
+
+
+def _local_root(hook: KineticHook, store: ObjectStore) -> str | None:
+    """The local backend's root, where local jobs' requirements venvs live (None for
+    a bucket: cluster jobs have images, not venvs)."""
+    config = hook.get_config()
+    if not config.root or store.scheme != "file":
+        return None
+    return LocalBackend.bucket_for(config)  # the root jobs were given, spelled the same
+
+
+@command
+def data_ls(args: Namespace) -> None:
+    """Data-cache entries (age of the completion marker, files, bytes), cached job
+    context archives and, on the local backend, local jobs' requirements venvs (age of
+    their last use)."""
+    hook = KineticHook(args.conn_id)
+    store = hook.get_store()
+    now = time.time()
+    rows = [_cache_row(e, now) for e in inventory.cache_entries(store)]
+    if root := _local_root(hook, store):
+        rows += [_venv_row(e, now) for e in local_venv.list_venvs(root)]
+    emit(rows, output_format(args), ("hash", "kind", "age", "files", "size"))
+
+
+@command
+def data_gc(args: Namespace) -> None:
+    """Remove complete cache entries (and context archives) older than ``--older-than``,
+    and local requirements venvs unused for that long that no live job runs in."""
+    age = inventory.parse_age(args.older_than)
+    hook = KineticHook(args.conn_id)
+    store = hook.get_store()
+    now = time.time()
+    rows = []
+    for entry in inventory.gc_candidates(inventory.cache_entries(store), age, now):
+        if args.dry_run:
+            rows.append(_cache_row(entry, now, "would delete"))
+        else:
+            inventory.remove_entry(store, entry)
+            rows.append(_cache_row(entry, now, "deleted"))
+    if root := _local_root(hook, store):
+        in_use = LocalBackend(root).venvs_in_use()
+        for venv in local_venv.list_venvs(root):
+            if not local_venv.idle_enough(venv.age(now), age):
+                continue
+            if venv.path in in_use:
+                rows.append(_venv_row(venv, now, "kept: a live job runs in it"))
+            elif args.dry_run:
+                rows.append(_venv_row(venv, now, "would delete"))
+            elif local_venv.collect(venv, age, in_use):
+                rows.append(_venv_row(venv, now, "deleted"))
+    emit(rows, output_format(args), ("hash", "kind", "age", "files", "size", "action"))

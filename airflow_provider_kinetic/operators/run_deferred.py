@@ -1,0 +1,97 @@
+"""KineticRunOperator's deferred wait: hand the job to the triggerer, resume after it.
+
+While the task is deferred, ``KineticJobTrigger`` watches the job (and shows its log);
+``execute_complete`` re-reads the job's real state, re-defers after a trigger error,
+re-submits a preempted job, and ends like the synchronous path (``run_sync``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from airflow.providers.common.compat.sdk import AirflowException
+
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
+from airflow_provider_kinetic.core.spec.handles import JobHandle
+from airflow_provider_kinetic.exceptions import KineticJobCancelled
+from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
+from airflow_provider_kinetic.operators.common import defer_timeout
+from airflow_provider_kinetic.operators.run_sync import RunSyncWait
+from airflow_provider_kinetic.triggers.job import KineticJobTrigger
+
+
+class RunDeferredWait(RunSyncWait):
+    """Deferring to the triggerer and resuming (see KineticRunOperator)."""
+
+    MAX_REDEFER_ATTEMPTS = 3
+
+    def _defer(
+        self,
+        config: KineticConfig,
+        handle: JobHandle,
+        deadline_ts: float | None,
+        attempt: int,
+        log_offset: int = 0,
+    ) -> NoReturn:
+        self.defer(
+            trigger=KineticJobTrigger(
+                handle=handle.to_dict(),
+                config=config_to_json(config),
+                poll_interval=self.poll_interval,
+                deadline=deadline_ts,
+                attempt=attempt,
+                log_offset=log_offset,
+            ),
+            method_name="execute_complete",
+            timeout=defer_timeout(deadline_ts, self.poll_interval),
+        )
+        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
+
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
+        """Resume after the trigger: re-read real state, show the job's log, collect.
+
+        A trigger *error* while the job still runs re-defers (up to
+        ``MAX_REDEFER_ATTEMPTS``); a timeout, or errors beyond that, cancel the job.
+        A preempted job is submitted again (``preemption_retries``) and waited for.
+        """
+        if not event or "handle" not in event:
+            raise AirflowException(f"kinetic trigger returned no usable event: {event!r}")
+        handle = JobHandle.from_dict(event["handle"])
+        self._handle = handle
+        hook = KineticHook(self.kinetic_conn_id)
+        config = hook.get_config()
+        store = hook.get_store()
+        backend = hook.get_backend(handle.backend)
+        self._backend, self._store = backend, store
+        report = backend.status(handle)
+        self.log.info(
+            "kinetic job %s resumed: trigger said %s, job is %s",
+            handle.job_id,
+            event.get("status"),
+            report.describe(),
+        )
+        # The trigger showed the job's log up to here while the task was deferred.
+        offset = int(event.get("log_offset") or 0)
+        if report.status.is_terminal:
+            if self._preempted(context, store, handle, report):
+                handle = self._resubmit_preempted(context, config, backend, store, handle, report)
+                return self._defer(config, handle, event.get("deadline"), 0)
+            return self._finish(context, store, backend, handle, report, offset)
+        attempt = int(event.get("attempt") or 0) + 1
+        if event.get("status") == "error" and attempt <= self.MAX_REDEFER_ATTEMPTS:
+            self.log.warning(
+                "trigger error (%s); waiting again (%d/%d)",
+                event.get("message"),
+                attempt,
+                self.MAX_REDEFER_ATTEMPTS,
+            )
+            return self._defer(config, handle, event.get("deadline"), attempt, offset)
+        why = event.get("message") or event.get("status")
+        request_cancel(store, backend, handle)
+        self._show_logs(backend, handle, offset)
+        raise KineticJobCancelled(
+            f"kinetic job {handle.job_id} cancelled: trigger ended with "
+            f"{event.get('status')} ({why}) while the job was {report.status.value}",
+            job_id=handle.job_id,
+        )

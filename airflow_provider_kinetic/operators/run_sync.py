@@ -1,0 +1,106 @@
+"""KineticRunOperator's synchronous wait: poll the job, show its log live, finish.
+
+``_finish`` (collect the value or the remote error, delete the job, mark the record
+delivered, clean up artifacts) and ``_show_logs`` are also how the deferred path
+(``run_deferred``) ends, which is why that path builds on ``RunSyncWait``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.jobs.polling import poll_delays
+from airflow_provider_kinetic.core.jobs.results import collect_with_blob
+from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
+from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport
+from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.exceptions import KineticJobCancelled, KineticJobFailed
+from airflow_provider_kinetic.hooks.signing import result_key
+from airflow_provider_kinetic.operators.common import delete_artifacts, xcom_value
+from airflow_provider_kinetic.operators.run_tries import RunTriesBase
+
+
+class RunSyncWait(RunTriesBase):
+    """Waiting for a job in the worker, and collecting it (see KineticRunOperator)."""
+
+    def _wait(
+        self,
+        backend: Backend,
+        handle: JobHandle,
+        deadline: float | None,
+        give_up: float | None = None,
+    ) -> tuple[StatusReport | None, int]:
+        """Poll until the job ends (its report) or, with ``give_up`` (a monotonic
+        time), until then (``None``: the caller defers); the log offset shown so far."""
+        offset, last = 0, None
+        delays = poll_delays(self.poll_interval, backend.first_poll_s)
+        while True:
+            report = backend.status(handle)
+            offset = self._show_logs(backend, handle, offset)
+            if report.describe() != last:
+                self.log.info("kinetic job %s: %s", handle.job_id, report.describe())
+                last = report.describe()
+            if report.status.is_terminal:
+                return report, offset
+            if give_up is not None and time.monotonic() >= give_up:
+                return None, offset
+            if deadline is not None and time.time() >= deadline:
+                request_cancel(self._store, backend, handle)
+                raise KineticJobCancelled(
+                    f"kinetic job {handle.job_id} cancelled at the task's execution_timeout",
+                    job_id=handle.job_id,
+                )
+            delay = next(delays)
+            if give_up is not None:
+                delay = max(0.0, min(delay, give_up - time.monotonic()))
+            backend.wait([handle], delay)
+
+    def _show_logs(self, backend: Backend, handle: JobHandle, offset: int) -> int:
+        text, new_offset = backend.read_logs(handle, offset)
+        for line in text.splitlines():
+            self.log.info("[%s] %s", handle.job_id, line)
+        return new_offset
+
+    def _finish(
+        self,
+        context: Any,
+        store: ObjectStore,
+        backend: Backend,
+        handle: JobHandle,
+        report: StatusReport,
+        offset: int,
+    ) -> Any:
+        self._show_logs(backend, handle, offset)
+        self.log.info("kinetic job %s finished: %s", handle.job_id, report.describe())
+        try:
+            value, blob = collect_with_blob(
+                store, handle.job_id, report.status, report.reason, result_key=result_key(handle)
+            )
+        except Exception as exc:
+            tb = next((n for n in getattr(exc, "__notes__", []) if n.startswith("Remote")), None)
+            self.log.error(
+                "kinetic job %s failed: %s: %s%s",
+                handle.job_id,
+                type(exc).__name__,
+                exc,
+                "\n" + tb if tb else "",
+            )
+            raise KineticJobFailed(
+                f"kinetic job {handle.job_id} failed: {type(exc).__name__}: {exc}",
+                job_id=handle.job_id,
+            ) from exc
+        finally:
+            self._handle = None  # done: on_kill must not touch a finished job
+            # Collected (value or error): the Job / LeaderWorkerSet goes now, whatever the
+            # outcome (a LeaderWorkerSet has no TTL; a failed job may hold a stuck pod).
+            try:
+                backend.cancel(handle)
+            except Exception as exc:  # noqa: BLE001 - keep the job's own outcome
+                self.log.warning("could not delete job %s: %s", handle.job_id, exc)
+        delivered = xcom_value(value, store, handle.job_id, blob, self.log)
+        self._write_record(context, store, handle, delivered=True)
+        if self.cleanup == "artifacts":
+            delete_artifacts(store, [handle.job_id], delivered, self.log)
+        return delivered

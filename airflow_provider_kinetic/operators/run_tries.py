@@ -1,0 +1,172 @@
+"""A KineticRunOperator try's job: submitted, published, recorded, preempted.
+
+Every try of the task keeps a record of its job in the store (``core.jobs.taskrecord``;
+Airflow 3.3's task state store as a fallback), written *before* the job is created,
+so a later try finds the job instead of running it twice.  The record also counts
+the task's preemption re-submits (``preemption_retries``), which do not use the
+task's Airflow ``retries``.
+
+``RunTriesBase`` is the bottom of KineticRunOperator's bases: the synchronous wait
+(``run_sync``) and the deferred wait (``run_deferred``) build on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.jobs.results import is_preemption
+from airflow_provider_kinetic.core.jobs.submit import submit_job
+from airflow_provider_kinetic.core.jobs.taskrecord import (
+    DEFERRED,
+    SYNC,
+    TaskRecord,
+    read_record,
+    write_record,
+)
+from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport, new_job_id
+from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.hooks.signing import deployment_secret
+from airflow_provider_kinetic.links import job_links
+from airflow_provider_kinetic.operators.common import (
+    XCOM_JOB,
+    XCOM_OUTPUT_DIR,
+    KineticOperatorBase,
+    directory_uri,
+    task_identity,
+)
+
+
+class RunTriesBase(KineticOperatorBase):
+    """Submitting, publishing and recording the job of a try (see KineticRunOperator).
+
+    ``_handle`` is the job this try waits for (``on_kill`` cancels it); ``None`` once
+    it is finished or when nobody waits for it.
+    """
+
+    preemption_retries: int
+    _handle: JobHandle | None
+    _backend: Backend | None
+    _store: ObjectStore | None
+
+    def _submit(
+        self, context: Any, config: KineticConfig, backend: Backend, store: ObjectStore
+    ) -> JobHandle:
+        """Submit a new job, recording its id *before* it is created: a worker that dies
+        in between leaves a record a retry can follow (and never a second job)."""
+        request = self.build_request(task_identity(context), store.uri, context)
+        self.resolve_image(request, config, store, build=True)  # before any upload
+        request.job_id = new_job_id()
+        provisional = JobHandle(
+            job_id=request.job_id,
+            backend=backend.name,
+            bucket_name=store.bucket,
+            namespace=config.namespace,
+            k8s_name=backend.object_name(request.job_id),
+        )
+        self._write_record(context, store, provisional)
+        handle, _ = submit_job(request, config, backend, store, deployment_secret())
+        return handle
+
+    def _publish(self, context: Any, handle: JobHandle) -> None:
+        """XComs a person or a downstream task needs while the job runs."""
+        self._handle = handle
+        ti = context["ti"]
+        ti.xcom_push(key=XCOM_JOB, value=handle.to_dict())
+        ti.xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(handle.output_dir))
+        for key, url in job_links(handle, self.kinetic_conn_id).items():
+            ti.xcom_push(key=key, value=url)
+        self.log.info("kinetic job %s: output dir %s", handle.job_id, handle.output_dir)
+
+    # ---- the task's record ----------------------------------------------------------
+    def _read_record(self, context: Any, store: ObjectStore) -> TaskRecord | None:
+        """The task's record in the store; Airflow 3.3's task state store as a fallback."""
+        record = read_record(store, task_identity(context), deployment_secret())
+        if record is not None:
+            return record
+        state = context.get("task_state_store")
+        try:
+            previous = state.get(XCOM_JOB) if state is not None else None
+        except Exception:  # noqa: BLE001 - an unreadable state store means "nothing found"
+            previous = None
+        if isinstance(previous, dict) and previous.get("job_id"):
+            return TaskRecord(kind="job", mode=SYNC, handle=previous)
+        return None
+
+    def _write_record(
+        self,
+        context: Any,
+        store: ObjectStore,
+        handle: JobHandle,
+        *,
+        delivered: bool = False,
+        preemptions: int | None = None,
+    ) -> None:
+        identity = task_identity(context)
+        secret = deployment_secret()
+        if preemptions is None:
+            old = read_record(store, identity, secret)
+            preemptions = self._preemptions(old)
+        record = TaskRecord(
+            kind="job",
+            mode=DEFERRED if self.deferrable else SYNC,
+            try_number=identity.get("try_number"),
+            handle=handle.to_dict(),
+            delivered=delivered,
+            preemptions=preemptions,
+        )
+        write_record(store, identity, record, secret)
+        state = context.get("task_state_store")
+        if state is not None and not delivered:
+            try:
+                state.set(XCOM_JOB, handle.to_dict())
+            except Exception as exc:  # noqa: BLE001 - the store record is what counts
+                self.log.warning("could not record the job in the task state store: %s", exc)
+
+    # ---- preemption -------------------------------------------------------------------
+    @staticmethod
+    def _preemptions(record: TaskRecord | None) -> int:
+        return record.preemptions if record is not None and record.kind == "job" else 0
+
+    def _preempted(
+        self, context: Any, store: ObjectStore, handle: JobHandle, report: StatusReport
+    ) -> bool:
+        """A platform kill (spot reclaim, eviction) with budget left for this task."""
+        if not is_preemption(report, store, handle):
+            return False
+        used = self._preemptions(read_record(store, task_identity(context), deployment_secret()))
+        if used >= self.preemption_retries:
+            self.log.warning(
+                "kinetic job %s was preempted (%s) and the task's %d preemption retries are "
+                "used up",
+                handle.job_id,
+                report.describe(),
+                self.preemption_retries,
+            )
+            return False
+        return True
+
+    def _resubmit_preempted(
+        self,
+        context: Any,
+        config: KineticConfig,
+        backend: Backend,
+        store: ObjectStore,
+        handle: JobHandle,
+        report: StatusReport,
+    ) -> JobHandle:
+        used = self._preemptions(read_record(store, task_identity(context), deployment_secret()))
+        self.log.warning(
+            "kinetic job %s was preempted (%s): submitting it again (preemption retry %d/%d; "
+            "the task's Airflow retries are not used)",
+            handle.job_id,
+            report.describe(),
+            used + 1,
+            self.preemption_retries,
+        )
+        backend.cancel(handle)  # delete what is left of it
+        new = self._submit(context, config, backend, store)
+        self._write_record(context, store, new, preemptions=used + 1)
+        self._publish(context, new)
+        return new

@@ -1,0 +1,235 @@
+"""Preparing one job's workspace: every phase before the function is called.
+
+Fetches the payload and context (verifying their SHA-256 when given), installs the
+requirements, extracts the context zip into the work dir (its plan sets ``sys.path``
+and the cwd), unpickles the payload, checks its fingerprint, applies its env vars,
+mounts its volumes and turns Data refs and result refs in the arguments into local
+values.  A failure in any phase raises :class:`PhaseError` naming it, which the run
+(``remote.py``) writes as the result payload.  :func:`clean_up` undoes it all.
+Imports only what a pod has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from typing import Any
+
+import cloudpickle
+
+from airflow_provider_kinetic.core.data import KEEP, is_data_ref, locallinks, map_leaves
+from airflow_provider_kinetic.core.data.locallinks import LOCAL_MOUNTS_ENV
+from airflow_provider_kinetic.core.data.schemes import scheme_for
+from airflow_provider_kinetic.core.jobs import unpickling
+from airflow_provider_kinetic.core.jobs.batchwire import select_input
+from airflow_provider_kinetic.core.jobs.resultref import resolve_result_refs
+from airflow_provider_kinetic.core.storage import store_for_uri
+
+log = logging.getLogger("kinetic.runner")
+
+
+class PhaseError(Exception):
+    """A setup failure, tagged with the phase it happened in."""
+
+    def __init__(self, phase: str, cause: BaseException):
+        super().__init__(f"kinetic {phase} failed: {type(cause).__name__}: {cause}")
+        self.phase = phase
+        self.cause = cause
+
+
+def _fetch(uri: str) -> bytes:
+    store, key = store_for_uri(uri)
+    return store.read_bytes(key)
+
+
+def _verify(name: str, data: bytes, expected: str | None) -> None:
+    if expected and hashlib.sha256(data).hexdigest() != expected.lower():
+        raise ValueError(
+            f"{name} SHA-256 mismatch: expected {expected}, got {hashlib.sha256(data).hexdigest()}"
+        )
+
+
+def _install_requirements(uri: str) -> None:
+    text = _fetch(uri).decode()
+    if not text.strip():
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(text)
+    # Into this interpreter's environment (``--system`` would skip a venv and pick
+    # another Python on PATH): the image's python3, or the venv the runner runs in.
+    cmd = ["uv", "pip", "install", "--python", sys.executable, "-r", f.name]
+    if subprocess.call(["uv", "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+        cmd = [sys.executable, "-m", "pip", "install", "-r", f.name]
+    subprocess.run(cmd, check=True)
+
+
+def _extract_context(data: bytes, workdir: str) -> None:
+    """Unpack context.zip into the workspace and apply its plan (sys.path, cwd)."""
+    import io
+    import json
+
+    workspace = os.path.join(workdir, "workspace")
+    os.makedirs(workspace, exist_ok=True)
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        for info in zf.infolist():
+            target = os.path.realpath(os.path.join(workspace, info.filename))
+            if not target.startswith(os.path.realpath(workspace) + os.sep):
+                raise ValueError(f"context.zip entry escapes the workspace: {info.filename!r}")
+            zf.extract(info, workspace)
+            mode = (info.external_attr >> 16) & 0o777
+            if mode and not info.is_dir():
+                os.chmod(target, mode)
+    plan_path = os.path.join(workspace, ".kinetic", "plan.json")
+    plan = {}
+    if os.path.exists(plan_path):
+        with open(plan_path) as f:
+            plan = json.load(f)
+    real = os.path.realpath(workspace)
+
+    def inside(rel: str) -> str | None:  # a plan path that stays in the workspace
+        path = os.path.realpath(os.path.join(workspace, rel))
+        ok = (path == real or path.startswith(real + os.sep)) and os.path.isdir(path)
+        return path if ok else None
+
+    for rel in reversed(plan.get("sys_path_rel", [""])):
+        if (path := inside(rel)) is not None:
+            sys.path.insert(0, path)
+    # The project root (plan "."): files next to the DAG open by relative path.
+    cwd_rel = plan.get("client_cwd_rel")
+    os.chdir(inside(cwd_rel) or real if cwd_rel else real)
+
+
+def _download_ref(ref: dict[str, Any], target: str) -> str:
+    """Materialise one data ref at ``target`` through the scheme its URI names
+    (``gs://``/``file://``: a store download; ``hf://``: a datasets load)."""
+    return scheme_for(ref["uri"]).materialise(ref, target)
+
+
+def _resolve_fuse(ref: dict[str, Any]) -> str:
+    """A FUSE ref resolves to its mount path; a single file to the one entry there."""
+    mount = ref["mount_path"]
+    if not ref.get("is_dir") and os.path.isdir(mount):
+        entries = sorted(os.listdir(mount))
+        if entries:
+            return os.path.join(mount, entries[0])
+    return mount
+
+
+def resolve_refs(obj: Any, workdir: str, cache: dict[str, str]) -> Any:
+    """Replace ref dicts in args/kwargs with local paths (one download per URI)."""
+
+    def resolve(ref: Any) -> Any:
+        if not is_data_ref(ref):
+            return KEEP
+        if ref.get("fuse") and ref.get("mount_path"):
+            return _resolve_fuse(ref)
+        if ref["uri"] not in cache:
+            target = ref.get("mount_path") or os.path.join(workdir, "data", str(len(cache)))
+            cache[ref["uri"]] = _download_ref(ref, target)
+        return cache[ref["uri"]]
+
+    return map_leaves(obj, resolve)
+
+
+def _mount_volume(ref: dict[str, Any], workdir: str, n: int, links: list[tuple[str, str]]) -> None:
+    """Put one volume at its mount path.
+
+    In a pod: a FUSE volume is already mounted (CSI driver), others are downloaded into
+    the mount path.  On the local backend the mount path is a host path: the volume
+    becomes a link (shared by concurrent jobs, removed by the last) to the read-only
+    cache entry, or to this job's own download in its work dir.
+    """
+    mount = ref["mount_path"]
+    if os.environ.get(LOCAL_MOUNTS_ENV) != "1":
+        if not ref.get("fuse"):
+            _download_ref(ref, mount)
+        return
+    source = scheme_for(ref["uri"]).local_source(ref)
+    if source is None:
+        source = os.path.join(workdir, "volumes", str(n))
+        _download_ref(ref, source)
+    locallinks.acquire(mount, source)
+    links.append((mount, source))
+
+
+def _check_fingerprint(fp: dict[str, str] | None) -> None:
+    if not fp:
+        return
+    import platform
+
+    here = platform.python_version().rsplit(".", 1)[0]
+    there = str(fp.get("python", "")).rsplit(".", 1)[0]
+    if there and here != there:
+        log.warning("payload pickled on Python %s, running on Python %s", there, here)
+    if fp.get("cloudpickle") and fp["cloudpickle"] != cloudpickle.__version__:
+        log.warning(
+            "payload pickled with cloudpickle %s, running %s",
+            fp["cloudpickle"],
+            cloudpickle.__version__,
+        )
+
+
+def prepare(
+    ns: argparse.Namespace, workdir: str, links: list[tuple[str, str]]
+) -> tuple[Any, tuple, dict]:
+    """Every phase before ``execute``; raises PhaseError naming the phase."""
+    phase = "artifact download"
+    try:
+        payload_bytes = _fetch(ns.payload_gcs)
+        context_bytes = _fetch(ns.context_gcs)
+        phase = "artifact verification"
+        _verify("payload", payload_bytes, ns.payload_sha256)
+        _verify("context", context_bytes, ns.context_sha256)
+        if ns.requirements_gcs:
+            phase = "requirements install"
+            _install_requirements(ns.requirements_gcs)
+        phase = "context extract"
+        _extract_context(context_bytes, workdir)
+        phase = "payload unpickle"
+        payload = unpickling.loads(payload_bytes)
+        phase = "environment setup"
+        _check_fingerprint(payload.get("client_fingerprint"))
+        os.environ.update({k: str(v) for k, v in (payload.get("env_vars") or {}).items()})
+        func, args, kwargs = payload["func"], payload.get("args", ()), payload.get("kwargs", {})
+        if payload.get("batch_inputs"):
+            phase = "batch input"
+            func, args, kwargs = select_input(payload, _fetch)
+        phase = "data resolve"
+        cache: dict[str, str] = {}
+        for n, ref in enumerate(payload.get("volumes") or []):
+            _mount_volume(ref, workdir, n, links)
+        if payload.get("has_data_refs", True):
+            args = resolve_refs(tuple(args), workdir, cache)
+            kwargs = resolve_refs(dict(kwargs), workdir, cache)
+        phase = "result reference resolve"  # upstream results that did not fit XCom
+        loaded: dict[str, Any] = {}
+        args = resolve_result_refs(tuple(args), loaded)
+        kwargs = resolve_result_refs(dict(kwargs), loaded)
+        if loaded:
+            log.info("loaded %d upstream result(s) passed by reference", len(loaded))
+        return func, args, kwargs
+    except PhaseError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - every setup failure becomes a payload
+        raise PhaseError(phase, exc) from exc
+
+
+def clean_up(workdir: str, links: list[tuple[str, str]]) -> None:
+    """Remove the work dir and this job's uses of volume links (local backend)."""
+    for mount, source in links:
+        try:
+            locallinks.release(mount, source)
+        except OSError as exc:
+            log.warning("could not remove the volume link %s: %s", mount, exc)
+    links.clear()
+    with contextlib.suppress(OSError):
+        os.chdir(tempfile.gettempdir())  # the work dir may be the cwd (context plan)
+    shutil.rmtree(workdir, ignore_errors=True)
