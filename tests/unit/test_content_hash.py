@@ -342,3 +342,53 @@ def test_unreadable_file_for_real(tmp_path: Path) -> None:
             Data(str(root)).content_hash()
     finally:
         (root / "key.txt").chmod(0o644)
+
+
+def test_large_files_are_read_ahead_by_a_second_thread(kinetic_data, tmp_path, monkeypatch):
+    """Files of PIPELINE_MIN or more are read by a second thread while the first hashes:
+    same digest as kinetic's, through the pipelined path (where there is a second core)."""
+    from airflow_provider_kinetic.core.data.hashing import filedigest
+
+    monkeypatch.setattr(filedigest, "PIPELINE_MIN", 3 << 20)
+    monkeypatch.setattr(filedigest, "_CORES", 2)
+    used = []
+    real = filedigest._read_pipelined
+    monkeypatch.setattr(filedigest, "_read_pipelined", lambda fd, h: used.append(fd) or real(fd, h))
+    root = tmp_path / "d"
+    root.mkdir()
+    (root / "big.bin").write_bytes(os.urandom((5 << 20) + 12345))  # not a block multiple
+    (root / "mid.bin").write_bytes(os.urandom(2 << 20))  # streamed, not pipelined
+    assert (
+        content_hash_of(str(root), stat_cache=None) == kinetic_data.Data(str(root)).content_hash()
+    )
+    assert len(used) == 1
+
+
+def test_a_read_error_in_the_reading_thread_reaches_the_caller(tmp_path, monkeypatch):
+    from airflow_provider_kinetic.core.data.hashing import filedigest
+
+    path = tmp_path / "big.bin"
+    path.write_bytes(os.urandom(3 << 20))
+    calls = [0]
+    real_readv = os.readv
+
+    def failing(fd, bufs):  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        if calls[0] == 2:
+            raise OSError(5, "Input/output error")
+        return real_readv(fd, bufs)
+
+    monkeypatch.setattr(filedigest.os, "readv", failing)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(OSError, match="Input/output error"):
+            filedigest._read_pipelined(fd, hashlib.sha256())
+    finally:
+        os.close(fd)
+    assert threading_is_clean()
+
+
+def threading_is_clean() -> bool:
+    import threading
+
+    return not [t for t in threading.enumerate() if t.name == "kinetic-hash-read"]
