@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 
 from airflow_provider_kinetic.attached import AttachedJob, attach
@@ -195,6 +196,8 @@ def output_prefix(store: ObjectStore, output_dir: str | None) -> str | None:
     if not output_dir.startswith(root):
         return None
     prefix = output_dir[len(root) :].strip("/")
+    if root.startswith("file://"):  # file:// URIs are percent-encoded; keys are not
+        prefix = urllib.parse.unquote(prefix)
     return prefix + "/" if prefix else None
 
 

@@ -27,7 +27,9 @@ import cloudpickle
 
 from airflow_provider_kinetic.core.data import KEEP, is_data_ref, locallinks, map_leaves
 from airflow_provider_kinetic.core.data.locallinks import LOCAL_MOUNTS_ENV
+from airflow_provider_kinetic.core.data.refs import EMPTY_DIRS
 from airflow_provider_kinetic.core.data.schemes import scheme_for
+from airflow_provider_kinetic.core.data.schemes.base import create_empty_dirs
 from airflow_provider_kinetic.core.jobs import unpickling
 from airflow_provider_kinetic.core.jobs.batchwire import select_input
 from airflow_provider_kinetic.core.jobs.resultref import resolve_result_refs
@@ -63,12 +65,15 @@ def _install_requirements(uri: str) -> None:
         return
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(text)
-    # Into this interpreter's environment (``--system`` would skip a venv and pick
-    # another Python on PATH): the image's python3, or the venv the runner runs in.
-    cmd = ["uv", "pip", "install", "--python", sys.executable, "-r", f.name]
-    if subprocess.call(["uv", "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
-        cmd = [sys.executable, "-m", "pip", "install", "-r", f.name]
-    subprocess.run(cmd, check=True)
+    try:
+        # Into this interpreter's environment (``--system`` would skip a venv and pick
+        # another Python on PATH): the image's python3, or the venv the runner runs in.
+        cmd = ["uv", "pip", "install", "--python", sys.executable, "-r", f.name]
+        if shutil.which("uv") is None:  # an image without uv: pip
+            cmd = [sys.executable, "-m", "pip", "install", "-r", f.name]
+        subprocess.run(cmd, check=True)
+    finally:
+        os.unlink(f.name)
 
 
 def _extract_context(data: bytes, workdir: str) -> None:
@@ -109,8 +114,13 @@ def _extract_context(data: bytes, workdir: str) -> None:
 
 def _download_ref(ref: dict[str, Any], target: str) -> str:
     """Materialise one data ref at ``target`` through the scheme its URI names
-    (``gs://``/``file://``: a store download; ``hf://``: a datasets load)."""
-    return scheme_for(ref["uri"]).materialise(ref, target)
+    (``gs://``/``file://``: a store download; ``hf://``: a datasets load).  A directory
+    ref's path exists afterwards, with the empty directories its ref lists (the store
+    holds files only), whatever the scheme."""
+    path = scheme_for(ref["uri"]).materialise(ref, target)
+    if ref.get("is_dir"):
+        create_empty_dirs(ref, path)
+    return path
 
 
 def _resolve_fuse(ref: dict[str, Any]) -> str:
@@ -124,17 +134,20 @@ def _resolve_fuse(ref: dict[str, Any]) -> str:
 
 
 def resolve_refs(obj: Any, workdir: str, cache: dict[str, str]) -> Any:
-    """Replace ref dicts in args/kwargs with local paths (one download per URI)."""
+    """Replace ref dicts in args/kwargs with local paths (one download per URI and
+    set of empty directories)."""
 
     def resolve(ref: Any) -> Any:
         if not is_data_ref(ref):
             return KEEP
         if ref.get("fuse") and ref.get("mount_path"):
             return _resolve_fuse(ref)
-        if ref["uri"] not in cache:
+        # Trees differing only in empty directories share a cache entry (one URI).
+        key = f"{ref['uri']}\0{bool(ref.get('is_dir'))}\0{sorted(ref.get(EMPTY_DIRS) or ())}"
+        if key not in cache:
             target = ref.get("mount_path") or os.path.join(workdir, "data", str(len(cache)))
-            cache[ref["uri"]] = _download_ref(ref, target)
-        return cache[ref["uri"]]
+            cache[key] = _download_ref(ref, target)
+        return cache[key]
 
     return map_leaves(obj, resolve)
 
@@ -202,6 +215,9 @@ def prepare(
         if payload.get("batch_inputs"):
             phase = "batch input"
             func, args, kwargs = select_input(payload, _fetch)
+        out = os.environ.get("KINETIC_OUTPUT_DIR", "")
+        if out and "://" not in out:  # a local path (local backend): there before the call
+            os.makedirs(out, exist_ok=True)
         phase = "data resolve"
         cache: dict[str, str] = {}
         for n, ref in enumerate(payload.get("volumes") or []):

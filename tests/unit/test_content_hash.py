@@ -22,7 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core.data import Data, DataPathError, DataReadError, content_hash_of
+from airflow_provider_kinetic.core.data import (
+    Data,
+    DataPathError,
+    DataReadError,
+    content_hash_of,
+    iter_tree,
+)
 from airflow_provider_kinetic.core.data.hashing import treehash, treewalk
 
 KINETIC_PIN = "keras-kinetic==0.0.4"
@@ -133,12 +139,68 @@ def test_relative_path_is_made_absolute(kinetic_data, tmp_path: Path, monkeypatc
     assert Data("rel").content_hash() == Data(str(tmp_path / "rel")).content_hash()
 
 
-def test_symlinked_dir_is_not_descended(kinetic_data, tmp_path: Path) -> None:
+def test_symlinked_dir_inside_a_tree_is_refused(kinetic_data, tmp_path: Path) -> None:
+    """kinetic 0.0.4 does not descend into a directory symlink (its hash is the tree's
+    without it): following it would change the shared hash, skipping it would drop
+    data without a word, so it is refused, naming the Data path, the entry and the
+    rule.  The Data path itself may be a link to a directory (followed, as kinetic)."""
     other = write(tmp_path / "other", {"inner.txt": b"inner"})
+    root = write(tmp_path / "t", {"x.txt": b"x", "sub/y.txt": b"y"})
+    os.symlink(other, root / "sub" / "linked-dir")
+    plain = Data(str(write(tmp_path / "plain", {"x.txt": b"x", "sub/y.txt": b"y"})))
+    assert kinetic_data.Data(str(root)).content_hash() == plain.content_hash()
+    for stat_cache in (None, tmp_path / "statcache"):
+        with pytest.raises(DataPathError) as info:
+            content_hash_of(str(root), stat_cache=stat_cache)
+        msg = str(info.value)
+        assert repr(str(root)) in msg and repr(str(root / "sub" / "linked-dir")) in msg
+        assert "symlink to a directory" in msg and "must point to a regular file" in msg
+    with pytest.raises(DataPathError, match="linked-dir"):
+        list(iter_tree(str(root)))  # the upload's walk refuses it as well
+    os.symlink(tmp_path / "plain", tmp_path / "root-link")
+    assert assert_same(kinetic_data, tmp_path / "root-link") == plain.content_hash()
+
+
+@pytest.mark.parametrize("kind", ["missing", "loop", "through-a-file"])
+def test_dangling_symlink_inside_a_tree_is_refused(kinetic_data, tmp_path: Path, kind) -> None:
+    """A link that leads nowhere is refused (kinetic cannot read it either), naming it."""
     root = write(tmp_path / "t", {"x.txt": b"x"})
-    os.symlink(other, root / "linked-dir")
-    h = assert_same(kinetic_data, root)
-    assert h == Data(str(write(tmp_path / "plain", {"x.txt": b"x"}))).content_hash()
+    (root / "deep").mkdir()
+    link = root / "deep" / "stale.txt"
+    target = {
+        "missing": tmp_path / "gone.txt",
+        "loop": link,
+        "through-a-file": root / "x.txt" / "below",
+    }[kind]
+    os.symlink(target, link)
+    with pytest.raises(OSError):
+        kinetic_data.Data(str(root)).content_hash()
+    for stat_cache in (None, tmp_path / "statcache"):
+        with pytest.raises(DataPathError) as info:
+            content_hash_of(str(root), stat_cache=stat_cache)
+        msg = str(info.value)
+        assert repr(str(root)) in msg and repr(str(link)) in msg
+        assert "dangling symlink" in msg and "must point to a regular file" in msg
+
+
+def test_empty_dirs_are_listed_and_leave_the_hash_alone(kinetic_data, tmp_path: Path) -> None:
+    """Empty directories are not in kinetic's hash; ``Data.empty_dirs`` lists the ones
+    a download of the files would not recreate (leaves only), in walk order."""
+    root = write(tmp_path / "t", {"a.txt": b"a", "sub/x.txt": b"x", "z/keep.txt": b"k"})
+    (root / "empty-dir").mkdir()
+    (root / "sub" / "also-empty" / "nested").mkdir(parents=True)
+    (root / "z" / "hollow").mkdir()
+    data = Data(str(root))
+    assert data.content_hash() == kinetic_data.Data(str(root)).content_hash()
+    expected = ["empty-dir", "sub/also-empty/nested", "z/hollow"]
+    assert data.empty_dirs() == expected
+    kept_hash_only = pickle.loads(pickle.dumps(data))  # walks again for the list
+    assert kept_hash_only.empty_dirs() == expected
+    assert Data(str(root / "a.txt")).empty_dirs() == []
+    void = tmp_path / "void"
+    void.mkdir()
+    assert Data(str(void)).empty_dirs() == []  # the root itself is always made
+    assert assert_same(kinetic_data, void) == hashlib.sha256(b"dir:").hexdigest()
 
 
 def test_single_file(kinetic_data, tmp_path: Path) -> None:

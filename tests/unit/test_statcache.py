@@ -532,3 +532,32 @@ def test_damaged_digests_are_read_only_when_needed(kinetic, cache, reads, tmp_pa
     assert len(reads) == 33  # the damage showed: everything hashed anew
     record = cache.load(str(root), root.stat().st_dev, "dir")
     assert record is not None and len(record.dirs[""].sigs()) == 2  # rewritten, whole
+
+
+def test_a_link_whose_target_goes_or_becomes_a_directory_is_refused(kinetic, cache, tmp_path):
+    """A recorded symlinked file whose target is then removed, or replaced by a
+    directory, leaves its directory's own facts as they were: the re-hash must still
+    look at the link and refuse it (never reuse the record, never skip it)."""
+    root = tree(tmp_path)
+    target = tmp_path / "target.txt"
+    target.write_bytes(b"T")
+    os.symlink(target, root / "shard-1" / "link.txt")
+    check(kinetic, root, cache)
+    target.unlink()
+    with pytest.raises(treewalk.DataPathError, match="link.txt.*dangling symlink"):
+        content_hash_of(str(root), stat_cache=cache)
+    target.mkdir()
+    with pytest.raises(treewalk.DataPathError, match="link.txt.*symlink to a directory"):
+        content_hash_of(str(root), stat_cache=cache)
+
+
+def test_empty_dirs_of_a_record_hit(kinetic, cache, tmp_path):
+    """A re-hash that the record vouches for still lists the empty directories (the
+    fast path's scans take their listing from the record only when asked)."""
+    root = tree(tmp_path)
+    (root / "deep" / "hollow").mkdir()
+    first = content_hash_tree(str(root), stat_cache=cache)
+    again = content_hash_tree(str(root), stat_cache=cache)
+    assert again.hexdigest == first.hexdigest == kinetic.Data(str(root)).content_hash()
+    assert first.empty_dirs() == again.empty_dirs() == ["deep/hollow", "empty"]
+    assert content_hash_tree(str(root), stat_cache=None).empty_dirs() == ["deep/hollow", "empty"]

@@ -22,7 +22,7 @@ from airflow_provider_kinetic.core.data.refs import (
     marker_key,
 )
 from airflow_provider_kinetic.core.data.value import Data
-from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.core.storage import ObjectStore, file_uri_path
 
 __all__ = ["CACHE_PREFIX", "MARKER_PREFIX", "cache_key", "marker_key", "upload_all", "upload_data"]
 
@@ -72,7 +72,7 @@ def upload_data(store: ObjectStore, data: Data) -> bool:
 
     store.upload_files(root, [rel for rel, _ in files], prefix, progress=progress)
     if store.scheme == "file":
-        _make_read_only(store.uri(prefix)[len("file://") :])
+        _make_read_only(file_uri_path(store.uri(prefix)))
     store.write_bytes(marker_key(digest), b"")
     return True
 

@@ -10,11 +10,14 @@ every scheme use it.
 from __future__ import annotations
 
 import collections
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
 __all__ = [
     "CACHE_PREFIX",
+    "EMPTY_DIRS",
+    "EMPTY_TREE_HASH",
     "KEEP",
     "MARKER_PREFIX",
     "cache_key",
@@ -31,6 +34,13 @@ KEEP = object()
 #: points at its cache entry.
 CACHE_PREFIX = "default/data-cache"
 MARKER_PREFIX = "default/data-markers"
+#: Our additive ref key (kinetic's runner ignores it): a directory Data's empty
+#: directories, ``["a/b", ...]`` relative to it.  Empty directories do not change
+#: kinetic's hash, so trees that differ only in them share one cache entry, which
+#: holds files only; each ref carries its own, and the runner makes them.
+EMPTY_DIRS = "empty_dirs"
+#: kinetic's hash of a directory with no file at all (its cache entry has no object).
+EMPTY_TREE_HASH = hashlib.sha256(b"dir:").hexdigest()
 
 
 def cache_key(content_hash: str) -> str:
@@ -47,9 +57,11 @@ def make_data_ref(
     mount_path: str | None = None,
     fuse: bool = False,
     hf_trust_remote_code: bool = False,
+    empty_dirs: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The wire form of a resolved ``Data`` (kinetic's ref dict)."""
-    return {
+    """The wire form of a resolved ``Data`` (kinetic's ref dict; ``empty_dirs`` is
+    added only when there are some, so other refs stay exactly kinetic's)."""
+    ref = {
         "__data_ref__": True,
         "uri": uri,
         "is_dir": is_dir,
@@ -57,6 +69,9 @@ def make_data_ref(
         "fuse": fuse,
         "hf_trust_remote_code": hf_trust_remote_code,
     }
+    if empty_dirs:
+        ref[EMPTY_DIRS] = list(empty_dirs)
+    return ref
 
 
 def is_data_ref(obj: Any) -> bool:

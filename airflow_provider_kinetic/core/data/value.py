@@ -37,9 +37,9 @@ def _resolve_cache(stat_cache: StatCache | str | None) -> StatCache | None:
 def iter_tree(root: str) -> Iterator[tuple[str, str]]:
     """Yield ``(abs_path, relpath)`` of the files of ``root`` in kinetic's order.
 
-    ``os.walk`` order without following directory symlinks: directories sorted, a
-    directory's files (sorted) before its subdirectories.  Symlinked files are
-    included (their target's content); a FIFO, socket or device raises
+    ``os.walk`` order: directories sorted, a directory's files (sorted) before its
+    subdirectories.  Symlinked files are included (their target's content); a
+    symlinked directory, a dangling link, a FIFO, socket or device raises
     ``DataPathError``.
     """
     base = root if root.endswith(os.sep) else root + os.sep
@@ -139,18 +139,31 @@ class Data:
         """``(root, [(relpath, size), ...])``: the files ``content_hash`` covered, for
         the upload (so it sends exactly what was hashed).  An unpickled instance that
         kept only its hash lists the path again."""
+        tree = self._hashed_tree()
+        if tree is None:
+            path = self.local_path
+            return os.path.dirname(path), [(os.path.basename(path), os.path.getsize(path))]
+        return tree.root, tree.files()
+
+    def empty_dirs(self) -> list[str]:
+        """The empty directories of a directory Data (``"a/b"``, relative to it), from
+        the same walk as ``content_hash``: they do not change kinetic's hash, so the
+        ref carries them (``core/data/refs.py``) and the job gets them too."""
+        tree = self._hashed_tree()
+        return [] if tree is None or not self.is_dir else tree.empty_dirs()
+
+    def _hashed_tree(self) -> TreeHash | None:
+        """The walk ``content_hash`` made (a directory walked again for an unpickled
+        instance that kept only its hash); None for a single file walked no more."""
         self.content_hash()
         tree: TreeHash | None = getattr(self, "_tree", None)
         if tree is None:
             with self._lock:
                 path = self.local_path
                 if os.path.isdir(path):
-                    scans = scan_tree(path, self.path)
-                    tree = TreeHash(self._hash or "", path, scans)
-                else:
-                    size = os.path.getsize(path)
-                    return os.path.dirname(path), [(os.path.basename(path), size)]
-        return tree.root, tree.files()
+                    tree = TreeHash(self._hash or "", path, scan_tree(path, self.path))
+                    self._tree = tree
+        return tree
 
     # ---- pickling / repr ------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from airflow_provider_kinetic.core.spec.pod import (
     build_job_spec,
 )
 from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.core.storage.fileuri import FILE_PREFIX, file_uri_path
 
 #: kinetic's prebuilt image naming ({repo}/base-{category}:{kinetic version}); set the
 #: connection's ``image`` to your own registry's copy.
@@ -45,8 +46,10 @@ GROUP_INDEX_LABEL = "kinetic-group-index"
 
 
 def function_output_dir(uri: str) -> str:
-    """What the function sees in ``KINETIC_OUTPUT_DIR``: a path for ``file://`` stores."""
-    return uri[len("file://") :] if uri.startswith("file://") else uri
+    """What the function sees in ``KINETIC_OUTPUT_DIR``: a path for ``file://`` stores,
+    percent-decoded by the one ``file://`` rule (``core/storage/fileuri.py``), so it is
+    the directory a downstream ``Data(<the output_dir XCom>)`` reads."""
+    return file_uri_path(uri) if uri.startswith(FILE_PREFIX) else uri
 
 
 @dataclass

@@ -15,6 +15,7 @@ from airflow_provider_kinetic.core.storage.base import (
     PreconditionFailed,
     ProgressFn,
 )
+from airflow_provider_kinetic.core.storage.fileuri import file_uri, file_uri_path
 from airflow_provider_kinetic.core.storage.local import LocalStore
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ __all__ = [
     "ObjectStore",
     "PreconditionFailed",
     "ProgressFn",
+    "file_uri",
+    "file_uri_path",
     "split_gs_uri",
     "store_for_uri",
 ]
@@ -58,17 +61,16 @@ def store_for_uri(uri: str) -> tuple[ObjectStore, str]:
 
     ``gs://bucket/a/b`` -> ``(GcsStore("bucket"), "a/b")``;
     ``file:///x/y/z`` -> ``(LocalStore("/"), "x/y/z")`` (rooted at ``/`` so that any
-    absolute path is a key, and ``store.uri(key)`` gives back the same URI).
+    absolute path is a key, and ``store.uri(key)`` gives back the URI in its encoded
+    form).  A ``file://`` URI is percent-decoded (``fileuri.py``: the one rule).
     """
-    scheme, sep, rest = uri.partition("://")
+    scheme, sep, _ = uri.partition("://")
     if sep and scheme == "gs":
         from airflow_provider_kinetic.core.storage.gcs import GcsStore
 
         bucket, key = split_gs_uri(uri)
         return GcsStore(bucket), key
     if sep and scheme == "file":
-        if not rest.startswith("/"):
-            raise ValueError(f"file:// URI must hold an absolute path (file:///...): {uri!r}")
-        return LocalStore("/"), rest.lstrip("/")
+        return LocalStore("/"), file_uri_path(uri).lstrip("/")
     allowed = ", ".join(f"{s}://" for s in SCHEMES)
     raise ValueError(f"unsupported object-store URI {uri!r}; expected one of: {allowed}")

@@ -38,6 +38,7 @@ from airflow_provider_kinetic.core.storage.base import (
     PreconditionFailed,
     ProgressFn,
 )
+from airflow_provider_kinetic.core.storage.fileuri import file_uri
 
 #: Suffix of in-flight temporary files; ``list`` and ``download_prefix`` skip them.
 TMP_SUFFIX = ".kinetic-tmp"
@@ -88,7 +89,8 @@ class LocalStore(ObjectStore):
         return path
 
     def uri(self, key: str = "") -> str:
-        return "file://" + (self._path(key) if key else self.bucket)
+        """``file://`` + the object's path, percent-encoded (``fileuri.py``)."""
+        return file_uri(self._path(key) if key else self.bucket)
 
     # -- single objects ------------------------------------------------------------
 

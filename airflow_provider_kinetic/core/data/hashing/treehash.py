@@ -81,6 +81,12 @@ class TreeHash:
         """``(relpath, size)`` of every hashed file, in hash order."""
         return [(d.rel + n, s[1]) for d in self.scans for n, s in zip(d.names, d.sigs, strict=True)]
 
+    def empty_dirs(self) -> list[str]:
+        """Directories below the root with no entry at all (``"a/b"``), in walk order:
+        what a download of the files alone would not recreate (parents of a listed one
+        come with it)."""
+        return [d.rel.rstrip("/") for d in self.scans if d.rel and d.empty]
+
 
 class _Hasher:
     """Collects per-directory digests as the walk goes; big files finish on a pool."""
@@ -252,7 +258,8 @@ def _unchanged(
                 ) from None
             return sigs
 
-    return DirScan(rel, facts[0], lambda: old.names, recorded, lambda: old.entries, facts)
+    listing = (lambda: old.entries) if old.os_entries else []  # DirScan.empty reads it
+    return DirScan(rel, facts[0], lambda: old.names, recorded, listing, facts)
 
 
 def _walk(root: str, label: str, hasher: _Hasher, facts: Facts) -> None:

@@ -2,10 +2,11 @@
 
 Kinetic's order: ``os.walk`` top-down without following directory symlinks, each
 directory's files sorted and hashed before its sorted subdirectories.  Symlinked files
-count with their target's bytes; symlinked directories and broken links are skipped
-(as ``os.walk`` does).  A FIFO, socket or device, inside the tree or as the path
-itself, is an error naming it and the Data path, raised while hashing (so before
-anything is uploaded), never a hang (how files are read safely: ``filedigest.py``).
+count with their target's bytes.  A symlinked directory or a dangling link inside the
+tree (kinetic does not descend into the one and cannot read the other), and a FIFO,
+socket or device inside the tree or as the path itself, are errors naming the entry
+and the Data path (the rule: ``errors.py``), raised while hashing (so before anything
+is uploaded), never a hang (how files are read safely: ``filedigest.py``).
 
 Each directory is listed once and each entry stat-ed once, relative to an open
 directory descriptor (no ``relpath``/``abspath`` per file): on a stat cache check
@@ -20,6 +21,7 @@ this module; it re-exports the names callers import from here.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +32,8 @@ from airflow_provider_kinetic.core.data.hashing import filedigest
 from airflow_provider_kinetic.core.data.hashing.errors import (
     DataPathError,
     DataReadError,
+    _dangling,
+    _linked_dir,
     _special,
     _unreadable,
 )
@@ -59,6 +63,8 @@ __all__ = [
 ]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+#: A link whose target cannot be reached: missing, a loop, a file used as a directory.
+_DANGLING = (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)
 _REG, _FMT = 0o100000, 0o170000
 
 
@@ -99,6 +105,12 @@ class DirScan:
     ) -> None:
         self.rel, self.dev, self.facts = rel, dev, facts  # rel: "" for the root, else "a/b/"
         self._names, self._sigs, self._entries = names, sigs, entries
+
+    @property
+    def empty(self) -> bool:
+        """The directory has no entry at all, known without reading a lazy listing: a
+        listing given as a function is never an empty one (an empty one is ``[]``)."""
+        return not callable(self._entries) and not self._entries
 
 
 def open_dir(path: str, rel: str, label: str) -> int:
@@ -252,8 +264,8 @@ def _sort_out(
 ) -> tuple[list[str], list[Sig]]:
     """Files and their signatures of one directory, given the entries the scan loop
     set aside (``odd``: name index and ``lstat``): directories go to ``subdirs``,
-    symlinked files join the files with their target's facts, symlinked directories
-    and broken links are skipped (as kinetic's ``os.walk`` does), anything else raises.
+    symlinked files join the files with their target's facts; a symlinked directory,
+    a dangling (or looping) link and anything else raise, naming the entry.
     """
     files: list[str] = []
     fsigs: list[Sig] = []
@@ -269,18 +281,23 @@ def _sort_out(
             continue
         if not S_ISLNK(st.st_mode):
             raise _special(label, os.path.join(path, name), st.st_mode)
+        where = os.path.join(path, name)
         try:
             target = os.stat(name, dir_fd=fd)
-        except OSError:
-            continue  # broken or looping link: nothing to hash
+        except OSError as exc:
+            if exc.errno in _DANGLING:
+                raise _dangling(label, where, exc) from None
+            raise _unreadable(label, where, exc) from exc
         if S_ISREG(target.st_mode):
             files.append(name)
             fsigs.append(
                 (target.st_ino, target.st_size, target.st_mtime_ns, target.st_ctime_ns,
                  target.st_dev)
             )  # fmt: skip
-        elif not S_ISDIR(target.st_mode):  # symlinked directories are not descended
-            raise _special(label, os.path.join(path, name), target.st_mode)
+        elif S_ISDIR(target.st_mode):  # kinetic does not descend: refused, not skipped
+            raise _linked_dir(label, where)
+        else:
+            raise _special(label, where, target.st_mode)
     files.extend(names[last:])
     fsigs.extend(sigs[done:])
     return files, fsigs

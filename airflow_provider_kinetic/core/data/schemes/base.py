@@ -6,7 +6,8 @@ A scheme answers four questions about a ``Data`` whose path it owns:
 - ``uploads``: is its content hashed and uploaded to the data cache (local data), or
   passed through by reference (``gs://``, ``hf://``)?
 - ``ref``: its wire ref (kinetic's ref dict) on the client, plus a FUSE mount if any;
-- ``materialise``: in the runner, put a ref's content at a local path.
+- ``materialise``: in the runner, put a ref's content at a local path (a directory
+  ref's path always exists, with the empty directories its ref lists).
 
 Schemes are Airflow-free: the runner uses them in the pod.
 """
@@ -19,7 +20,7 @@ import os
 from typing import Any, ClassVar, Protocol
 
 from airflow_provider_kinetic.core.data.mounts import FuseMount
-from airflow_provider_kinetic.core.data.refs import make_data_ref
+from airflow_provider_kinetic.core.data.refs import EMPTY_DIRS, make_data_ref
 from airflow_provider_kinetic.core.storage import ObjectStore, store_for_uri
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,8 @@ class Data(Protocol):
     hf_trust_remote_code: bool
 
     def content_hash(self) -> str: ...
+
+    def empty_dirs(self) -> list[str]: ...
 
 
 class DataScheme(abc.ABC):
@@ -77,20 +80,38 @@ class DataScheme(abc.ABC):
         return uri
 
 
-def plain_ref(data: Data, uri: str, is_dir: bool, mount: str | None) -> dict[str, Any]:
-    """A non-FUSE ref with ``data``'s flags."""
-    return make_data_ref(uri, is_dir, mount, data.fuse, data.hf_trust_remote_code)
+def plain_ref(
+    data: Data, uri: str, is_dir: bool, mount: str | None, empty_dirs: list[str] | None = None
+) -> dict[str, Any]:
+    """A ref with ``data``'s flags."""
+    return make_data_ref(uri, is_dir, mount, data.fuse, data.hf_trust_remote_code, empty_dirs)
+
+
+def create_empty_dirs(ref: dict[str, Any], target: str) -> None:
+    """Make a directory ref's ``target`` and the empty directories its ref lists (an
+    empty Data's cache entry has no object, and a store keeps no empty directory).
+    A listed path that is absolute or climbs out (``..``) is refused."""
+    if not ref.get("is_dir"):
+        return
+    os.makedirs(target, exist_ok=True)
+    for rel in ref.get(EMPTY_DIRS) or ():
+        parts = [p for p in str(rel).split("/") if p not in ("", ".")]
+        if str(rel).startswith("/") or ".." in parts or not parts:
+            raise ValueError(f"data ref {ref['uri']!r}: bad empty directory {rel!r}")
+        os.makedirs(os.path.join(target, *parts), exist_ok=True)
 
 
 def download_from_store(ref: dict[str, Any], target: str) -> str:
     """Copy every object under the ref's URI prefix to ``target`` (gs://, file://).
 
     A non-directory ref whose download produced exactly one file resolves to that
-    file, as kinetic's runner does.
+    file, as kinetic's runner does; a directory ref's ``target`` always exists, with
+    its empty directories.
     """
     store, key = store_for_uri(ref["uri"].rstrip("/"))
     names = store.download_prefix(key, target)
     log.info("downloaded %d file(s) of %s to %s", len(names), ref["uri"], target)
     if not ref.get("is_dir") and len(names) == 1:
         return os.path.join(target, names[0])
+    create_empty_dirs(ref, target)
     return target
