@@ -159,6 +159,17 @@ def jobs_logs(args: Namespace) -> None:
         print(json.dumps({"job_id": job.job_id, "line": line}) if as_json else line, flush=True)
 
 
+def failure_text(job_id: str, exc: BaseException) -> str:
+    """What ``jobs result`` prints for a failed job: the remote type and message, then
+    the exception's notes (the kinetic phase, the remote traceback).  An exception
+    that could not be rebuilt here is named by its remote type, not by the
+    ``RemoteFunctionError`` that carries it."""
+    remote_type = getattr(exc, "remote_type", None)
+    head = str(exc) if remote_type else f"{type(exc).__name__}: {exc}"
+    notes = [str(n).rstrip() for n in getattr(exc, "__notes__", ())]
+    return "\n".join([f"kinetic job {job_id} failed: {head}".rstrip(), *notes])
+
+
 @command
 def jobs_result(args: Namespace) -> None:
     """The job's return value (verified against its signature before it is unpickled)."""
@@ -171,9 +182,7 @@ def jobs_result(args: Namespace) -> None:
     except TimeoutError as exc:
         raise CliError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - the remote exception, re-raised here
-        raise CliError(
-            f"kinetic job {job.job_id} failed: {type(exc).__name__}: {exc}".rstrip()
-        ) from None
+        raise CliError(failure_text(job.job_id, exc)) from None
     if output_format(args) == "json":
         try:
             print(json.dumps({"job_id": job.job_id, "value": value}, indent=2))

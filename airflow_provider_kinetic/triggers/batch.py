@@ -4,6 +4,11 @@ One ``batch_status`` query per poll covers every active child, so a trigger hold
 a 1,000-child batch makes O(1) API calls per poll.  It fires as soon as at least one
 child is terminal, so the operator can launch the next inputs: no slot stays idle
 for longer than a poll interval.
+
+Like the job trigger it shares the triggerer's loop: each child's log read is capped
+at ``log_bytes_per_poll`` (:class:`_CappedReads`; a child that has just finished is
+shown a chunk here and the rest by the operator on resume, from the offset in the
+state) and the lines are written yielding to the loop.
 """
 
 from __future__ import annotations
@@ -18,8 +23,25 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.jobs.polling import poll_delays
+from airflow_provider_kinetic.core.spec.handles import JobHandle
+from airflow_provider_kinetic.triggers.job import yielding
 from airflow_provider_kinetic.triggers.settle import hold, not_before_from, remaining
 from airflow_provider_kinetic.triggers.userkill import CancelOnUserKill
+
+
+class _CappedReads:
+    """The backend as ``batchlogs.ashow`` reads logs through it on the triggerer:
+    every read capped at ``max_bytes`` (``Backend.read_logs``), a finished child's
+    too, so no read, and no batch of lines to write, is larger than that."""
+
+    def __init__(self, backend: Any, max_bytes: int) -> None:
+        self.backend = backend
+        self.max_bytes = max_bytes
+
+    async def aread_logs(
+        self, handle: JobHandle, offset: int = 0, max_bytes: int | None = None
+    ) -> tuple[str, int]:
+        return await self.backend.aread_logs(handle, offset, self.max_bytes)
 
 
 class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
@@ -149,13 +171,18 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
         the event carries back (finished children are drained by the operator)."""
         if not self.log_bytes_per_poll:
             return
+        lines: list[tuple[int, str]] = []
+        capped = _CappedReads(backend, self.log_bytes_per_poll)
         await batchlogs.ashow(
-            self._batch, backend, reports, self._child_line, self.log_bytes_per_poll
+            self._batch,
+            capped,  # type: ignore[arg-type]  # ashow only reads logs through it
+            reports,
+            lambda index, line: lines.append((index, line)),
+            self.log_bytes_per_poll,
         )
         self.state = {**self.state, **batchlogs.wire(self._batch)}
-
-    def _child_line(self, index: int, line: str) -> None:
-        self.log.info("[child %d] %s", index, line)
+        async for index, line in yielding(lines):
+            self.log.info("[child %d] %s", index, line)
 
     async def on_kill(self) -> None:
         """Airflow 3.3+: user mark-failed/clear cancels every active child."""

@@ -4,14 +4,21 @@ Kwargs are JSON only (handle dict, config JSON, numbers) so the trigger can be
 re-created on another machine.  It yields exactly one event with a ``status`` of
 ``SUCCEEDED``/``FAILED``/``NOT_FOUND`` (terminal job states), ``timeout`` (the
 task's deadline passed) or ``error`` (the trigger itself failed).
+
+It shares the triggerer's event loop with every other trigger, so no step may hold
+the loop: the job's log is read in chunks of ``log_bytes_per_poll`` (the rest comes
+with the next polls; a finished job's log is drained, chunk by chunk, before the
+event), each read runs off the loop, and writing a chunk's lines into the task log
+yields to the loop every ``YIELD_EVERY_S`` (a job that printed 18 MB once held it
+for 12.9 s, stalling every other trigger).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -19,6 +26,24 @@ from airflow_provider_kinetic.core.jobs.polling import poll_delays
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.triggers.settle import hold, not_before_from
 from airflow_provider_kinetic.triggers.userkill import CancelOnUserKill
+
+#: New log bytes a poll writes into the task log (the rest comes with the next polls).
+LOG_BYTES_PER_POLL = 256 * 1024
+#: Longest a trigger writes log lines before letting the loop run other triggers.
+YIELD_EVERY_S = 0.01
+
+T = TypeVar("T")
+
+
+async def yielding(items: Iterable[T]) -> AsyncIterator[T]:
+    """``items``, letting the event loop run other triggers every ``YIELD_EVERY_S``
+    (writing log lines is synchronous: thousands of them would hold the loop)."""
+    yielded = time.monotonic()
+    for item in items:
+        yield item
+        if time.monotonic() - yielded > YIELD_EVERY_S:
+            await asyncio.sleep(0)
+            yielded = time.monotonic()
 
 
 class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
@@ -37,6 +62,8 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             (the trigger's log is served with the task log), so a long job's output
             shows while the task is deferred; ``log_offset`` is where to continue,
             and the event returns the final offset so nothing is shown twice.
+        log_bytes_per_poll: at most this much of the log is shown per poll (a
+            finished job's log is shown in full, in chunks of this size).
         not_before: epoch seconds before which no event is sent (``triggers.settle``);
             set when the trigger is made, at deferral.
     """
@@ -52,12 +79,14 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         stream_logs: bool = True,
         log_offset: int = 0,
         not_before: float | None = None,
+        log_bytes_per_poll: int = LOG_BYTES_PER_POLL,
     ) -> None:
         super().__init__()
         self.not_before = not_before_from(not_before)
         self.attempt = attempt
         self.stream_logs = stream_logs
         self.log_offset = log_offset
+        self.log_bytes_per_poll = log_bytes_per_poll
         self.handle = handle
         self._job = JobHandle.from_dict(handle)
         self.config = config
@@ -78,6 +107,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
                 "stream_logs": self.stream_logs,
                 "log_offset": self.log_offset,
                 "not_before": self.not_before,
+                "log_bytes_per_poll": self.log_bytes_per_poll,
             },
         )
 
@@ -100,13 +130,16 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             }
         )
 
-    async def _show_logs(self, backend: Any) -> None:
-        """New job log lines into the task log (each once: the offset moves on)."""
+    async def _show_logs(self, backend: Any) -> bool:
+        """The next chunk of the job's log into the task log (each line once: the
+        offset moves on); whether there was one."""
         if not self.stream_logs:
-            return
-        text, self.log_offset = await backend.aread_logs(self._job, self.log_offset)
-        for line in text.splitlines():
+            return False
+        text, offset = await backend.aread_logs(self._job, self.log_offset, self.log_bytes_per_poll)
+        moved, self.log_offset = offset != self.log_offset, offset
+        async for line in yielding(text.splitlines()):
             self.log.info("[%s] %s", self._job.job_id, line)
+        return moved
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         async for event in self._run():
@@ -121,7 +154,9 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             delays = poll_delays(self.poll_interval, backend.first_poll_s)
             while True:
                 report = await backend.astatus(self._job)
-                await self._show_logs(backend)
+                more = await self._show_logs(backend)
+                while more and report.status.is_terminal:  # drain it before the event
+                    more = await self._show_logs(backend)
                 if report.describe() != last:
                     self.log.info("kinetic job %s: %s", job_id, report.describe())
                     last = report.describe()

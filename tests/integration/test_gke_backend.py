@@ -423,6 +423,37 @@ async def test_log_tailing_shows_each_line_once(api: K8sDouble) -> None:
     assert "sinceSeconds" not in api.log_reads[-1][0]
 
 
+async def test_capped_log_reads_drain_a_chatty_pod_in_chunks(api: K8sDouble) -> None:
+    """A capped read shows whole lines up to ``max_bytes`` and moves the offset past
+    just those; the lines it read past the cap serve the next reads without
+    fetching the log again.  Lines with one timestamp split across reads are each
+    shown once, and an uncapped read (another caller) still continues exactly."""
+    backend = GkeBackend(api.client_factory())
+    await add_job(api)
+    await add_pod(api, f"{JOB}-x1")
+    await api.patch_status(f"{PODS}/{JOB}-x1", {"phase": "Running"})
+    same = time.time_ns() - 10**9
+    lines = [f"step {i:04d} " + "y" * 39 for i in range(400)]  # 50 bytes each with "\n"
+    for i, line in enumerate(lines):  # pairs of lines share a timestamp
+        api.write_log(NS, f"{JOB}-x1", line, at_ns=same + i // 2)
+    shown, offset, reads = [], 0, len(api.log_reads)
+    while len(shown) < 231:  # 11 reads of 21 lines: the last one splits a pair
+        text, offset = await backend.aread_logs(HANDLE, offset, max_bytes=1051)
+        assert 0 < len(text.encode()) <= 1051 and text.endswith("\n")
+        shown += text.splitlines()
+        assert offset == len(shown)
+    assert len(api.log_reads) == reads + 1  # one fetch; the other reads were served from it
+    assert len(shown) == 231 and len(text.splitlines()) == 21  # 21 lines of 50 bytes
+    api.write_log(NS, f"{JOB}-x1", "after the burst")
+    text, end = await asyncio.to_thread(backend.read_logs, HANDLE, offset)  # uncapped
+    assert shown + text.splitlines() == [*lines, "after the burst"] and end == 401
+    assert await backend.aread_logs(HANDLE, end, max_bytes=1001) == ("", end)
+    # One line longer than the cap still comes, whole (a pod log's offset counts lines).
+    api.write_log(NS, f"{JOB}-x1", "z" * 5000, "tail")
+    assert await backend.aread_logs(HANDLE, end, max_bytes=1001) == ("z" * 5000 + "\n", 402)
+    assert await asyncio.to_thread(backend.read_logs, HANDLE, 402, 1001) == ("tail\n", 403)
+
+
 async def test_logs_of_a_missing_job_are_empty(api: K8sDouble) -> None:
     backend = GkeBackend(api.client_factory())
     assert await asyncio.to_thread(backend.read_logs, HANDLE, 4) == ("", 4)

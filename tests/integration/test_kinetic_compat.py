@@ -25,12 +25,15 @@ from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.jobs.payload import RemoteFunctionError
 from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.jobs.results import collect
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import (
     GROUP_FIELDS,
     HANDLE_FIELDS,
     JobHandle,
+    JobStatus,
     StatusReport,
 )
 from airflow_provider_kinetic.core.storage import GcsStore
@@ -66,6 +69,15 @@ def count_files(path: str, scale: int) -> int:
     import os
 
     return scale * len(os.listdir(path))
+
+
+class TwoArgError(Exception):
+    def __init__(self, code: str, detail: str):
+        super().__init__(f"{code}: {detail}")
+
+
+def raise_two_arg(n: int) -> None:
+    raise TwoArgError(f"E{n}", "the disk is on fire")
 
 
 def kinetic_runner(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
@@ -168,3 +180,19 @@ def test_kinetic_runner_refuses_a_batch_child_loudly(fake_gcs, gcs_bucket, tmp_p
     result = cloudpickle.loads(store.read_bytes(f"{child.job_id}/result.pkl"))
     assert result["success"] is False
     assert "needs the airflow-provider-kinetic runner" in str(result["exception"])
+
+
+def test_we_read_kinetics_failure_whose_exception_cannot_be_rebuilt(fake_gcs, gcs_bucket, tmp_path):
+    """kinetic's runner records the exception object and traceback only: the client
+    names the class and message from the pickle itself, and keeps the traceback."""
+    store = GcsStore(gcs_bucket, client=fake_gcs.client())
+    config = KineticConfig(backend="gke", bucket=gcs_bucket, project="p", zone="z", cluster="c")
+    handle, spec = submit_job(JobRequest(func=raise_two_arg, args=(3,)), config, Recording(), store)
+    proc = kinetic_runner(spec.args, tmp_path)
+    assert proc.returncode != 0
+    with pytest.raises(RemoteFunctionError) as info:
+        collect(store, handle.job_id, JobStatus.FAILED)
+    name = f"{__name__}.TwoArgError"
+    assert str(info.value) == f"{name}: E3: the disk is on fire"
+    tb = next(n for n in info.value.__notes__ if n.startswith("Remote traceback:"))
+    assert "in raise_two_arg" in tb and tb.rstrip().endswith("TwoArgError: E3: the disk is on fire")

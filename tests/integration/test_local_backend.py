@@ -226,6 +226,36 @@ def test_read_logs_returns_only_new_whole_lines(config, backend, tmp_path: Path)
     assert backend.read_logs(records.handle("job-nothere"), 7) == ("", 7)
 
 
+def long_lines() -> None:
+    """Short lines, a line of 10,000 three-byte characters, short lines again."""
+    import sys
+
+    sys.stdout.write("".join(f"short {i}\n" for i in range(50)))
+    sys.stdout.write("\u20ac" * 10_000 + "\n")
+    sys.stdout.write("".join(f"after {i}\n" for i in range(50)))
+
+
+def test_capped_reads_are_bounded_and_add_up_to_the_log(config, backend) -> None:
+    """Each capped read reads at most ``max_bytes`` of the file: whole lines, or a
+    piece of a line that alone is longer (cut between characters); the reads, one
+    after another, give the whole log once."""
+    handle, _ = submit(config, backend, long_lines)
+    wait_terminal(backend, handle, JobStatus.SUCCEEDED)
+    whole, end = backend.read_logs(handle)
+    cap, offset, pieces = 1000, 0, []
+    while True:
+        text, moved = backend.read_logs(handle, offset, max_bytes=cap)
+        if moved == offset:
+            break
+        assert 0 < len(text.encode()) == moved - offset <= cap
+        assert "\ufffd" not in text  # never cut inside a character
+        assert text.endswith("\n") or set(text) == {"\u20ac"}  # whole lines, or a piece
+        pieces.append(text)
+        offset = moved
+    assert "".join(pieces) == whole and offset == end
+    assert len([t for t in pieces if "\u20ac" in t]) >= 30_000 // cap  # the long line: pieces
+
+
 def test_cancel_kills_the_process_group(config, backend, tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
     handle, _ = submit(config, backend, spawn_and_hang, str(pid_file))

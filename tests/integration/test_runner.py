@@ -14,6 +14,7 @@ import importlib.metadata
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -22,6 +23,7 @@ import pytest
 
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data import cache as datacache
+from airflow_provider_kinetic.core.jobs import results
 from airflow_provider_kinetic.core.jobs.pack import prepare
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.spec.handles import artifact_key, new_job_id
@@ -172,6 +174,62 @@ def test_raising_function(store: ObjectStore) -> None:
     assert "explode_remotely" in result["traceback"]
     assert "ValueError: bad value 7" in result["traceback"]
     assert "explode_remotely" in proc.stderr  # the traceback also reaches the pod log
+
+
+class TwoArgError(Exception):
+    """Pickles as ``TwoArgError(message)``: it cannot be rebuilt from its pickle."""
+
+    def __init__(self, code: str, detail: str):
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+
+
+class HoldsALock(Exception):
+    """Cannot be pickled at all (its state holds a lock)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+def raise_two_arg(n):
+    raise TwoArgError(f"E{n}", "the disk is on fire")
+
+
+def raise_holding_a_lock(n):
+    raise HoldsALock(f"locked {n}")
+
+
+@pytest.mark.parametrize(
+    ("func", "name", "message", "picklable"),
+    [
+        (raise_two_arg, "TwoArgError", "E5: the disk is on fire", True),
+        (raise_holding_a_lock, "HoldsALock", "locked 5", False),
+    ],
+)
+def test_failure_records_type_message_and_traceback_as_strings(
+    store: ObjectStore, func, name, message, picklable
+) -> None:
+    """kinetic's keys stay as they were; the exception's type name and message ride
+    beside them as plain strings, so a client that cannot rebuild it still can say
+    what was raised (read here without unpickling any user class)."""
+    request = JobRequest(func=func, args=(5,))
+    assert run_runner(stage(store, request)).returncode == 1
+    blob = store.read_bytes(artifact_key(request.job_id, "result.pkl"))
+    if picklable:
+        with pytest.raises(TypeError, match="missing 1 required positional argument"):
+            cloudpickle.loads(blob)  # what reading it did before the strings were there
+        result = results.read_result(store, request.job_id, (0,))
+        assert result is not None
+    else:  # kinetic's fallback shape: a RuntimeError naming the serialisation failure
+        result = cloudpickle.loads(blob)
+        assert isinstance(result["exception"], RuntimeError)
+        assert "Result serialization failed" in str(result["exception"])
+    assert result["success"] is False
+    assert result["exception_type"] == f"{__name__}.{name}"
+    assert result["exception_message"] == message
+    assert f"in {func.__name__}" in result["traceback"]
+    assert result["traceback"].rstrip().endswith(f"{__name__}.{name}: {message}")
 
 
 @pytest.mark.parametrize("which", ["--payload-sha256", "--context-sha256"])

@@ -16,12 +16,13 @@ from __future__ import annotations
 import abc
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_kinetic.core.accelerators import Accelerator
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.spec.pod import JobSpec
+from airflow_provider_kinetic.core.storage.fileuri import file_uri
 
 if TYPE_CHECKING:
     from airflow_provider_kinetic.core.settings import KineticSettings
@@ -83,7 +84,7 @@ class Backend(abc.ABC):
     @classmethod
     def console_url(cls, handle: JobHandle) -> str:
         """Where a person looks at the job."""
-        return f"file://{handle.bucket_name}/{handle.job_id}/"
+        return file_uri(f"{handle.bucket_name}/{handle.job_id}/")
 
     @classmethod
     def logs_url(cls, handle: JobHandle) -> str | None:
@@ -106,8 +107,18 @@ class Backend(abc.ABC):
         """Current status of the job named by ``handle``."""
 
     @abc.abstractmethod
-    def read_logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
-        """Log text after ``offset`` and the new offset (so no line is shown twice)."""
+    def read_logs(
+        self, handle: JobHandle, offset: int = 0, max_bytes: int | None = None
+    ) -> tuple[str, int]:
+        """Log text after ``offset`` and the new offset (so no line is shown twice).
+
+        ``offset`` is opaque (bytes locally, lines for pods).  With ``max_bytes``
+        the text holds at most that many bytes of whole lines (:func:`lines_within`;
+        one longer line is cut into pieces where the offset can point inside it,
+        or returned whole where it cannot) and the offset moves past just that
+        text: the rest comes with the next read, so a caller following a chatty
+        job does bounded work per read.
+        """
 
     @abc.abstractmethod
     def cancel(self, handle: JobHandle) -> None:
@@ -133,8 +144,10 @@ class Backend(abc.ABC):
     async def astatus(self, handle: JobHandle) -> StatusReport:
         return await asyncio.to_thread(self.status, handle)
 
-    async def aread_logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
-        return await asyncio.to_thread(self.read_logs, handle, offset)
+    async def aread_logs(
+        self, handle: JobHandle, offset: int = 0, max_bytes: int | None = None
+    ) -> tuple[str, int]:
+        return await asyncio.to_thread(self.read_logs, handle, offset, max_bytes)
 
     async def acancel(self, handle: JobHandle) -> None:
         await asyncio.to_thread(self.cancel, handle)
@@ -146,3 +159,18 @@ class Backend(abc.ABC):
 
     async def await_change(self, handles: list[JobHandle], seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+def lines_within(lines: Sequence[str], max_bytes: int | None) -> int:
+    """How many of ``lines`` (without their newlines) one capped read shows: the
+    leading ones whose UTF-8 size, a newline each, fits in ``max_bytes``, and at
+    least one, so every read makes progress.  The one rule for every log cap (the
+    backends' capped reads, a batch's children's logs per poll)."""
+    if max_bytes is None or max_bytes <= 0:
+        return len(lines)
+    size = 0
+    for count, line in enumerate(lines):
+        size += len(line.encode()) + 1
+        if size > max_bytes:
+            return max(count, 1)
+    return len(lines)

@@ -8,6 +8,7 @@ a wait, a batch's status in two list calls, logs, cancel) is a *plan* of API cal
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -160,8 +161,11 @@ class GkeBackend(PlanDriver, Backend):
     def status(self, handle: JobHandle) -> StatusReport:
         return self._run(self._status_plan(handle))
 
-    def read_logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
-        return self._run(self._logs_plan(handle, offset))
+    def read_logs(
+        self, handle: JobHandle, offset: int = 0, max_bytes: int | None = None
+    ) -> tuple[str, int]:
+        read = self._run(self._logs_plan(handle, offset, max_bytes))
+        return read if isinstance(read, tuple) else read.finish()
 
     def cancel(self, handle: JobHandle) -> None:
         self._run(self._cancel_plan(handle))
@@ -177,8 +181,12 @@ class GkeBackend(PlanDriver, Backend):
     async def astatus(self, handle: JobHandle) -> StatusReport:
         return await self._arun(self._status_plan(handle))
 
-    async def aread_logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
-        return await self._arun(self._logs_plan(handle, offset))
+    async def aread_logs(
+        self, handle: JobHandle, offset: int = 0, max_bytes: int | None = None
+    ) -> tuple[str, int]:
+        read = await self._arun(self._logs_plan(handle, offset, max_bytes))
+        # Parsing a pod's log (megabytes, for a chatty job) is CPU work: off the loop.
+        return read if isinstance(read, tuple) else await asyncio.to_thread(read.finish)
 
     async def acancel(self, handle: JobHandle) -> None:
         await self._arun(self._cancel_plan(handle))
@@ -315,21 +323,28 @@ class GkeBackend(PlanDriver, Backend):
         """The pod whose log is the job's log (kinetic: the status pick)."""
         return k8s_status.select_pod((yield from self._pods_plan(ns, name)))
 
-    def _logs_plan(self, handle: JobHandle, offset: int) -> Plan[tuple[str, int]]:
+    def _logs_plan(
+        self, handle: JobHandle, offset: int, max_bytes: int | None
+    ) -> Plan[tuple[str, int] | k8s_logs.LogTail]:
+        """The read's result, or the :class:`~k8s_logs.LogTail` that makes it (its
+        ``finish()`` parses the log: the caller decides on which thread)."""
         ns, name = self.where(handle)
         pod = yield from self._log_pod_plan(ns, name)
         if pod is None:
             return "", offset
         meta = pod.get("metadata") or {}
         pod_name = meta.get("name", "")
-        tail = k8s_logs.LogTail((ns, pod_name, meta.get("uid", "")), offset)
+        tail = k8s_logs.LogTail((ns, pod_name, meta.get("uid", "")), offset, max_bytes)
+        if tail.has_pending():  # a capped read: the last read fetched these lines already
+            return tail
         kwargs = {"container": CONTAINER_NAME, "timestamps": True, **tail.request_kwargs()}
         reply = yield Call("CoreV1Api", "read_namespaced_pod_log", (pod_name, ns), kwargs)
         if reply.status in (400, 404):  # container not started yet, or pod gone
             return "", offset
         if not reply.ok:
             raise KubernetesApiError(f"reading the log of {pod_name}", reply)
-        return tail.consume(reply.body)
+        tail.body = reply.body
+        return tail
 
     def _cancel_plan(self, handle: JobHandle) -> Plan[None]:
         ns, name = self.where(handle)

@@ -11,6 +11,15 @@ timestamps are stripped from the text returned.
 
 The cursor cache is process-wide (a trigger may build a new backend per poll)
 and bounded; a miss only costs a full read.
+
+A capped read (``max_bytes``, see ``Backend.read_logs``) shows whole lines up to the
+cap and moves the cursor past just those.  The pod log API cannot start a read at a
+line: ``limitBytes`` cuts a read that starts ``sinceSeconds`` before the cursor, a
+window holding at least a minute of lines already shown, so a capped request could
+return nothing new, forever.  Instead the lines read past the cap are kept
+(``PENDING_BYTES`` per pod, for ``_MAX_PENDING`` pods) and the next read at that
+offset is served from them, so a chatty log is drained in chunks without being
+fetched once per chunk.
 """
 
 from __future__ import annotations
@@ -23,10 +32,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_kinetic.core.backends.base import lines_within
+
 #: Extra seconds re-read before the last shown line, to absorb clock skew between
 #: this machine and the API server (lines already shown are filtered out).
 LOG_SINCE_MARGIN_S = 60
 _MAX_CURSORS = 512
+#: Lines read past a capped read's end, kept per pod for the next read (bytes), and
+#: for how many pods at once (the most recently read).
+PENDING_BYTES = 8 * 1024 * 1024
+_MAX_PENDING = 16
 
 #: (namespace, pod name, pod uid): a recreated pod with the same name is another log.
 PodKey = tuple[str, str, str]
@@ -40,26 +55,54 @@ class Cursor:
     last_ns: int
     at_last: int
 
+    def after(self, shown: list[tuple[int, str]]) -> Cursor:
+        """This cursor moved past ``shown`` (lines that come after it)."""
+        if not shown:
+            return self
+        last_ns = shown[-1][0]
+        at_last = sum(1 for ns, _ in shown if ns == last_ns)
+        if last_ns == self.last_ns:
+            at_last += self.at_last
+        return Cursor(self.count + len(shown), last_ns, at_last)
+
+
+Lines = list[tuple[int, str]]
 
 _CURSORS: OrderedDict[PodKey, Cursor] = OrderedDict()
+#: Per pod: (the offset they start at, the lines read but not shown yet).
+_PENDING: OrderedDict[PodKey, tuple[int, Lines]] = OrderedDict()
 _LOCK = threading.Lock()
 
 
 def forget_all() -> None:
-    """Drop every cursor (what a fresh process starts with)."""
+    """Drop every cursor and kept line (what a fresh process starts with)."""
     with _LOCK:
         _CURSORS.clear()
+        _PENDING.clear()
 
 
 class LogTail:
-    """One incremental read of one pod's log, from ``offset`` lines already shown."""
+    """One incremental read of one pod's log, from ``offset`` lines already shown.
 
-    def __init__(self, key: PodKey, offset: int):
+    The plan asks :meth:`request_kwargs` for the API call, unless
+    :meth:`has_pending` (the lines are already here), then :meth:`finish` makes the
+    text: parsing a large log is CPU work, so an async caller runs it in a thread.
+    """
+
+    def __init__(self, key: PodKey, offset: int, max_bytes: int | None = None):
         self.key = key
         self.offset = offset
+        self.max_bytes = max_bytes if max_bytes and max_bytes > 0 else None
+        self.body: bytes | None = None
         with _LOCK:
             found = _CURSORS.get(key) if offset else None
+            held = _PENDING.get(key)
         self.cursor = found if found is not None and found.count == offset else None
+        self.pending = held[1] if held and self.cursor and held[0] == offset else None
+
+    def has_pending(self) -> bool:
+        """Whether a capped read can be served from lines kept by the last one."""
+        return bool(self.max_bytes and self.pending)
 
     def request_kwargs(self) -> dict[str, Any]:
         """Extra ``read_namespaced_pod_log`` arguments: a window, when a cursor allows one."""
@@ -68,16 +111,39 @@ class LogTail:
         behind = time.time() - self.cursor.last_ns / 1e9
         return {"since_seconds": max(1, math.ceil(behind) + LOG_SINCE_MARGIN_S)}
 
-    def consume(self, body: bytes) -> tuple[str, int]:
-        """The text not shown yet and the new offset; remembers the new cursor."""
-        new, cursor = advance(log_lines(body), self.offset, self.cursor)
-        if cursor is not None:
-            with _LOCK:
-                _CURSORS[self.key] = cursor
-                _CURSORS.move_to_end(self.key)
-                while len(_CURSORS) > _MAX_CURSORS:
-                    _CURSORS.popitem(last=False)
+    def finish(self) -> tuple[str, int]:
+        """The text not shown yet (of ``body``, or of the kept lines) and the new offset."""
+        if self.body is None and self.has_pending():
+            assert self.pending is not None and self.cursor is not None
+            count = lines_within([text for _, text in self.pending], self.max_bytes)
+            new, rest = self.pending[:count], self.pending[count:]
+            cursor: Cursor | None = self.cursor.after(new)
+        else:
+            new, cursor, rest = advance(
+                log_lines(self.body or b""), self.offset, self.cursor, self.max_bytes
+            )
+        self._remember(cursor, rest)
         return "".join(text + "\n" for _, text in new), self.offset + len(new)
+
+    def consume(self, body: bytes) -> tuple[str, int]:
+        """:meth:`finish` for a read's ``body``."""
+        self.body = body
+        return self.finish()
+
+    def _remember(self, cursor: Cursor | None, rest: Lines) -> None:
+        kept = rest[: lines_within([text for _, text in rest], PENDING_BYTES)]
+        with _LOCK:
+            _PENDING.pop(self.key, None)
+            if cursor is None:
+                return
+            _CURSORS[self.key] = cursor
+            _CURSORS.move_to_end(self.key)
+            while len(_CURSORS) > _MAX_CURSORS:
+                _CURSORS.popitem(last=False)
+            if kept:
+                _PENDING[self.key] = (cursor.count, kept)
+                while len(_PENDING) > _MAX_PENDING:
+                    _PENDING.popitem(last=False)
 
 
 def log_lines(body: bytes) -> list[tuple[int, str]]:
@@ -114,34 +180,33 @@ def stamp_ns(stamp: str) -> int | None:
 
 
 def advance(
-    lines: list[tuple[int, str]], offset: int, cursor: Cursor | None
-) -> tuple[list[tuple[int, str]], Cursor | None]:
-    """Lines not shown yet and the cursor after showing them.
+    lines: Lines, offset: int, cursor: Cursor | None, max_bytes: int | None = None
+) -> tuple[Lines, Cursor | None, Lines]:
+    """Lines not shown yet (at most ``max_bytes`` of them), the cursor after showing
+    them, and the new lines left for a later read.
 
     Without a cursor the whole log was read and the first ``offset`` lines are
     skipped; with one only a recent window was read and lines at or before the
     cursor's timestamp are skipped (counting equal timestamps already shown).
     """
     if cursor is None:
-        new = lines[offset:]
-        shown = lines[: offset + len(new)]
-        if not shown:
-            return new, None
-        last_ns = shown[-1][0]
-        at_last = sum(1 for ns, _ in shown if ns == last_ns)
-        return new, Cursor(len(shown), last_ns, at_last)
-    new, skipped_equal = [], 0
-    for ns, text in lines:
-        if ns < cursor.last_ns:
-            continue
-        if ns == cursor.last_ns and skipped_equal < cursor.at_last:
-            skipped_equal += 1
-            continue
-        new.append((ns, text))
-    if not new:
-        return new, cursor
-    last_ns = new[-1][0]
-    at_last = sum(1 for ns, _ in new if ns == last_ns)
-    if last_ns == cursor.last_ns:
-        at_last += cursor.at_last
-    return new, Cursor(cursor.count + len(new), last_ns, at_last)
+        fresh = lines[offset:]
+    else:
+        fresh, skipped_equal = [], 0
+        for ns, text in lines:
+            if ns < cursor.last_ns:
+                continue
+            if ns == cursor.last_ns and skipped_equal < cursor.at_last:
+                skipped_equal += 1
+                continue
+            fresh.append((ns, text))
+    count = lines_within([text for _, text in fresh], max_bytes) if max_bytes else len(fresh)
+    new, rest = fresh[:count], fresh[count:]
+    if cursor is not None:
+        return new, cursor.after(new), rest
+    shown = lines[: offset + len(new)]
+    if not shown:
+        return new, None, rest
+    last_ns = shown[-1][0]
+    at_last = sum(1 for ns, _ in shown if ns == last_ns)
+    return new, Cursor(len(shown), last_ns, at_last), rest

@@ -208,16 +208,24 @@ class LocalBackend(Backend):
             for h in handles
         }
 
-    def read_logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
+    def read_logs(
+        self, handle: JobHandle, offset: int = 0, max_bytes: int | None = None
+    ) -> tuple[str, int]:
+        """Whole lines after byte ``offset``; with ``max_bytes`` only that much is read
+        from the file, and a line longer than that comes in pieces (never split
+        inside a character), so a read's cost is bounded whatever the job printed."""
         path = os.path.join(self.job_dir(handle.job_id), "log")
+        capped = max_bytes is not None and max_bytes > 0
         try:
             with open(path, "rb") as f:
                 f.seek(offset)
-                data = f.read()
+                data = f.read(max_bytes if capped else -1)
         except FileNotFoundError:
             return "", offset
-        # Only whole lines: a partial last line is shown on the next read.
+        # Only whole lines: a partial last line is shown on the next read ...
         cut = data.rfind(b"\n") + 1
+        if not cut and capped and len(data) >= max_bytes:
+            cut = _char_boundary(data)  # ... unless it alone fills the cap
         return data[:cut].decode("utf-8", "replace"), offset + cut
 
     # ---- waiting: wake as soon as a job's supervisor writes its exit code ------------
@@ -312,6 +320,18 @@ def _alive(pid: int, jdir: str) -> bool:
         except (OSError, IndexError):
             return False
     return True
+
+
+def _char_boundary(data: bytes) -> int:
+    """The end of the last whole UTF-8 character in ``data`` (a piece of a long line
+    ends there; the next read starts with the rest of the character)."""
+    end = len(data)
+    start = end - 1
+    while start > 0 and end - start < 4 and data[start] & 0xC0 == 0x80:
+        start -= 1  # back over continuation bytes to the character's first byte
+    lead = data[start]
+    need = 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    return end if start + need <= end or start == 0 else start
 
 
 def _private(path: str) -> Any:

@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.backends.base import Backend, lines_within
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 
@@ -58,7 +58,8 @@ def take(text: str, offset: int, new_offset: int, max_bytes: int | None) -> tupl
     the offset moved by the number of lines, it counts lines; if by the UTF-8 size
     of the text, bytes (identical cuts when every line is empty).  Anything else:
     all of it, uncapped.  A single line longer than the cap is still taken (cut for
-    display by :func:`clip`), so every poll makes progress.
+    display by :func:`clip`), so every poll makes progress (``lines_within``: the
+    one capping rule, which the backends' capped reads follow too).
     """
     lines = text.split("\n")
     if lines and lines[-1] == "":
@@ -72,12 +73,8 @@ def take(text: str, offset: int, new_offset: int, max_bytes: int | None) -> tupl
         unit = "bytes"
     else:
         return lines, new_offset
-    size, count = 0, 0
-    for line in lines:
-        grow = len(line.encode()) + 1
-        if count and size + grow > max_bytes:
-            break
-        size, count = size + grow, count + 1
+    count = lines_within(lines, max_bytes)
+    size = sum(len(line.encode()) + 1 for line in lines[:count])
     return lines[:count], offset + (count if unit == "lines" else size)
 
 

@@ -175,6 +175,21 @@ def build_context_zip() -> bytes:
 # ---- result ------------------------------------------------------------------------
 
 
+def exception_strings(exc: BaseException) -> tuple[str, str]:
+    """``(module.qualname, str(exc))`` of an exception, as plain strings.
+
+    Recorded next to the pickled exception so a client that cannot rebuild it (a
+    constructor that does not take its own ``args`` back, a class not importable
+    there) still shows what was raised.  ``str`` of a broken ``__str__`` never fails.
+    """
+    cls = type(exc)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    try:
+        return name, str(exc)
+    except Exception as inner:  # noqa: BLE001 - a broken __str__ must not lose the failure
+        return name, f"<str() failed: {type(inner).__name__}: {inner}>"
+
+
 def make_result(
     *,
     success: bool,
@@ -184,7 +199,9 @@ def make_result(
     phase: str = "execute",
     host_index: int = 0,
 ) -> dict[str, Any]:
-    return {
+    """kinetic's result dict; with an exception, also ``exception_type`` and
+    ``exception_message`` (plain strings: additive keys kinetic's client ignores)."""
+    payload = {
         "success": success,
         "result": result,
         "exception": exception,
@@ -192,12 +209,17 @@ def make_result(
         "phase": phase,
         "host_index": host_index,
     }
+    if exception is not None:
+        payload["exception_type"], payload["exception_message"] = exception_strings(exception)
+    return payload
 
 
 def dump_result(payload: dict[str, Any]) -> tuple[bytes, bool]:
     """Serialise a result dict; an unpicklable value becomes a described failure.
 
-    Returns the bytes and whether the original payload could be serialised.
+    Returns the bytes and whether the original payload could be serialised.  A
+    failure whose exception could not be pickled keeps that exception's type name,
+    message and traceback as strings.
     """
     try:
         return cloudpickle.dumps(payload), True
@@ -210,20 +232,70 @@ def dump_result(payload: dict[str, Any]) -> tuple[bytes, bool]:
             phase="result serialization",
             host_index=payload.get("host_index", 0),
         )
+        if not payload.get("success") and payload.get("exception_type"):
+            fallback["exception_type"] = payload["exception_type"]
+            fallback["exception_message"] = payload.get("exception_message")
         fallback["serialization_failed"] = True
         fallback["result_repr"] = repr(value)[:20_000]
         return cloudpickle.dumps(fallback), False
 
 
 class RemoteFunctionError(KineticError, RuntimeError):
-    """Raised on the worker when the remote function failed and its exception is lost."""
+    """Raised on the worker when the remote function failed and its exception is lost.
+
+    When the remote exception could not be rebuilt here, ``remote_type`` (module +
+    qualname), ``remote_message`` (its ``str``) and ``remote_traceback`` say what it
+    was; the message reads ``{remote_type}: {remote_message}``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        remote_type: str | None = None,
+        remote_message: str | None = None,
+        remote_traceback: str | None = None,
+    ):
+        super().__init__(message)
+        self.remote_type = remote_type
+        self.remote_message = remote_message
+        self.remote_traceback = remote_traceback
+
+
+def remote_error(
+    result: dict[str, Any],
+    why: str,
+    found_type: str | None = None,
+    found_message: str | None = None,
+) -> RemoteFunctionError:
+    """The failure in ``result`` whose exception could not be rebuilt here (``why``),
+    from the strings the runner recorded; ``found_type``/``found_message`` are what
+    the pickle itself named, used when there are none (kinetic's own runner)."""
+    name = result.get("exception_type") or found_type or "unknown exception"
+    message = result.get("exception_message") if result.get("exception_type") else found_message
+    err = RemoteFunctionError(
+        f"{name}: {message}" if message else name,
+        remote_type=name,
+        remote_message=message,
+        remote_traceback=result.get("traceback"),
+    )
+    err.add_note(f"The remote {name} could not be rebuilt here: {why}")
+    return err
 
 
 def raise_remote_failure(result: dict[str, Any], where: str) -> None:
     """Re-raise the remote exception with the remote phase and traceback as notes."""
     exc = result.get("exception")
-    if not isinstance(exc, BaseException):
+    if not isinstance(exc, BaseException) and result.get("exception_type"):
+        exc = remote_error(result, "the payload holds no exception object")
+    elif not isinstance(exc, BaseException):
         exc = RemoteFunctionError(f"remote job failed without an exception object ({where})")
+    recorded = result.get("exception_message")
+    rebuilt = getattr(exc, "remote_type", None) is None  # not made from the strings
+    if rebuilt and recorded is not None and exception_strings(exc)[1] != recorded:
+        # Rebuilt, but not as raised (a constructor with defaults), or stood in for
+        # (an exception the runner could not pickle): say what was raised.
+        exc.add_note(f"Remote error: {result.get('exception_type')}: {recorded}")
     if result.get("serialization_failed"):
         exc.add_note(f"Unserialisable return value: {result.get('result_repr', '')[:2000]}")
     exc.add_note(f"Failed during kinetic phase: {result.get('phase', 'unknown')}")

@@ -5,16 +5,30 @@ and a success payload from a FAILED multi-host job is not trusted (a worker fail
 With a job's result ``key`` (see ``core.jobs.signing``) nothing is unpickled unless its
 signature matches: a substituted, truncated or crafted payload is an error naming
 the job, and no code in it runs.
+
+A remote error always arrives.  An exception pickles as its class and ``args``, so
+one whose constructor does not take its ``args`` back (or whose class is not
+importable here) makes the whole payload fail to load.  Then the verified bytes are
+read again by :class:`_Lenient`, which puts a stand-in where an object cannot be
+rebuilt; a failure payload read that way raises a ``RemoteFunctionError`` made from
+the type name, message and traceback the runner recorded as plain strings.
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import pickle
+import pickletools
 import time
 from typing import Any
 
 from airflow_provider_kinetic.core.jobs import unpickling
-from airflow_provider_kinetic.core.jobs.payload import RemoteFunctionError, raise_remote_failure
+from airflow_provider_kinetic.core.jobs.payload import (
+    RemoteFunctionError,
+    raise_remote_failure,
+    remote_error,
+)
 from airflow_provider_kinetic.core.jobs.signing import signature_key, verify
 from airflow_provider_kinetic.core.spec.handles import (
     PREEMPTION_REASONS,
@@ -57,9 +71,96 @@ def verified_loads(
     try:
         return unpickling.loads(blob)
     except Exception as exc:
+        failure = _failure_despite(blob, f"{type(exc).__name__}: {exc}")
+        if failure is not None:
+            return failure
         raise RemoteFunctionError(
             f"{what} could not be deserialised here: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+class _Unbuilt:
+    """Stands in for an object the lenient read could not rebuild, or for a class it
+    could not find (a subclass per name, named as the pickle named it)."""
+
+    def __init__(self, *args: Any, **_kwargs: Any) -> None:
+        self.args = args
+        self.built_as: str | None = None
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+    def describe(self) -> tuple[str, str]:
+        """(type name, message as ``BaseException.__str__`` would have made it)."""
+        cls = type(self)
+        name = getattr(self, "built_as", None) or f"{cls.__module__}.{cls.__qualname__}"
+        args = getattr(self, "args", ())
+        return name, str(args[0]) if len(args) == 1 else str(args) if args else ""
+
+
+class _Lenient(pickle._Unpickler):
+    """Python's own pure-Python unpickler (the extension point dill uses too), reading
+    on where the C one stops: a call that fails (an exception's class called with its
+    ``args``) or a name found neither where the pickle says nor where its module
+    moved (``unpickling.MOVED_MODULES``) yields an :class:`_Unbuilt`."""
+
+    dispatch = dict(pickle._Unpickler.dispatch)
+
+    def find_class(self, module: str, name: str) -> Any:
+        for where in filter(None, (module, unpickling.MOVED_MODULES.get(module))):
+            try:
+                return super().find_class(where, name)
+            except (ImportError, AttributeError):
+                continue
+        return type(name, (_Unbuilt,), {"__module__": module, "__qualname__": name})
+
+    def _load_reduce(self) -> None:
+        args = self.stack.pop()
+        func = self.stack[-1]
+        try:
+            self.stack[-1] = func(*args)
+        except Exception:  # noqa: BLE001 - the point: read on past what cannot be rebuilt
+            stand_in = _Unbuilt(*args)
+            module = getattr(func, "__module__", None) or "?"
+            stand_in.built_as = f"{module}.{getattr(func, '__qualname__', repr(func))}"
+            self.stack[-1] = stand_in
+
+    dispatch[pickle.REDUCE[0]] = _load_reduce
+
+
+def _says_it_failed(blob: bytes) -> bool:
+    """Whether the payload's first key, ``success`` (first in kinetic's runner and in
+    ``make_result``), is False, read from the leading opcodes without loading
+    anything: a value that cannot be loaded (gigabytes, perhaps) is not read twice."""
+    try:
+        ops = pickletools.genops(blob)
+        for _, (op, arg, _pos) in zip(range(16), ops, strict=False):
+            if op.name.endswith("UNICODE") and arg == "success":
+                op, arg, _pos = next(ops)
+                while op.name in ("MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"):
+                    op, arg, _pos = next(ops)
+                return op.name == "NEWFALSE" or (op.name == "INT" and arg is False)
+    except Exception:  # noqa: BLE001 - not a payload this reads leniently
+        return False
+    return False
+
+
+def _failure_despite(blob: bytes, why: str) -> dict | None:
+    """The failure payload in ``blob`` with its exception made from the recorded
+    strings, when only the exception (or something in it) could not be rebuilt."""
+    if not _says_it_failed(blob):
+        return None
+    try:
+        payload = _Lenient(io.BytesIO(blob)).load()
+    except Exception:  # noqa: BLE001 - unreadable anyway: the caller reports the first error
+        return None
+    if not isinstance(payload, dict) or payload.get("success") is not False:
+        return None  # a value that cannot be rebuilt is not a failure to report
+    exc = payload.get("exception")
+    if not isinstance(exc, BaseException):
+        found = exc.describe() if isinstance(exc, _Unbuilt) else (None, None)
+        payload["exception"] = remote_error(payload, why, *found)
+    return payload
 
 
 def read_result(
