@@ -14,6 +14,10 @@ export KINETIC_REQUIRE_NATIVE=1
 UV="$(command -v uv || echo "${PYTHON:-python3} -m uv")"
 # kinetic itself, for the wire-compatibility tests (its deps are in the lock).
 $UV pip install --quiet --python .venv/bin/python --no-deps keras-kinetic==0.0.4
+# The wheels the runner-image test installs with --no-index (.artifacts/wheelhouse, at
+# the lock's versions, from the package index; a no-op when already built): no test
+# reads the machine's uv cache.
+.venv/bin/python scripts/wheelhouse.py >/dev/null
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 # The layers and no import cycles (pyproject.toml [tool.importlinter]).

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow import __version__ as airflow_version
+from packaging.version import Version
 
 from airflow_provider_kinetic.core.backends import local_venv
 from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
@@ -200,6 +202,34 @@ def test_cancel_and_follow(config: KineticConfig, tmp_path: Path):
             proc.wait()
     assert finished(config, follow) is JobStatus.SUCCEEDED
     assert cli("jobs", "result", follow.job_id).stdout.strip() == "released"
+
+
+class TwoArgError(Exception):
+    """Pickles as ``TwoArgError(message)``: the client cannot rebuild it."""
+
+    def __init__(self, code: str, detail: str):
+        super().__init__(f"{code}: {detail}")
+
+
+def raise_two_arg(n: int) -> None:
+    raise TwoArgError(f"E{n}", "the disk is on fire")
+
+
+@pytest.mark.parametrize("airflow", [False, True], ids=["python-m", "airflow"])
+def test_result_of_an_unrebuildable_remote_error(config: KineticConfig, airflow: bool):
+    """``jobs result`` names the remote type, its message and its traceback."""
+    if airflow and Version(airflow_version).release < (3, 2):
+        pytest.skip("Airflow 3.1 does not load provider CLI commands")
+    handle = submit(config, raise_two_arg, 7)
+    assert finished(config, handle) is JobStatus.FAILED
+    out = cli("jobs", "result", handle.job_id, ok=False, airflow=airflow)
+    assert out.returncode == 1 and "could not be deserialised" not in out.stderr
+    name = f"{__name__}.TwoArgError"
+    first = next(line for line in out.stderr.splitlines() if line.startswith("error: "))
+    assert first == f"error: kinetic job {handle.job_id} failed: {name}: E7: the disk is on fire"
+    tb = out.stderr[out.stderr.index("Remote traceback:") :]
+    assert "Traceback (most recent call last):" in tb and ", in raise_two_arg\n" in tb
+    assert f"{name}: E7: the disk is on fire" in tb.splitlines()[-1]
 
 
 def test_data_ls_and_gc(config: KineticConfig):

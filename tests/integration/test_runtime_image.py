@@ -2,8 +2,11 @@
 install lines, runs a job (no Docker daemon, no network).
 
 The Dockerfile's ``RUN uv pip install ...`` lines are executed with ``uv pip install
---python <venv> --offline`` (constrained to the versions of this checkout's venv,
-which uv has cached), its ``COPY`` sources come from the same generator that writes
+--python <venv> --no-index --find-links .artifacts/wheelhouse --no-cache`` at
+``requirements/lock.txt``'s versions: the wheelhouse is built by the test command
+(``scripts/wheelhouse.py``, from the package index), never read from the machine's uv
+cache, whose contents once decided whether this passed; without it the test fails and
+says how to build it.  The ``COPY`` sources come from the same generator that writes
 the build context (``write_prebuilt_context``).  Then the real runner runs in that
 venv, through the image's ``/app/remote_runner.py`` shim, against a ``file://``
 store: it must work with Airflow absent.  A second job goes the prebuilt way: its
@@ -68,6 +71,16 @@ def localise(argv: list[str], copies: dict[str, str], ctx: Path, python: str) ->
     return out
 
 
+def wheelhouse() -> str:
+    """The test command's wheelhouse (``scripts/wheelhouse.py``); fails, not skips,
+    with how to build it when it is missing or not built for this lock."""
+    check = subprocess.run([sys.executable, str(REPO / "scripts" / "wheelhouse.py"), "--check"],
+                           capture_output=True, text=True)  # fmt: skip
+    if check.returncode != 0:
+        pytest.fail(check.stderr.strip() or check.stdout, pytrace=False)
+    return check.stdout.strip()
+
+
 @pytest.fixture(scope="module")
 def image_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     if f"{sys.version_info.major}.{sys.version_info.minor}" != PUBLISHED_PYTHON:
@@ -79,19 +92,17 @@ def image_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     assert text == (ctx / "Dockerfile.cpu").read_text()
     copies, installs = dockerfile_steps(text)
     assert len(installs) == 2 and "--no-deps" in installs[1]
+    wheels = wheelhouse()
     subprocess.run([UV, "venv", "--quiet", "--python", sys.executable, str(root / "venv")],
                    check=True)  # fmt: skip
     python = str(root / "venv" / "bin" / "python")
-    freeze = subprocess.run([UV, "pip", "freeze", "--python", sys.executable],
-                            check=True, capture_output=True, text=True).stdout  # fmt: skip
-    pins = [ln for ln in freeze.splitlines() if "==" in ln and "airflow-provider-kinetic" not in ln]
-    (root / "constraints.txt").write_text("\n".join(pins) + "\n")
+    (root / "uv-cache").mkdir()  # empty: what a machine's cache holds must not matter
+    env = {**os.environ, "UV_CACHE_DIR": str(root / "uv-cache")}
     for argv in installs:
         cmd = localise(argv, copies, ctx, python)
-        cmd += ["--offline", "--quiet", "--constraint", str(root / "constraints.txt")]
-        if "--no-deps" in cmd:
-            cmd.append("--no-cache")  # a local wheel: nothing to cache
-        proc = subprocess.run([UV, *cmd[1:]], capture_output=True, text=True)
+        cmd += ["--no-index", "--find-links", wheels, "--no-cache", "--offline", "--quiet",
+                "--constraint", str(REPO / "requirements" / "lock.txt")]  # fmt: skip
+        proc = subprocess.run([UV, *cmd[1:]], capture_output=True, text=True, env=env)
         assert proc.returncode == 0, f"{shlex.join(cmd)}\n{proc.stderr}"
     shutil.copy(ctx / "remote_runner.py", root / "remote_runner.py")
     return python
