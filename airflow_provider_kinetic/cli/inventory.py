@@ -25,7 +25,7 @@ from airflow_provider_kinetic.core.jobs.signing import ResultAuthError, unseal
 from airflow_provider_kinetic.core.jobs.taskrecord import RECORDS_PREFIX
 from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE
 from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobHandle
-from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
+from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore, file_uri_path
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def stat_objects(store: ObjectStore, prefix: str) -> dict[str, tuple[int, float]
         out: dict[str, tuple[int, float]] = {}
         for key in store.list(prefix):
             try:
-                st = os.stat(store.uri(key)[len("file://") :])
+                st = os.stat(file_uri_path(store.uri(key)))
             except FileNotFoundError:  # removed since the listing
                 continue
             out[key] = (st.st_size, st.st_mtime)
@@ -128,29 +128,44 @@ class TaskIndex:
 
 
 def task_index(store: ObjectStore, secret: bytes) -> TaskIndex:
-    """Read every task record; records that fail their seal are ignored (the store is
-    shared, and a forged record must not attach a job to someone else's DAG)."""
+    """Read every task record (superseded ones too: a cleared task's earlier jobs keep
+    their task); records that fail their seal are ignored (the store is shared, and a
+    forged record must not attach a job to someone else's DAG).  A record's exact ids
+    are what it keeps; records of earlier versions have only their key, whose parts
+    are the ids with unsafe characters replaced."""
     index = TaskIndex()
     for key in store.list(RECORDS_PREFIX + "/"):
         parts = key[len(RECORDS_PREFIX) + 1 :].split("/")
-        if len(parts) != 4 or not parts[3].endswith(".json"):
+        if not key.endswith(".json") or len(parts) not in (4, 6):
             continue
         try:
             record = unseal(secret, store.read_bytes(key), store.uri(key))
         except (ResultAuthError, ObjectNotFound):
             continue
-        identity = (parts[0], parts[1], parts[2], parts[3][: -len(".json")])
+        exact = record.get("identity")
+        if isinstance(exact, dict):
+            identity = (
+                str(exact.get("dag_id")),
+                str(exact.get("run_id")),
+                str(exact.get("task_id")),
+                str(exact.get("map_index", -1)),
+            )
+        elif len(parts) == 4:
+            identity = (parts[0], parts[1], parts[2], parts[3][: -len(".json")])
+        else:
+            continue
         handle = record.get("handle")
         if isinstance(handle, dict) and handle.get("job_id"):
-            index.by_job[str(handle["job_id"])] = identity
-            index.handles[str(handle["job_id"])] = (key, handle)
+            index.by_job.setdefault(str(handle["job_id"]), identity)
+            index.handles.setdefault(str(handle["job_id"]), (key, handle))
         if record.get("group_id"):
-            index.by_group[str(record["group_id"])] = identity
+            index.by_group.setdefault(str(record["group_id"]), identity)
     return index
 
 
 def dag_from_output_dir(output_dir: str | None) -> str | None:
-    """``.../outputs/{dag}/{run}/{task}/...`` (the operators' default) -> ``dag``."""
+    """``.../outputs/{dag}/{run}/{task}/{map_index}`` (the operators' default) -> ``dag``;
+    None for any other layout (a plain submit's ``outputs/{job_id}`` names no DAG)."""
     if not output_dir:
         return None
     head, sep, tail = output_dir.partition("/outputs/")
@@ -158,8 +173,10 @@ def dag_from_output_dir(output_dir: str | None) -> str | None:
         head, sep, tail = output_dir.partition("outputs/")
         if not sep or head:
             return None
-    dag = tail.split("/", 1)[0]
-    return dag or None
+    parts = [p for p in tail.split("/") if p]
+    if len(parts) < 4 or not parts[3].lstrip("-").isdigit():
+        return None
+    return parts[0]
 
 
 def list_jobs(store: ObjectStore, secret: bytes, index: TaskIndex | None = None) -> list[JobEntry]:
@@ -268,7 +285,7 @@ def _delete_object(store: ObjectStore, key: str) -> bool:
     whether it was there."""
     if store.scheme == "file":
         try:
-            os.remove(store.uri(key)[len("file://") :])
+            os.remove(file_uri_path(store.uri(key)))
         except FileNotFoundError:
             return False
         return True

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -19,23 +18,20 @@ from airflow_provider_kinetic.core.runtime.context import DEFAULT_MAX_CONTEXT_MB
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, check_image_setting
 from airflow_provider_kinetic.core.runtime.requirements import check_spec as check_requirements
 from airflow_provider_kinetic.core.spec.handles import artifact_key
+from airflow_provider_kinetic.core.spec.identity import task_key
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 XCOM_JOB = "kinetic_job"
 XCOM_BATCH = "kinetic_batch"
 XCOM_OUTPUT_DIR = "output_dir"
-_SAFE = re.compile(r"[^A-Za-z0-9._=-]+")
+#: The key of a task's returned value.
+XCOM_RETURN_KEY = "return_value"
 
 
 def default_output_key(identity: Mapping[str, Any]) -> str:
-    """``outputs/{dag}/{run}/{task}/{map_index}``: a re-run of a DAG run writes in place."""
-    parts = [
-        identity["dag_id"],
-        identity["run_id"],
-        identity["task_id"],
-        str(identity.get("map_index", -1)),
-    ]
-    return "outputs/" + "/".join(_SAFE.sub("_", str(p)) for p in parts)
+    """``outputs/{dag}/{run}/{task}/{map_index}``: a re-run of a DAG run writes in place;
+    each part is ``core.spec.identity.key_part`` (distinct runs, distinct dirs)."""
+    return "outputs/" + task_key(identity)
 
 
 #: ``cleanup=``: "artifacts" deletes a job's ``{job_id}/`` objects once its value is
@@ -57,32 +53,80 @@ def defer_grace_s() -> float:
 MAX_XCOM_RESULT_BYTES = 1024 * 1024
 
 
-def xcom_value(value: Any, store: ObjectStore, job_id: str, blob: bytes, log: Any) -> Any:
+def unstorable(value: Any, limit: int) -> str | None:
+    """Why Airflow cannot store ``value`` as an XCom (None: it can).
+
+    Checked with Airflow's own serializer and the strict JSON its API sends (a NaN or
+    an infinity passes ``json.dumps`` but not the API), before the job's artifacts are
+    deleted or its record says "delivered"."""
+    try:
+        text = json.dumps(XCom.serialize_value(value), allow_nan=False)
+    except Exception as exc:  # noqa: BLE001 - whatever Airflow cannot serialise
+        return f"Airflow cannot store a {type(value).__name__} as an XCom ({exc})"
+    size = len(text.encode())
+    if size > limit:
+        return f"{size} bytes is more than [kinetic] max_xcom_result_bytes = {limit}"
+    return None
+
+
+def xcom_value(
+    value: Any,
+    store: ObjectStore,
+    job_id: str,
+    blob: bytes,
+    log: Any,
+    multiple_outputs: bool = False,
+) -> Any:
     """``value`` when Airflow can store it in XCom within the limit, else a reference.
 
     The reference (``core.jobs.resultref``) points at the job's verified ``result.pkl``
     (``blob`` is its bytes), so the task succeeds and nothing is re-run to deliver it.
+    With ``multiple_outputs`` (a dict whose keys become XComs) each key is judged on
+    its own: only the values that do not fit become references, key by key.
     """
     limit = conf.getint("kinetic", "max_xcom_result_bytes", fallback=MAX_XCOM_RESULT_BYTES)
-    try:
-        size = len(json.dumps(XCom.serialize_value(value)).encode())
-    except Exception as exc:  # noqa: BLE001 - whatever Airflow cannot serialise
-        why = f"Airflow cannot serialise a {type(value).__name__} ({exc})"
-    else:
-        if size <= limit:
-            return value
-        why = f"{size} bytes is more than [kinetic] max_xcom_result_bytes = {limit}"
-    ref = make_result_ref(store.uri(artifact_key(job_id, "result.pkl")), value, blob)
+    uri = store.uri(artifact_key(job_id, "result.pkl"))
+    if multiple_outputs and isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        out = {}
+        for key, item in value.items():
+            why = unstorable(item, limit)
+            out[key] = item if why is None else _ref(uri, item, blob, job_id, why, log, key)
+        return out
+    why = unstorable(value, limit)
+    return value if why is None else _ref(uri, value, blob, job_id, why, log)
+
+
+def _ref(
+    uri: str, value: Any, blob: bytes, job_id: str, why: str, log: Any, key: str | None = None
+) -> dict[str, Any]:
+    ref = make_result_ref(uri, value, blob, key)
+    what = f"the result of kinetic job {job_id}" + (f" (key {key!r})" if key is not None else "")
     log.warning(
-        "the result of kinetic job %s does not fit XCom: %s. XCom holds a reference to %s "
-        "(%d bytes); pass it to another Kinetic task, or load it with "
-        "airflow_provider_kinetic.load_result(ref)",
-        job_id,
+        "%s does not fit XCom: %s. XCom holds a reference to %s (%d bytes); pass it to "
+        "another Kinetic task, or load it with airflow_provider_kinetic.load_result(ref)",
+        what,
         why,
         ref[REF_KEY],
         ref["bytes"],
     )
     return ref
+
+
+def describe_failure(exc: BaseException) -> str:
+    """``Type: message`` of a job's failure; the remote type when the exception could
+    not be rebuilt here (``RemoteFunctionError.remote_type``, already in its message)."""
+    if getattr(exc, "remote_type", None):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def push_value(operator: Any, context: Mapping[str, Any], value: Any) -> None:
+    """Push the task's value to XCom now, before its job's artifacts are deleted and its
+    record says "delivered": a value Airflow refuses fails the task here, with the
+    result still in the store for the retry to collect (never a second run).  Airflow
+    pushes the returned value again afterwards (same value, same key)."""
+    if getattr(operator, "do_xcom_push", True):
+        context["ti"].xcom_push(key=XCOM_RETURN_KEY, value=value)
 
 
 def delete_artifacts(store: ObjectStore, job_ids: list[str], delivered: Any, log: Any) -> None:
@@ -102,6 +146,8 @@ def _refs(value: Any) -> list[dict[str, Any]]:
         return [value]
     if isinstance(value, list):
         return [r for v in value for r in _refs(v)]
+    if isinstance(value, dict):  # multiple_outputs: references key by key
+        return [r for v in value.values() for r in _refs(v)]
     return []
 
 
@@ -146,6 +192,24 @@ def defer_timeout(deadline_ts: float | None, poll_interval: float) -> dt.timedel
         return None
     pad = max(60.0, 2 * poll_interval)
     return dt.timedelta(seconds=max(0.0, deadline_ts - time.time()) + pad)
+
+
+def rendered_as(field: str, value: Any, kind: type | tuple[type, ...], what: str) -> None:
+    """A templated field that must be ``kind`` after rendering, or a clear error: a Jinja
+    template (``"{{ dag_run.conf }}"``) renders to a *string* unless the DAG renders
+    native objects."""
+    if value is None or isinstance(value, kind):
+        return
+    hint = ""
+    if isinstance(value, str):
+        hint = (
+            "; a Jinja template renders to a string: set render_template_as_native_obj=True "
+            "on the DAG to get Python objects, or pass the value itself"
+        )
+    raise TypeError(
+        f"{field} must be {what} after template rendering, got {type(value).__name__} "
+        f"{value!r:.120}{hint}"
+    )
 
 
 class KineticOperatorBase(BaseOperator):
@@ -224,6 +288,8 @@ class KineticOperatorBase(BaseOperator):
         Captured env values are registered with Airflow's secrets masker, so a value
         the function prints is masked in the task log.
         """
+        rendered_as("op_kwargs", self.op_kwargs, Mapping, "a mapping (dict)")
+        rendered_as("volumes", self.volumes, Mapping, "a mapping (dict) of mount path -> Data")
         output_dir = self.output_dir or store_uri(default_output_key(identity))
         for value in capture_env(self.capture_env_vars).values():
             mask_secret(value)

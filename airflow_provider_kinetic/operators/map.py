@@ -20,41 +20,34 @@ from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
-from airflow_provider_kinetic.core.batch.resume import resume_batch, save_live, save_plan
+from airflow_provider_kinetic.core.batch.resume import save_live, save_plan
 from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.polling import poll_delays
-from airflow_provider_kinetic.core.jobs.signing import ResultAuthError
 from airflow_provider_kinetic.core.jobs.taskrecord import (
-    DEFERRED,
-    SYNC,
-    TaskRecord,
-    read_record,
     request_cancel,
-    write_record,
 )
 from airflow_provider_kinetic.core.spec.handles import StatusReport
-from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
-from airflow_provider_kinetic.exceptions import KineticBatchFailed, KineticJobCancelled
+from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
-from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key, result_key_for_job
+from airflow_provider_kinetic.hooks.signing import deployment_secret
 from airflow_provider_kinetic.links import KineticBatchLink, batch_url
 from airflow_provider_kinetic.operators.common import (
     XCOM_BATCH,
     XCOM_OUTPUT_DIR,
-    KineticOperatorBase,
     deadline,
     defer_grace_s,
     defer_timeout,
-    delete_artifacts,
     directory_uri,
+    rendered_as,
     task_identity,
-    xcom_value,
 )
+from airflow_provider_kinetic.operators.map_tries import MapTriesBase
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 
 
-class KineticMapOperator(KineticOperatorBase):
+class KineticMapOperator(MapTriesBase):
     """Run ``python_callable`` once per input as kinetic jobs; return results in order.
 
     Args:
@@ -163,12 +156,17 @@ class KineticMapOperator(KineticOperatorBase):
         return {"dag_id": self.dag_id, "task_id": self.task_id, "run_id": "dry_run"}
 
     def execute(self, context: Any) -> Any:
+        rendered_as("inputs", self.inputs, list | tuple, "a list or tuple of inputs")
+        if not self.inputs:  # as Airflow skips an expand() over []: succeed with nothing
+            self.log.info("kinetic: no inputs (an empty list): nothing to run; the value is []")
+            return []
         hook = KineticHook(self.kinetic_conn_id)
         config = hook.get_config()
         store = hook.get_store()
-        state = self._resume(context, hook, store)
+        planned = self.plan(context, store, config)  # bad input fails here, before anything
+        state = self._resume(context, hook, store, planned[0].work)
         if state is None:
-            state, objects, local = self.plan(context, store, config)
+            state, objects, local = planned
             self.log.info(
                 "batch %s: %d inputs, max_concurrent=%d",
                 state.group_id,
@@ -202,36 +200,6 @@ class KineticMapOperator(KineticOperatorBase):
         context["ti"].xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(state.template.output_dir))
         self._state = None  # nobody waits here: on_kill must not cancel the children
         return batchrun.batch_handle(state, store)
-
-    def _resume(self, context: Any, hook: KineticHook, store: ObjectStore) -> BatchState | None:
-        """An earlier try's batch, reattached (only failed or missing children run again)."""
-        record = read_record(store, task_identity(context), deployment_secret())
-        if record is None or record.kind != "batch" or not record.group_id or record.delivered:
-            return None
-        config = hook.get_config()
-        backend = hook.get_backend(config.backend_kind(self.parsed_accelerator()))
-        try:
-            return resume_batch(
-                store, backend, config, record.group_id, deployment_secret(), result_key,
-                cancel_live=record.mode == DEFERRED,
-            )  # fmt: skip
-        except (ObjectNotFound, ResultAuthError) as exc:
-            self.log.warning("cannot resume batch %s (%s): starting anew", record.group_id, exc)
-            return None
-
-    def _write_record(
-        self, context: Any, store: ObjectStore, state: BatchState, delivered: bool = False
-    ) -> None:
-        identity = task_identity(context)
-        mode = DEFERRED if self.deferrable else SYNC
-        record = TaskRecord(
-            kind="batch",
-            mode=mode,
-            try_number=identity.get("try_number"),
-            group_id=state.group_id,
-            delivered=delivered,
-        )
-        write_record(store, identity, record, deployment_secret())
 
     def dry_run(self) -> dict[str, Any]:
         """The manifest of the batch's first child, printed as YAML; creates nothing."""
@@ -347,42 +315,6 @@ class KineticMapOperator(KineticOperatorBase):
                 "counts": c,
             },
         )
-
-    def _complete(self, state: BatchState, store: ObjectStore, context: Any = None) -> list[Any]:
-        if state.manifest_dirty:
-            batchrun.write_manifest(state, store)
-        values, failures = batchrun.gather(
-            state,
-            store,
-            ordered=self.ordered,
-            result_key=lambda job: result_key_for_job(job, state.template.result_auth),
-            deliver=lambda value, job, blob: xcom_value(value, store, job, blob, self.log),
-        )
-        self._state = None
-        if failures and not self.return_exceptions:
-            raise KineticBatchFailed(
-                batchlogs.failure_summary(state, failures),
-                group_id=state.group_id,
-                failures=failures,
-                partial_results=values,
-            )
-        if failures:  # returned as error values: their errors and log tails still show
-            self.log.warning(
-                "%s\n(return_exceptions=True: returned as error values in their positions)",
-                batchlogs.failure_summary(state, failures),
-            )
-        if context is not None:
-            self._write_record(context, store, state, delivered=True)
-        if self.cleanup == "artifacts":
-            jobs = [
-                batchrun.child_job_id(state.group_id, index, launch)
-                for index, launches in state.launches.items()
-                for launch in range(1, launches + 1)
-            ]
-            delete_artifacts(store, jobs, values, self.log)
-        return [
-            batchrun.describe_exception(v) if isinstance(v, BaseException) else v for v in values
-        ]
 
     def on_kill(self) -> None:
         """Cancel every child this try has running."""

@@ -20,14 +20,24 @@ from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.manifests import to_yaml
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.jobs.submit import plan_job
-from airflow_provider_kinetic.core.jobs.taskrecord import Step, decide_job, request_cancel
+from airflow_provider_kinetic.core.jobs.submit import PlannedJob, plan_job
+from airflow_provider_kinetic.core.jobs.taskrecord import (
+    Step,
+    decide_job,
+    request_cancel,
+    supersede_record,
+)
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key
 from airflow_provider_kinetic.links import KineticJobLink, KineticLogsLink, KineticOutputLink
-from airflow_provider_kinetic.operators.common import deadline, defer_grace_s
+from airflow_provider_kinetic.operators.common import (
+    deadline,
+    defer_grace_s,
+    rendered_as,
+    task_identity,
+)
 from airflow_provider_kinetic.operators.run_deferred import RunDeferredWait
 
 
@@ -103,6 +113,7 @@ class KineticRunOperator(RunDeferredWait):
         self._store: ObjectStore | None = None
 
     def request_args(self) -> tuple[Any, ...]:
+        rendered_as("op_args", self.op_args, list | tuple, "a list or tuple")
         return tuple(self.op_args or ())
 
     # ---- execute ----------------------------------------------------------------
@@ -112,12 +123,15 @@ class KineticRunOperator(RunDeferredWait):
         store = hook.get_store()
         backend = hook.get_backend(config.backend_kind(self.parsed_accelerator()))
         self._backend, self._store = backend, store
+        planned = self._plan(context, config, store)  # bad input fails here, before anything
         record = self._read_record(context, store)
-        step, old, report, why = decide_job(record, backend, store, result_key)
+        step, old, report, why = decide_job(record, backend, store, result_key, planned.work)
         if record is not None:
             self.log.info("kinetic: earlier try found: %s -> %s", why, step.value)
+            if step is Step.SUBMIT and old is not None:  # keep the old record for history
+                supersede_record(store, task_identity(context), record, deployment_secret())
         if not self.wait_for_completion:
-            return self._submit_only(context, config, backend, store, step, old)
+            return self._submit_only(context, config, backend, store, step, old, planned)
         if step is Step.COLLECT:
             assert old is not None and report is not None
             self._publish(context, old)
@@ -127,7 +141,7 @@ class KineticRunOperator(RunDeferredWait):
             self.log.info("adopting still-%s kinetic job %s", report.status.value, old.job_id)
             handle = old
         else:
-            handle = self._submit(context, config, backend, store)
+            handle = self._submit(context, config, backend, store, planned)
         self._write_record(context, store, handle, preemptions=self._preemptions(record))
         self._publish(context, handle)
         deadline_ts = deadline(context, self.execution_timeout)
@@ -152,12 +166,13 @@ class KineticRunOperator(RunDeferredWait):
         store: ObjectStore,
         step: Step,
         old: JobHandle | None,
+        planned: PlannedJob,
     ) -> dict[str, Any]:
         """Submit now, wait later: the handle is the task's value.  A retry after a
         worker died returns the job it had submitted; a clear submits a new one."""
         handle = old if step is not Step.SUBMIT and old is not None else None
         if handle is None:
-            handle = self._submit(context, config, backend, store)
+            handle = self._submit(context, config, backend, store, planned)
         self._publish(context, handle)
         self._write_record(context, store, handle, delivered=True)
         self._handle = None  # nobody waits here: on_kill must not cancel it

@@ -18,7 +18,12 @@ from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.exceptions import KineticJobCancelled, KineticJobFailed
 from airflow_provider_kinetic.hooks.signing import result_key
-from airflow_provider_kinetic.operators.common import delete_artifacts, xcom_value
+from airflow_provider_kinetic.operators.common import (
+    delete_artifacts,
+    describe_failure,
+    push_value,
+    xcom_value,
+)
 from airflow_provider_kinetic.operators.run_tries import RunTriesBase
 
 
@@ -88,7 +93,7 @@ class RunSyncWait(RunTriesBase):
                 "\n" + tb if tb else "",
             )
             raise KineticJobFailed(
-                f"kinetic job {handle.job_id} failed: {type(exc).__name__}: {exc}",
+                f"kinetic job {handle.job_id} failed: {describe_failure(exc)}",
                 job_id=handle.job_id,
             ) from exc
         finally:
@@ -99,7 +104,9 @@ class RunSyncWait(RunTriesBase):
                 backend.cancel(handle)
             except Exception as exc:  # noqa: BLE001 - keep the job's own outcome
                 self.log.warning("could not delete job %s: %s", handle.job_id, exc)
-        delivered = xcom_value(value, store, handle.job_id, blob, self.log)
+        multiple = bool(getattr(self, "multiple_outputs", False))
+        delivered = xcom_value(value, store, handle.job_id, blob, self.log, multiple)
+        push_value(self, context, delivered)  # Airflow has it before anything is deleted
         self._write_record(context, store, handle, delivered=True)
         if self.cleanup == "artifacts":
             delete_artifacts(store, [handle.job_id], delivered, self.log)

@@ -17,7 +17,7 @@ from typing import Any
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.results import is_preemption
-from airflow_provider_kinetic.core.jobs.submit import submit_job
+from airflow_provider_kinetic.core.jobs.submit import PlannedJob, plan_job, submit_planned
 from airflow_provider_kinetic.core.jobs.taskrecord import (
     DEFERRED,
     SYNC,
@@ -46,28 +46,50 @@ class RunTriesBase(KineticOperatorBase):
     """
 
     preemption_retries: int
+    #: This try's work digest (``_plan``); None until planned, or when not computable.
+    _work: str | None = None
     _handle: JobHandle | None
     _backend: Backend | None
     _store: ObjectStore | None
 
-    def _submit(
-        self, context: Any, config: KineticConfig, backend: Backend, store: ObjectStore
-    ) -> JobHandle:
-        """Submit a new job, recording its id *before* it is created: a worker that dies
-        in between leaves a record a retry can follow (and never a second job)."""
+    def _plan(self, context: Any, config: KineticConfig, store: ObjectStore) -> PlannedJob:
+        """This try's job, validated and packed under a new id; nothing uploaded or
+        built.  Its work digest is what an earlier try's job is compared with."""
         request = self.build_request(task_identity(context), store.uri, context)
-        self.resolve_image(request, config, store, build=True)  # before any upload
-        request.job_id = new_job_id()
+        self.resolve_image(request, config, store, build=False)
+        planned = plan_job(request, config, store, new_job_id(), deployment_secret())
+        self._work = planned.work
+        return planned
+
+    def _submit(
+        self,
+        context: Any,
+        config: KineticConfig,
+        backend: Backend,
+        store: ObjectStore,
+        planned: PlannedJob | None = None,
+    ) -> JobHandle:
+        """Submit a planned job (a new plan when none is given), recording its id
+        *before* it is created: a worker that dies in between leaves a record a retry
+        can follow (and never a second job).  A missing bundled image is built first."""
+        planned = planned or self._plan(context, config, store)
+        if planned.image is not None:
+            # Cloud Build and Artifact Registry clients: imported only to submit.
+            from airflow_provider_kinetic.hooks.image_build import prepare_image
+
+            prepare_image(planned.image, config, store)  # before any upload
+            self.log.info("kinetic: %s", planned.image.describe())
+        job_id = planned.spec.job_id
         provisional = JobHandle(
-            job_id=request.job_id,
+            job_id=job_id,
             backend=backend.name,
             bucket_name=store.bucket,
             namespace=config.namespace,
-            k8s_name=backend.object_name(request.job_id),
+            k8s_name=backend.object_name(job_id),
         )
         self._write_record(context, store, provisional)
-        handle, _ = submit_job(request, config, backend, store, deployment_secret())
-        return handle
+        submit_planned(planned, backend, store)
+        return planned.handle
 
     def _publish(self, context: Any, handle: JobHandle) -> None:
         """XComs a person or a downstream task needs while the job runs."""
@@ -103,11 +125,17 @@ class RunTriesBase(KineticOperatorBase):
         delivered: bool = False,
         preemptions: int | None = None,
     ) -> None:
+        """The task's record: this try's job, how it waits, its work digest (this try's,
+        else the record's: a resumed deferred try has not planned)."""
         identity = task_identity(context)
         secret = deployment_secret()
-        if preemptions is None:
+        work = getattr(self, "_work", None)
+        if preemptions is None or work is None:
             old = read_record(store, identity, secret)
-            preemptions = self._preemptions(old)
+            if preemptions is None:
+                preemptions = self._preemptions(old)
+            if work is None and old is not None and old.job and old.job.job_id == handle.job_id:
+                work = old.work
         record = TaskRecord(
             kind="job",
             mode=DEFERRED if self.deferrable else SYNC,
@@ -115,6 +143,7 @@ class RunTriesBase(KineticOperatorBase):
             handle=handle.to_dict(),
             delivered=delivered,
             preemptions=preemptions,
+            work=work,
         )
         write_record(store, identity, record, secret)
         state = context.get("task_state_store")

@@ -93,6 +93,9 @@ class KineticBatchSensor(BaseSensorOperator):
 
     # ---- one step of the batch ------------------------------------------------------
     def poke(self, context: Any) -> bool | PokeReturnValue:
+        if self.batch in ([], (), "[]"):  # a map over no inputs submitted nothing
+            self.log.info("kinetic: the batch had no inputs: nothing to wait for; the value is []")
+            return PokeReturnValue(True, []) if self.return_result else True
         hook = KineticHook(self.kinetic_conn_id)
         store, config = hook.get_store(), hook.get_config()
         secret = deployment_secret()

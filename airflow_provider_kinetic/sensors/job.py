@@ -18,7 +18,7 @@ from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobHa
 from airflow_provider_kinetic.exceptions import KineticJobFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import result_key
-from airflow_provider_kinetic.operators.common import xcom_value
+from airflow_provider_kinetic.operators.common import describe_failure, xcom_value
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
 
 
@@ -104,7 +104,7 @@ class KineticJobSensor(BaseSensorOperator):
             )
         except Exception as exc:
             raise KineticJobFailed(
-                f"kinetic job {handle.job_id} failed: {type(exc).__name__}: {exc}",
+                f"kinetic job {handle.job_id} failed: {describe_failure(exc)}",
                 job_id=handle.job_id,
             ) from exc
         return xcom_value(value, store, handle.job_id, blob, self.log)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pendulum
 import pytest
 
+from airflow_provider_kinetic.core.spec.identity import key_part
 from tests.fixtures.airflow_env import task_states, xcoms
 
 LOGICAL = pendulum.datetime(2026, 11, 20, tz="UTC")
@@ -43,8 +44,7 @@ def test_example_retrain_daily_end_to_end(load_dag, airflow_home: Path):
     assert x[("train", "kinetic_job_link")] == f"/kinetic/jobs/{job['job_id']}"
     out = x[("train", "output_dir")]
     assert out == (
-        f"file://{airflow_home}/kinetic/outputs/retrain_daily/"
-        f"{dr.run_id.replace(':', '_').replace('+', '_')}/train/-1"
+        f"file://{airflow_home}/kinetic/outputs/retrain_daily/{key_part(dr.run_id)}/train/-1"
     )
     out_path = Path(out[len("file://") :])
     assert json.loads((out_path / "metrics.json").read_text()) == metrics
@@ -80,7 +80,7 @@ def test_sync_nested_data_volumes_and_templates(load_dag, tmp_path, monkeypatch)
     # read-only cache entry, removed when the job ended: nothing is left there.
     assert not os.path.lexists(data / "mnt-2026-11-20")
     assert value["output_dir"].endswith(
-        "/kinetic_sync_nested/" + dr.run_id.replace(":", "_").replace("+", "_") + "/nested/-1"
+        "/kinetic_sync_nested/" + key_part(dr.run_id) + "/nested/-1"
     )
 
 

@@ -37,6 +37,7 @@ from airflow_provider_kinetic.core.backends.local import RUNNER_MODULE
 from airflow_provider_kinetic.core.backends.manifests import job_manifest
 from airflow_provider_kinetic.core.jobs.signing import job_key
 from airflow_provider_kinetic.core.runtime.context import build_context
+from airflow_provider_kinetic.core.spec.identity import key_part
 from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
 from airflow_provider_kinetic.core.storage.gcs import GcsStore
 from airflow_provider_kinetic.hooks.signing import deployment_secret
@@ -215,7 +216,7 @@ def _xcoms(dr: Any) -> dict[tuple[str, str], Any]:
 def expected_job(bucket: str, job_id: str, dr: Any, task_id: str) -> dict[str, Any]:
     """The Job that ``job_manifest`` builds for this run, from the artifacts in the bucket."""
     store = GcsStore(bucket)
-    run = dr.run_id.replace(":", "_").replace("+", "_")
+    run = key_part(dr.run_id)
     # The context: the DAG's project (the DAGs folder here), content-addressed and shared.
     dags = os.environ["AIRFLOW__CORE__DAGS_FOLDER"]
     context = build_context(os.path.join(dags, "kinetic_gke_dags.py"), ceilings=[dags])

@@ -122,7 +122,7 @@ def test_data_inside_the_project_is_left_to_the_data_cache(project: Path):
     assert "assets/labels.txt" not in got and "lib/helper.py" in got
 
 
-@pytest.mark.parametrize("bad", ["*.tmp", [""], [3], None])
+@pytest.mark.parametrize("bad", [{"*.tmp": 1}, b"*.tmp", [""], [3], None])
 def test_bad_patterns_are_clear_errors(project: Path, bad):
     if bad is None:  # None means "no extra patterns"
         assert build_context(str(project / "dag.py"), excludes=bad).files == 4
@@ -202,10 +202,13 @@ def test_missing_entry_file_is_a_clear_error(tmp_path: Path):
 def test_operator_rejects_bad_context_excludes_when_the_dag_is_parsed():
     from airflow_provider_kinetic import KineticRunOperator
 
-    with pytest.raises(ContextError, match="list of glob patterns"):
-        KineticRunOperator(task_id="t", python_callable=len, context_excludes="*.tmp")
+    with pytest.raises(ContextError, match="context_excludes must be a list of glob patterns"):
+        KineticRunOperator(task_id="t", python_callable=len, context_excludes={"*.tmp": 1})
     op = KineticRunOperator(task_id="t2", python_callable=len, context_excludes=["*.tmp"])
     assert op.context_excludes == ["*.tmp"]
+    # One pattern is a list of one (never its characters).
+    one = KineticRunOperator(task_id="t3", python_callable=len, context_excludes="*.tmp")
+    assert one.context_excludes == ["*.tmp"]
 
 
 def test_the_dags_folder_is_a_ceiling(tmp_path: Path):

@@ -26,7 +26,7 @@ from airflow_provider_kinetic.core.backends.manifests import (
     to_yaml,
 )
 from airflow_provider_kinetic.core.data.mounts import FuseMount
-from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_job_spec
+from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_job_spec, label_value
 
 K8S_VERSION = "1.33"
 JOB_ID = "job-0123abcd"
@@ -122,8 +122,9 @@ def test_job_shape_names_labels_and_policies() -> None:
         "job-id": JOB_ID,
         "airflow-dag-id": "train",
         "airflow-task-id": "fit",
-        "airflow-run-id": "manual__2026-01-01T00-00",
+        "airflow-run-id": label_value("manual__2026-01-01T00:00"),
     }
+    assert meta["labels"]["airflow-run-id"].startswith("manual__2026-01-01T00-00-")
     assert spec["backoffLimit"] == 0
     assert spec["ttlSecondsAfterFinished"] == 600
     template = spec["template"]

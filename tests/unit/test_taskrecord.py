@@ -121,10 +121,79 @@ def test_records_round_trip_and_forgeries_are_ignored(store):
     write_record(store, IDENTITY, rec, SECRET)
     assert read_record(store, IDENTITY, SECRET) == rec
     assert read_record(store, {**IDENTITY, "map_index": 3}, SECRET) is None
-    assert record_key(IDENTITY).startswith("_airflow/tasks/d/manual__2026-11-20T00_00_00_00_00/t/")
+    assert record_key(IDENTITY).startswith("_airflow/tasks/d/manual__2026-11-20T00_00_00_00_00~")
     # Anyone who can write the bucket could swap the handle: the seal catches it.
     forged = {**rec.__dict__, "handle": records.handle("job-evil0001").to_dict()}
     store.write_bytes(record_key(IDENTITY), seal(b"wrong secret" * 3, forged))
     assert read_record(store, IDENTITY, SECRET) is None
     store.write_bytes(record_key(IDENTITY), b"not json")
     assert read_record(store, IDENTITY, SECRET) is None
+
+
+# ---- adopt only the same work; records at the earlier key layout ---------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "same", "step", "cancelled"),
+    [
+        (JobStatus.RUNNING, True, Step.ADOPT, False),
+        (JobStatus.RUNNING, False, Step.SUBMIT, True),
+        (JobStatus.SUCCEEDED, True, Step.COLLECT, False),
+        (JobStatus.SUCCEEDED, False, Step.SUBMIT, False),
+    ],
+)
+def test_only_the_same_work_is_adopted_or_collected(store, status, same, step, cancelled):
+    backend = TableBackend(store.bucket, status)
+    rec = record(SYNC)
+    rec.work = "w-old"
+    got, old, _, why = decide_job(rec, backend, store, key_of, "w-old" if same else "w-new")
+    assert got is step and old.job_id == "job-00000001"
+    assert backend.cancelled == (["job-00000001"] if cancelled else [])
+    assert cancel_requested(store, old) is cancelled
+    if not same:
+        assert "ran other work than this try's" in why
+
+
+def test_records_without_a_work_digest_compare_nothing(store):
+    """A record an earlier version wrote (no digest) follows the table alone."""
+    backend = TableBackend(store.bucket, JobStatus.RUNNING)
+    assert decide_job(record(SYNC), backend, store, key_of, "w-new")[0] is Step.ADOPT
+    rec = record(SYNC)
+    rec.work = "w-old"
+    assert decide_job(rec, backend, store, key_of, None)[0] is Step.ADOPT
+
+
+def test_a_record_at_the_earlier_key_is_found_but_never_another_tasks(store):
+    from dataclasses import asdict
+
+    from airflow_provider_kinetic.core.jobs.taskrecord import legacy_record_key
+
+    rec = record(SYNC)
+    legacy = legacy_record_key(IDENTITY)
+    assert legacy == "_airflow/tasks/d/manual__2026-11-20T00_00_00_00_00/t/-1.json"
+    store.write_bytes(legacy, seal(SECRET, asdict(rec)))  # as an earlier version wrote it
+    assert read_record(store, IDENTITY, SECRET) == rec
+    # Written with ids (by this version), it names its own task only.
+    other = {**IDENTITY, "run_id": "manual__2026-11-20T00:00:00+00_00"}  # same legacy key
+    rec.identity = {**other, "map_index": -1}
+    store.write_bytes(legacy, seal(SECRET, asdict(rec)))
+    assert read_record(store, IDENTITY, SECRET) is None
+    # This version's own key wins over the earlier one.
+    mine = record(DEFERRED)
+    write_record(store, IDENTITY, mine, SECRET)
+    assert read_record(store, IDENTITY, SECRET) == mine
+    assert mine.identity == {**IDENTITY, "map_index": -1}
+
+
+def test_a_superseded_record_is_kept_for_history(store):
+    from airflow_provider_kinetic.core.jobs.signing import unseal
+    from airflow_provider_kinetic.core.jobs.taskrecord import supersede_record
+
+    rec = record(SYNC)
+    key = supersede_record(store, IDENTITY, rec, SECRET)
+    assert key.endswith("/superseded/job-00000001.json") and key.startswith("_airflow/tasks/d/")
+    kept = unseal(SECRET, store.read_bytes(key), key)
+    assert (
+        kept["handle"]["job_id"] == "job-00000001"
+        and kept["identity"]["run_id"] == IDENTITY["run_id"]
+    )

@@ -294,9 +294,13 @@ def _failure(
 def describe_exception(exc: BaseException) -> dict[str, Any]:
     """JSON form of a failed position (XCom cannot hold exception objects)."""
     tb = next((n for n in getattr(exc, "__notes__", []) if n.startswith("Remote traceback")), None)
+    # An exception that could not be rebuilt here arrives as a RemoteFunctionError that
+    # keeps the remote type name and message (``core.jobs.payload.remote_error``).
+    remote_type = getattr(exc, "remote_type", None)
     return {
         "__kinetic_error__": True,
-        "type": type(exc).__name__,
-        "message": str(exc),
-        "traceback": tb,
+        "type": remote_type.rsplit(".", 1)[-1] if remote_type else type(exc).__name__,
+        "qualified_type": remote_type or f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "message": getattr(exc, "remote_message", None) or str(exc),
+        "traceback": tb or getattr(exc, "remote_traceback", None),
     }

@@ -60,6 +60,9 @@ class BatchState:
     log_turn: int = 0
     #: Epoch seconds of the task's execution_timeout (None: no deadline).
     deadline: float | None = None
+    #: ``core.jobs.work`` digest of the batch (function, shared arguments, every input,
+    #: options): a later try resumes this batch only for the same work.
+    work: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

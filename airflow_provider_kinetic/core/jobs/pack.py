@@ -5,6 +5,7 @@ job context zipped.  Nothing is uploaded here (dry runs stop after packing).
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
 
 from airflow_provider_kinetic.core.accelerators import Accelerator, parse_accelerator
@@ -17,8 +18,11 @@ from airflow_provider_kinetic.core.jobs.payload import (
     replace_data,
 )
 from airflow_provider_kinetic.core.jobs.request import JobRequest, validate_data, validate_volumes
+from airflow_provider_kinetic.core.jobs.work import call_digest
 from airflow_provider_kinetic.core.runtime import context as job_context
 from airflow_provider_kinetic.core.storage import ObjectStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -30,6 +34,9 @@ class PackedJob:
     payload: bytes
     context: bytes
     fuse: list[FuseMount]
+    #: ``core.jobs.work.call_digest`` of the call (None: it could not be computed,
+    #: and a later try then compares nothing: the rule of earlier versions).
+    call_sha256: str | None = None
 
     @property
     def context_sha256(self) -> str:
@@ -96,7 +103,18 @@ def prepare(
         batch_inputs=batch_inputs,
     )
     local = [d for d, _, _ in found if d.uploads]
-    return PackedJob(accel, local, payload, build_context(request, excludes, local), fuse)
+    call = _call_digest(request, args, kwargs, volume_refs, env_vars)
+    return PackedJob(accel, local, payload, build_context(request, excludes, local), fuse, call)
+
+
+def _call_digest(
+    request: JobRequest, args: tuple, kwargs: dict, volumes: list[dict], env: dict[str, str]
+) -> str | None:
+    try:
+        return call_digest(request.func, args, kwargs, volumes, env)
+    except Exception as exc:  # noqa: BLE001 - an odd value: compare nothing, run as before
+        log.warning("cannot fingerprint this call (%s); later tries adopt its job as is", exc)
+        return None
 
 
 def build_context(request: JobRequest, excludes: list[str], local: list[Data]) -> bytes:

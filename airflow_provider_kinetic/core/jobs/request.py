@@ -77,6 +77,11 @@ class JobRequest:
     #: The image plan the operator already resolved (and built); None: resolved here.
     image_plan: ImagePlan | None = None
 
+    def __post_init__(self) -> None:
+        # One name is a list of one (a templated "{{ var.value.key_name }}" renders to a
+        # string); iterating a string would forward single characters.
+        self.capture_env_vars = names_option(self.capture_env_vars, "capture_env_vars") or None
+
     @property
     def accelerator_spec(self) -> str:
         """``accelerator`` with ``:spot`` appended when ``spot`` asks for it."""
@@ -87,17 +92,31 @@ class JobRequest:
         return getattr(self.func, "__name__", type(self.func).__name__)
 
 
-def capture_env(
-    patterns: list[str] | None, environ: dict[str, str] | None = None
-) -> dict[str, str]:
+def names_option(value: Any, option: str) -> list[str]:
+    """A list-of-names option as a list: one name (a string) is a list of one, never a
+    sequence of characters; anything else but a list of names fails naming ``option``."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple | set | frozenset):
+        return sorted(value) if isinstance(value, set | frozenset) else list(value)
+    raise TypeError(
+        f"{option} must be a name or a list of names, got {type(value).__name__}: {value!r}"
+    )
+
+
+def capture_env(patterns: Any, environ: dict[str, str] | None = None) -> dict[str, str]:
     """kinetic's capture rules: exact names, ``PREFIX*`` patterns, ``*`` for all.
 
-    Wildcards skip the blocklist unless the name is also listed exactly.
+    ``patterns``: one name, or a list of names and patterns.  Wildcards skip the
+    blocklist unless the name is also listed exactly.
     """
+    patterns = names_option(patterns, "capture_env_vars")
     environ = dict(os.environ if environ is None else environ)
     out: dict[str, str] = {}
-    exact = {p for p in patterns or [] if not p.endswith("*")}
-    for pattern in patterns or []:
+    exact = {p for p in patterns if isinstance(p, str) and not p.endswith("*")}
+    for pattern in patterns:
         if not isinstance(pattern, str) or not pattern:
             raise ValueError(f"capture_env_vars entries must be non-empty strings, got {pattern!r}")
         if pattern in exact:

@@ -1,10 +1,12 @@
 """Results that do not fit XCom stay in the store; XCom carries a small reference.
 
 A reference is ``{"kinetic_result": uri, "type": ..., "bytes": n, "sha256": digest}``
-of the job's ``result.pkl``.  The worker creates it only after verifying the result's
-signature, and XCom (Airflow's database) is trusted, so whoever loads a reference
-checks the blob against ``sha256`` and needs no key: a Kinetic task's runner (when
-the reference is passed in its arguments) or ``load_result`` in a plain Python task.
+of the job's ``result.pkl``; with ``"key": k`` it stands for ``result[k]`` only (one
+large value of a ``multiple_outputs`` dict, each key travelling on its own).  The
+worker creates it only after verifying the result's signature, and XCom (Airflow's
+database) is trusted, so whoever loads a reference checks the blob against ``sha256``
+and needs no key: a Kinetic task's runner (when the reference is passed in its
+arguments) or ``load_result`` in a plain Python task.
 The job is never re-run to deliver its value.
 """
 
@@ -25,14 +27,18 @@ class ResultRefError(KineticError, ValueError):
     """A result reference that cannot be loaded (missing, altered, or not a success)."""
 
 
-def make_result_ref(uri: str, value: Any, blob: bytes) -> dict[str, Any]:
+def make_result_ref(uri: str, value: Any, blob: bytes, key: str | None = None) -> dict[str, Any]:
+    """A reference to ``value``: the whole result in ``blob``, or its item ``key``."""
     kind = type(value)
-    return {
+    ref = {
         REF_KEY: uri,
         "type": f"{kind.__module__}.{kind.__qualname__}",
         "bytes": len(blob),
         "sha256": hashlib.sha256(blob).hexdigest(),
     }
+    if key is not None:
+        ref["key"] = key
+    return ref
 
 
 def is_result_ref(obj: Any) -> bool:
@@ -45,6 +51,14 @@ def is_result_ref(obj: Any) -> bool:
 
 def load_result(ref: dict[str, Any]) -> Any:
     """The object a reference stands for (from a plain Python task, or the runner)."""
+    return _select(ref, _load_whole(ref))
+
+
+def _select(ref: dict[str, Any], result: Any) -> Any:
+    return result[ref["key"]] if "key" in ref else result
+
+
+def _load_whole(ref: dict[str, Any]) -> Any:
     if not is_result_ref(ref):
         raise ResultRefError(f"not a kinetic result reference: {ref!r:.200}")
     store, key = store_for_uri(ref[REF_KEY])
@@ -69,7 +83,7 @@ def resolve_result_refs(obj: Any, cache: dict[str, Any] | None = None) -> Any:
         if not is_result_ref(x):
             return KEEP
         if x[REF_KEY] not in cache:
-            cache[x[REF_KEY]] = load_result(x)
-        return cache[x[REF_KEY]]
+            cache[x[REF_KEY]] = _load_whole(x)
+        return _select(x, cache[x[REF_KEY]])
 
     return map_leaves(obj, resolve)

@@ -23,6 +23,7 @@ from airflow_provider_kinetic.core.jobs.request import (
 )
 from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC, AUTH_NONE, encrypt_env
 from airflow_provider_kinetic.core.jobs.template import JobTemplate, function_output_dir
+from airflow_provider_kinetic.core.jobs.work import template_options, work_digest
 from airflow_provider_kinetic.core.runtime import context as job_context
 from airflow_provider_kinetic.core.runtime.images import ImagePlan
 from airflow_provider_kinetic.core.spec.handles import JobHandle, artifact_key, new_job_id
@@ -120,6 +121,8 @@ class PlannedJob:
     spec: JobSpec
     handle: JobHandle
     image: ImagePlan | None = None
+    #: ``core.jobs.work.work_digest`` of this job (None: not computable).
+    work: str | None = None
 
     @property
     def output_uri(self) -> str:
@@ -156,7 +159,14 @@ def plan_job(
         requirements_uri=store.uri(artifact_key(job_id, "requirements.txt")),
     )
     spec = template.spec(config, store, job_id, signing_secret=signing_secret)
-    return PlannedJob(packed, template, spec, template.handle(config, store, spec), image)
+    work = None
+    if packed.call_sha256 is not None:
+        options = template_options(template, request.capture_env_vars)
+        work = work_digest(
+            call=packed.call_sha256, context_sha256=packed.context_sha256, options=options
+        )
+    handle = template.handle(config, store, spec)
+    return PlannedJob(packed, template, spec, handle, image, work)
 
 
 def submit_job(
@@ -170,6 +180,13 @@ def submit_job(
     store = store or config.store()
     job_id = request.job_id or new_job_id()
     planned = plan_job(request, config, store, job_id, signing_secret)
+    submit_planned(planned, backend, store)
+    return planned.handle, planned.spec
+
+
+def submit_planned(planned: PlannedJob, backend: Backend, store: ObjectStore) -> None:
+    """Upload a planned job's data, context, payload (and requirements), then create it."""
+    job_id = planned.spec.job_id
     if planned.template.backend != backend.name:
         raise ValueError(
             f"this job runs on the {planned.template.backend!r} backend, not {backend.name!r}"
@@ -186,4 +203,3 @@ def submit_job(
         make_private(store, key)
     create_job(store, backend, planned.spec, planned.handle)
     log.info("submitted %s (%s) on backend %s", job_id, planned.spec.name, backend.name)
-    return planned.handle, planned.spec

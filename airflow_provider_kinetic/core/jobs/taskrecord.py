@@ -18,6 +18,17 @@ SUCCEEDED (or gone with a good result)      collect, no new job
 FAILED / cancelled / gone                   submit anew
 ==========================================  =========================================
 
+A job is adopted or collected only when it runs the same work as the new try
+(``core.jobs.work``: code, inputs, options).  Other work (the function was fixed and
+the task cleared, the inputs changed) is never adopted: a live job is cancelled, a
+finished one is not collected, the old record is kept under ``superseded/`` for
+history, and the new work is submitted.  Records written before work digests existed
+compare nothing (the table alone applies).
+
+Records live at ``_airflow/tasks/{dag}/{run}/{task}/{map_index}.json`` with each part
+as ``core.spec.identity.key_part`` makes it (distinct ids, distinct keys) and keep the
+exact ids; a record at the key earlier versions wrote is read as a fallback.
+
 A deferred try never ends while its job still runs: its trigger fires only for a
 terminal job, a timeout, or an error the operator turns into a cancel.  So a live job
 owned by a deferred try means the try was killed from outside (user clear or
@@ -29,7 +40,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -43,6 +53,7 @@ from airflow_provider_kinetic.core.spec.handles import (
     StatusReport,
     artifact_key,
 )
+from airflow_provider_kinetic.core.spec.identity import exact_identity, legacy_task_key, task_key
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -50,7 +61,7 @@ log = logging.getLogger(__name__)
 RECORDS_PREFIX = "_airflow/tasks"
 CANCEL_MARKER = "cancel-requested"
 SYNC, DEFERRED = "sync", "deferred"
-_SAFE = re.compile(r"[^A-Za-z0-9._=-]+")
+SUPERSEDED = "superseded"
 
 
 class Step(enum.Enum):
@@ -71,6 +82,10 @@ class TaskRecord:
     delivered: bool = False
     #: Platform kills (spot reclaim, eviction) resubmitted so far, across tries.
     preemptions: int = 0
+    #: ``core.jobs.work`` digest of what the job (or batch) runs; None: not known.
+    work: str | None = None
+    #: The task's exact ids (dag_id, run_id, task_id, map_index), for history listings.
+    identity: dict[str, Any] | None = None
 
     @property
     def job(self) -> JobHandle | None:
@@ -78,16 +93,15 @@ class TaskRecord:
 
 
 def record_key(identity: Mapping[str, Any]) -> str:
-    parts = [identity["dag_id"], identity["run_id"], identity["task_id"]]
-    parts.append(str(identity.get("map_index", -1)))
-    return RECORDS_PREFIX + "/" + "/".join(_SAFE.sub("_", str(p)) for p in parts) + ".json"
+    return f"{RECORDS_PREFIX}/{task_key(identity)}.json"
 
 
-def read_record(
-    store: ObjectStore, identity: Mapping[str, Any], secret: bytes
-) -> TaskRecord | None:
-    """The task's record, or None (none yet, or one that fails its seal: ignored)."""
-    key = record_key(identity)
+def legacy_record_key(identity: Mapping[str, Any]) -> str:
+    """Where versions before injective keys wrote the record (read as a fallback)."""
+    return f"{RECORDS_PREFIX}/{legacy_task_key(identity)}.json"
+
+
+def _read_at(store: ObjectStore, key: str, secret: bytes) -> TaskRecord | None:
     try:
         blob = store.read_bytes(key)
     except ObjectNotFound:
@@ -99,12 +113,45 @@ def read_record(
         return None
 
 
+def read_record(
+    store: ObjectStore, identity: Mapping[str, Any], secret: bytes
+) -> TaskRecord | None:
+    """The task's record, or None (none yet, or one that fails its seal: ignored).
+
+    A record at the earlier versions' key is used when there is none at this one, and
+    only if it names no other task (records that old keep no ids: a job started before
+    the upgrade is still found, so it is never run twice)."""
+    key = record_key(identity)
+    record = _read_at(store, key, secret)
+    legacy = legacy_record_key(identity)
+    if record is None and legacy != key:
+        record = _read_at(store, legacy, secret)
+        if record is not None and record.identity not in (None, exact_identity(identity)):
+            record = None
+        elif record is not None:
+            log.info("task record found where an earlier version wrote it: %s", legacy)
+    return record
+
+
 def write_record(
     store: ObjectStore, identity: Mapping[str, Any], record: TaskRecord, secret: bytes
 ) -> None:
+    record.identity = exact_identity(identity)
     store.write_bytes(
         record_key(identity), seal(secret, asdict(record)), content_type="application/json"
     )
+
+
+def supersede_record(
+    store: ObjectStore, identity: Mapping[str, Any], record: TaskRecord, secret: bytes
+) -> str:
+    """Keep ``record`` for history before a new try replaces it (its job is listed with
+    its task afterwards); returns the key it went to."""
+    name = (record.job.job_id if record.job is not None else record.group_id) or "unknown"
+    key = f"{RECORDS_PREFIX}/{task_key(identity)}/{SUPERSEDED}/{name}.json"
+    record.identity = record.identity or exact_identity(identity)
+    store.write_bytes(key, seal(secret, asdict(record)), content_type="application/json")
+    return key
 
 
 def request_cancel(store: ObjectStore, backend: Backend, handle: JobHandle) -> None:
@@ -129,13 +176,22 @@ def succeeded_result(
     return bool(payload and payload.get("success"))
 
 
+def other_work(record: TaskRecord, work: str | None) -> bool:
+    """Whether ``record`` names work other than ``work`` (unknown on either side: no)."""
+    return work is not None and record.work is not None and record.work != work
+
+
 def decide_job(
     record: TaskRecord | None,
     backend: Backend,
     store: ObjectStore,
     result_key: Callable[[JobHandle], str | None] = lambda _handle: None,
+    work: str | None = None,
 ) -> tuple[Step, JobHandle | None, StatusReport | None, str]:
-    """Apply the table above to a single job: (step, the old job, its status, why)."""
+    """Apply the table above to a single job: (step, the old job, its status, why).
+
+    ``work``: the new try's work digest; a job of other work is never adopted or
+    collected (a live one is cancelled)."""
     job = record.job if record is not None else None
     if record is None or job is None:
         return Step.SUBMIT, None, None, "no earlier job for this task"
@@ -145,6 +201,13 @@ def decide_job(
     live = report.status in (JobStatus.PENDING, JobStatus.RUNNING)
     if live and cancel_requested(store, job):
         return Step.SUBMIT, job, report, f"job {job.job_id} is being cancelled"
+    if other_work(record, work):
+        why = f"job {job.job_id} ({report.status.value}) ran other work than this try's"
+        why += " (its code, inputs or options changed since)"
+        if live:
+            request_cancel(store, backend, job)
+            return Step.SUBMIT, job, report, why + ": cancelled it, running the new work"
+        return Step.SUBMIT, job, report, why + ": not collecting it, running the new work"
     if live and record.mode == DEFERRED:
         request_cancel(store, backend, job)
         why = f"job {job.job_id} belonged to a deferred try that was cleared or marked failed"

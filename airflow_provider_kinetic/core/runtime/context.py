@@ -155,10 +155,13 @@ def read_ignore_file(root: str) -> list[str]:
 
 
 def check_patterns(patterns: object, source: str = "context_excludes") -> list[str]:
-    """``patterns`` as a list of non-empty glob strings, else a :class:`ContextError`."""
+    """``patterns`` as a list of non-empty glob strings (one string is one pattern), else
+    a :class:`ContextError` naming ``source``."""
     if patterns is None:
         return []
-    if isinstance(patterns, str) or not isinstance(patterns, Iterable):
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    if not isinstance(patterns, Iterable) or isinstance(patterns, bytes | dict):
         raise ContextError(f"{source} must be a list of glob patterns, got {patterns!r}")
     out = list(patterns)
     bad = [p for p in out if not isinstance(p, str) or not p.strip()]

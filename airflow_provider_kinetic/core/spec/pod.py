@@ -23,15 +23,21 @@ FUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 DEFAULT_TTL_SECONDS = 600
 
 _LABEL_VALUE_RE = re.compile(r"[^A-Za-z0-9_.-]")
+#: Kubernetes label value syntax (empty is valid too, but never made here).
+_LABEL_VALID_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?")
 
 
 def label_value(value: Any) -> str:
-    """Sanitise to Kubernetes label-value syntax; hash-suffix values that are too long."""
-    text = _LABEL_VALUE_RE.sub("-", str(value)).strip("-_.")
-    if len(text) > 63:
-        digest = hashlib.sha256(str(value).encode()).hexdigest()[:10]
-        text = text[:52].rstrip("-_.") + "-" + digest
-    return text
+    """``value`` as a Kubernetes label value (at most 63 characters of ``[A-Za-z0-9_.-]``,
+    alphanumeric at both ends), distinct values giving distinct labels: a valid value is
+    kept as it is; any other is its readable form plus ``-`` and 10 hex digits of its
+    SHA-256 (so ``exp:1`` and ``exp+1``, or two all-CJK ids, never share a label)."""
+    text = str(value)
+    if len(text) <= 63 and _LABEL_VALID_RE.fullmatch(text):
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    readable = _LABEL_VALUE_RE.sub("-", text).strip("-_.")[:52].rstrip("-_.")
+    return f"{readable}-{digest}" if readable else digest
 
 
 @dataclass
