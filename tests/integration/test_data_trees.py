@@ -26,7 +26,6 @@ from airflow_provider_kinetic.core.jobs.results import collect
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore
-from tests.fixtures.fake_gcs import requires_fake_gcs
 from tests.integration.test_runner import read_result, run_runner, stage
 
 #: The directories (every level) a job must see in ``tree()``; ``twin()`` has the same
@@ -131,16 +130,6 @@ def test_the_ref_carries_empty_dirs_and_only_when_there_are_some(tmp_path):
 
 
 # ---- the runner against a file:// store and a gs:// store ----------------------------
-
-
-@pytest.fixture(params=["local", pytest.param("gcs", marks=requires_fake_gcs)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
-    if request.param == "local":
-        return LocalStore(str(tmp_path / "bucket"))
-    from airflow_provider_kinetic.core.storage.gcs import GcsStore
-
-    fake_gcs = request.getfixturevalue("fake_gcs")
-    return GcsStore(request.getfixturevalue("gcs_bucket"), client=fake_gcs.client())
 
 
 def test_empty_dirs_reach_a_pod_through_the_store(store: ObjectStore, tmp_path: Path) -> None:

@@ -12,17 +12,6 @@ import pytest
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data import cache as datacache
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore
-from tests.fixtures.fake_gcs import requires_fake_gcs
-
-
-@pytest.fixture(params=["local", pytest.param("gcs", marks=requires_fake_gcs)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
-    if request.param == "local":
-        return LocalStore(str(tmp_path / "bucket"))
-    from airflow_provider_kinetic.core.storage.gcs import GcsStore
-
-    fake_gcs = request.getfixturevalue("fake_gcs")
-    return GcsStore(request.getfixturevalue("gcs_bucket"), client=fake_gcs.client())
 
 
 def snapshot(store: ObjectStore) -> dict[str, Any]:

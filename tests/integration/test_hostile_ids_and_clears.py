@@ -23,7 +23,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +31,7 @@ from airflow_provider_kinetic.core.jobs.taskrecord import read_record
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.hooks.signing import deployment_secret
+from tests.fixtures.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -126,14 +126,6 @@ def finish(proc: subprocess.Popen, ok: bool = True) -> tuple[object, str]:
     assert (proc.returncode == 0) == ok, out
     lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
     return (json.loads(lines[0].split(" ", 1)[1]) if lines else None), out
-
-
-def wait_for(what: str, check, timeout: float = 120.0):  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return found
 
 
 def runs(marker: Path) -> int:

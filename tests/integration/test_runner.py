@@ -28,20 +28,9 @@ from airflow_provider_kinetic.core.jobs.pack import prepare
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.spec.handles import artifact_key, new_job_id
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore
-from tests.fixtures.fake_gcs import requires_fake_gcs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUNNER_TIMEOUT_S = 120
-
-
-@pytest.fixture(params=["local", pytest.param("gcs", marks=requires_fake_gcs)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
-    if request.param == "local":
-        return LocalStore(str(tmp_path / "bucket"))
-    from airflow_provider_kinetic.core.storage.gcs import GcsStore
-
-    fake_gcs = request.getfixturevalue("fake_gcs")
-    return GcsStore(request.getfixturevalue("gcs_bucket"), client=fake_gcs.client())
 
 
 def stage(store: ObjectStore, request: JobRequest, env_vars: dict[str, str] | None = None) -> list:

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pendulum
@@ -25,6 +24,7 @@ from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 from tests.fixtures import preempting
 from tests.fixtures.airflow_env import task_states, xcoms
+from tests.fixtures.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 LOGICAL = pendulum.datetime(2026, 11, 22, tz="UTC")
@@ -80,14 +80,6 @@ def start_try(tmp_path: Path, marker: Path, seconds: float, try_number: int) -> 
         text=True,
         env=env,
     )
-
-
-def wait_for(what: str, check, timeout: float = 90.0):  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return found
 
 
 def jobs(root: Path) -> list[str]:
