@@ -81,3 +81,44 @@ def test_what_a_callable_carries_counts():
 def test_sets_are_serialised_in_one_order():
     assert stable_bytes({"b", "a", "c"}) == stable_bytes({"c", "b", "a"})
     assert stable_bytes(frozenset({1, 2})) != stable_bytes({1, 2})
+
+
+HELPERS = textwrap.dedent(
+    """
+    import sys
+    from airflow_provider_kinetic.core.jobs.work import call_digest
+
+    SCALE = 10
+
+    def helper(x):
+        return x * SCALE
+
+    def unrelated():
+        return "not called by the task"
+
+    class Model:
+        def fit(self, x):
+            return helper(x)
+
+    def task(x):
+        return Model().fit(x)
+
+    print(call_digest(task, (1,), {}, [], {}))
+    """
+)
+
+
+def test_the_code_a_task_reaches_counts_and_the_rest_of_the_file_does_not(tmp_path):
+    """A fix in a helper the task calls (or a constant it reads, or a method of a class
+    it uses) is other work; an edit elsewhere in the DAG file is not."""
+    base = digest_in_new_process(tmp_path, "0", HELPERS)
+    assert digest_in_new_process(tmp_path, "1", HELPERS) == base
+    changed = {
+        "helper": HELPERS.replace("return x * SCALE", "return x * SCALE + 1"),
+        "constant": HELPERS.replace("SCALE = 10", "SCALE = 11"),
+        "method": HELPERS.replace("return helper(x)", "return helper(x) - 1"),
+    }
+    for what, source in changed.items():
+        assert digest_in_new_process(tmp_path, "0", source) != base, what
+    unrelated = HELPERS.replace('"not called by the task"', '"edited"')
+    assert digest_in_new_process(tmp_path, "0", unrelated) == base

@@ -155,7 +155,6 @@ def plan_batch(
         try:
             work = work_digest(
                 call=packed.call_sha256,
-                context_sha256=packed.context_sha256,
                 options=options,
                 inputs=child_inputs,
             )

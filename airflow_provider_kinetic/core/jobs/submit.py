@@ -162,9 +162,7 @@ def plan_job(
     work = None
     if packed.call_sha256 is not None:
         options = template_options(template, request.capture_env_vars)
-        work = work_digest(
-            call=packed.call_sha256, context_sha256=packed.context_sha256, options=options
-        )
+        work = work_digest(call=packed.call_sha256, options=options)
     handle = template.handle(config, store, spec)
     return PlannedJob(packed, template, spec, handle, image, work)
 

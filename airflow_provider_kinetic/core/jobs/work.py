@@ -8,19 +8,23 @@ is kept for history, and the new work starts.
 
 The digest covers:
 
-- the job context's SHA-256: the DAG's project directory (the DAG file, its helper
-  modules and files), zipped deterministically (``core/runtime/context.py``);
-- the call: the callable's name and code, the arguments (Data as their refs, so local
-  data by content hash), volumes and env, serialised so that equal values give equal
-  bytes in any process (sets are sorted; classes and functions are named, their code
-  being in the context or hashed below) — never the payload's pickle, whose bytes
-  carry the client's versions and per-process ids;
+- the code: the callable's own code (bytecode, constants, names, defaults, closure
+  values) and, transitively, the user code it reaches through its globals (functions
+  and classes of the DAG file or of modules outside the Python installation, and the
+  plain values it reads there) — what the payload pickles by value;
+- the call: the arguments (Data as their refs, so local data by content hash),
+  volumes and env, serialised so that equal values give equal bytes in any process
+  (sets are sorted; classes and functions are named, their code being hashed above)
+  — never the payload's pickle, whose bytes carry the client's versions and
+  per-process ids;
 - the options that change what runs or where: backend, accelerator, image,
   requirements, resources, FUSE mounts, labels, output dir, captured env names;
 - for a batch, every child's input.
 
 Not covered, on purpose: the try number, job and group ids, the signing key and the
-encrypted env (they change every try without changing the work).
+encrypted env (they change every try without changing the work), and the rest of the
+DAG's project directory: a deploy that changes another DAG of the same repository
+must not cancel a running job that still computes the same thing.
 """
 
 from __future__ import annotations
@@ -78,13 +82,74 @@ def stable_bytes(value: Any) -> bytes:
 
 
 def code_digest(func: Callable[..., Any]) -> str:
-    """SHA-256 of a callable's code: bytecode, constants (nested code too), names,
-    defaults.  ``functools.partial`` and bound methods hash what they wrap."""
+    """SHA-256 of a callable's code and the user code it reaches (see the module
+    docstring).  ``functools.partial`` and bound methods hash what they wrap."""
     h = hashlib.sha256()
-    for code in _code_objects(func):
-        h.update(stable_bytes(_code_facts(code)))
-    h.update(stable_bytes(_bound_values(func)))
+    _digest_code(func, h, set())
     return h.hexdigest()
+
+
+def _digest_code(obj: Any, h: Any, seen: set[int]) -> None:
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, type):  # a user class: its methods' code, class attributes
+        for name, value in sorted(vars(obj).items()):
+            if isinstance(value, staticmethod | classmethod):
+                value = value.__func__
+            if isinstance(value, types.FunctionType):
+                h.update(name.encode())
+                _digest_code(value, h, seen)
+        return
+    codes = list(_code_objects(obj))
+    for code in codes:
+        h.update(stable_bytes(_code_facts(code)))
+    h.update(stable_bytes(_bound_values(obj)))
+    namespace = getattr(_innermost(obj), "__globals__", None) or {}
+    for name in sorted({n for code in codes for n in _names(code)}):
+        if name not in namespace:
+            continue  # a builtin, an attribute name
+        value = namespace[name]
+        if isinstance(value, types.ModuleType):
+            continue
+        if isinstance(value, types.FunctionType | type):
+            if _user_code(value):
+                h.update(name.encode())
+                _digest_code(value, h, seen)
+            continue  # a library's: its name in the bytecode stands for it
+        try:  # a plain value the code reads (a constant of the DAG file)
+            h.update(name.encode() + stable_bytes(value))
+        except Exception:  # noqa: BLE001 - a value no pickler takes: its type, at least
+            h.update(name.encode() + type(value).__qualname__.encode())
+
+
+def _innermost(func: Any) -> Any:
+    while True:
+        inner = getattr(func, "func", None) or getattr(func, "__func__", None)
+        if inner is None or inner is func:
+            return func
+        func = inner
+
+
+def _names(code: types.CodeType) -> Iterable[str]:
+    yield from code.co_names
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _names(const)
+
+
+#: Where installed packages live: code elsewhere is the user's (the DAGs folder).
+_INSTALLED = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+
+
+def _user_code(value: Any) -> bool:
+    """Code the payload carries by value: the DAG file's, or a module's outside the
+    Python installation (helpers next to the DAG)."""
+    module = sys.modules.get(getattr(value, "__module__", None) or "")
+    path = getattr(module, "__file__", None)
+    if module is None or module.__name__ == "__main__" or path is None:
+        return module is not None and module.__name__ != "builtins"
+    return not path.startswith(_INSTALLED) and "site-packages" not in path
 
 
 def _bound_values(func: Any) -> list[Any]:
@@ -142,14 +207,12 @@ def call_digest(
 def work_digest(
     *,
     call: str,
-    context_sha256: str,
     options: dict[str, Any],
     inputs: list[tuple[tuple, dict]] | None = None,
 ) -> str:
     """The one digest a task record keeps and a later try compares."""
     doc = {
         "call": call,
-        "context": context_sha256,
         "options": options,
         "inputs": hashlib.sha256(stable_bytes(inputs)).hexdigest() if inputs is not None else None,
     }
