@@ -49,7 +49,7 @@ class _StablePickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, _NAMED) and not _importable(obj):
             # A class or function defined in the DAG file (or a lambda, a local one):
-            # its name stands for it (its code is in the context, or hashed apart).
+            # its name stands for it (the code a task reaches is hashed by code_digest).
             module = getattr(obj, "__module__", None) or getattr(obj, "__name__", "")
             name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", repr(obj))
             return str, (f"<{type(obj).__name__} {module}.{name}>",)
