@@ -14,7 +14,9 @@ below the backends that read them.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from airflow_provider_kinetic.core.accelerators import Accelerator
 from airflow_provider_kinetic.core.backends import registry
@@ -39,11 +41,17 @@ __all__ = [
 ]
 
 
+#: False while ``KineticConfig.rebuilt`` makes a config (per thread and task).
+_CHECKED: ContextVar[bool] = ContextVar("kinetic_config_checked", default=True)
+
+
 @dataclass
 class KineticConfig(KineticSettings):
     """Settings of one kinetic target (a connection's extras), checked when made."""
 
     def __post_init__(self) -> None:
+        if not _CHECKED.get():  # ``rebuilt``: checked when it was first made
+            return
         self._check_images()
         # Raises for an unknown kind, listing the registered ones.
         cls = registry.backend_class(registry.store_kind(self.backend))
@@ -60,6 +68,18 @@ class KineticConfig(KineticSettings):
             check_bucket_name(store.bucket, source)
         elif store.scheme == "file":
             prepare_local_root(store.bucket)
+
+    @classmethod
+    def rebuilt(cls, values: dict[str, Any]) -> KineticConfig:
+        """A config checked when it was made, rebuilt from its dict (trigger kwargs)
+        without checking it again: checking a local root creates it when missing, and
+        a poll must never create a store root that went away (an unmounted store
+        would come back empty, every job in it NOT_FOUND)."""
+        token = _CHECKED.set(False)
+        try:
+            return cls(**values)
+        finally:
+            _CHECKED.reset(token)
 
     def _check_images(self) -> None:
         """Image settings are checked here, before anything is planned or uploaded."""

@@ -22,9 +22,17 @@ from airflow.providers.common.compat.sdk import AirflowNotFoundException, conf
 
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig, KineticConfigError
+from airflow_provider_kinetic.core.jobs.polling import STORE_OUTAGE_WINDOW_S
 
 #: The Airflow configuration section of this provider.
 CONF_SECTION = "kinetic"
+
+
+def store_outage_window_s() -> float:
+    """``[kinetic] store_outage_window_s``: how long a poll rides out a store it cannot
+    read before giving up (``core.jobs.polling.StoreOutage``)."""
+    return conf.getfloat(CONF_SECTION, "store_outage_window_s", fallback=STORE_OUTAGE_WINDOW_S)
+
 
 _EXTRA_FIELDS = (
     "gcp_conn_id",
@@ -173,4 +181,6 @@ def config_to_json(config: KineticConfig) -> str:
 
 
 def config_from_json(text: str) -> KineticConfig:
-    return KineticConfig(**json.loads(text))
+    """The config a trigger carries, as it was checked at deferral: not checked (nor
+    its local root created) again, so a poll never recreates a store that went away."""
+    return KineticConfig.rebuilt(json.loads(text))

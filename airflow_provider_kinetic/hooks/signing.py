@@ -1,10 +1,16 @@
-"""The deployment secret that per-job result keys derive from (Airflow layer).
+"""The deployment secrets that per-job result keys derive from (Airflow layer).
 
-It must be the same on every worker and triggerer of a deployment and must never
-enter the object store.  In order: ``[kinetic] result_signing_key``; else Airflow's
-``[core] fernet_key`` (already shared by every component of a deployment); else a
-random key kept in ``$AIRFLOW_HOME/kinetic/.result-signing-key`` (0600), enough for
-one machine (the embedded local backend, ``airflow standalone``).
+They must be the same on every worker and triggerer of a deployment and must never
+enter the object store.  ``[kinetic] result_signing_keys`` is a keyring: secrets
+separated by commas, newest first; the newest seals records and derives new jobs'
+keys, all of them verify (rotate by putting the new secret first and dropping the old
+one once no job or record sealed with it is still wanted).  Without it, one secret,
+in order: ``[kinetic] result_signing_key``; else Airflow's ``[core] fernet_key``
+(already shared by every component of a deployment); else a random key kept in
+``$AIRFLOW_HOME/kinetic/.result-signing-key`` (0600), enough for one machine (the
+embedded local backend, ``airflow standalone``).  A secret configured by text is the
+same secret in either option, so ``result_signing_keys = <new>, <old
+result_signing_key>`` rotates away from the single key.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import secrets
 
 from airflow.providers.common.compat.sdk import conf
 
-from airflow_provider_kinetic.core.jobs.signing import AUTH_NONE, job_key
+from airflow_provider_kinetic.core.jobs.signing import AUTH_NONE, Keyring, ResultKey
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 
 KEY_FILE = ".result-signing-key"
@@ -29,13 +35,26 @@ def _home() -> str:
     )
 
 
-def deployment_secret() -> bytes:
-    """The secret every job's result key derives from (see module docstring)."""
+def _derive(configured: str) -> bytes:
+    return hashlib.sha256(b"kinetic-result-signing:" + configured.encode()).digest()
+
+
+def deployment_secret() -> Keyring:
+    """The keyring every job's result key derives from (see module docstring): its
+    bytes are the newest secret, and every secret in it verifies."""
+    ring = conf.get("kinetic", "result_signing_keys", fallback="") or ""
+    entries = [part.strip() for part in ring.replace("\n", ",").split(",") if part.strip()]
+    if entries:
+        return Keyring([_derive(entry) for entry in entries])
+    return Keyring([_single_secret()])
+
+
+def _single_secret() -> bytes:
     configured = conf.get("kinetic", "result_signing_key", fallback="") or conf.get(
         "core", "fernet_key", fallback=""
     )
     if configured:
-        return hashlib.sha256(b"kinetic-result-signing:" + configured.encode()).digest()
+        return _derive(configured)
     path = os.path.join(_home(), "kinetic", KEY_FILE)
     try:
         with open(path, "rb") as f:
@@ -59,11 +78,14 @@ def deployment_secret() -> bytes:
 
 
 def result_key(handle: JobHandle) -> str | None:
-    """The key a job's result must be signed with; ``None`` for unsigned (kinetic-runner) jobs."""
+    """The key a job's result must be signed with (a ``ResultKey``: the keyring's keys for
+    the job and the id of the secret its handle says it got); ``None`` for unsigned
+    (kinetic-runner) jobs."""
     if handle.result_auth == AUTH_NONE:
         return None
-    return job_key(deployment_secret(), handle.job_id)
+    return ResultKey.for_job(deployment_secret(), handle.job_id, handle.result_key_id)
 
 
 def result_key_for_job(job_id: str, result_auth: str) -> str | None:
-    return None if result_auth == AUTH_NONE else job_key(deployment_secret(), job_id)
+    """``result_key`` when only the job id is known (batch children): any key of the ring."""
+    return None if result_auth == AUTH_NONE else ResultKey.for_job(deployment_secret(), job_id)

@@ -22,10 +22,12 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from typing import Any
 
 from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
+from airflow_provider_kinetic.core.jobs.polling import STORE_OUTAGE_WINDOW_S
 from airflow_provider_kinetic.core.jobs.signing import RESULT_KEY_ENV, sign, signature_key
 from airflow_provider_kinetic.core.storage import store_for_uri
 from airflow_provider_kinetic.runner.invocation import host_index, parse_args
@@ -58,6 +60,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("kinetic.runner")
+
+#: How long the runner waits for a local store that is away before writing its result.
+OUTAGE_WINDOW_ENV = "KINETIC_STORE_OUTAGE_WINDOW_S"
 
 
 def _execute(func: Any, args: tuple, kwargs: dict, index: int) -> dict[str, Any]:
@@ -130,15 +135,14 @@ def _run(
         return 0
     blob, serialised = dump_result(result)
     ok = result["success"] and serialised
+    uri = _result_uri(ns.result_gcs, index)
+    if not result_key:
+        log.warning("no result key in the environment: the result is not signed")
     try:
-        store, key = store_for_uri(_result_uri(ns.result_gcs, index))
-        if result_key:  # the signature first: whoever sees the result can verify it
-            store.write_bytes(signature_key(key), sign(result_key, blob).encode())
-        else:
-            log.warning("no result key in the environment: the result is not signed")
-        store.write_bytes(key, blob)
-    except Exception:  # noqa: BLE001 - without a stored result the job must fail
+        _store_result(uri, blob, result_key)
+    except Exception as exc:  # noqa: BLE001 - without a stored result the job must fail
         log.exception("could not store the result payload")
+        _store_failure(uri, result_key, index, exc)
         return 1
     if not ok:
         log.error("function failed in phase %r", result["phase"])
@@ -146,6 +150,48 @@ def _run(
             sys.stderr.write(result["traceback"])
     log.info("result written; exiting %d", 0 if ok else 1)
     return 0 if ok else 1
+
+
+def _store_result(uri: str, blob: bytes, result_key: str | None) -> None:
+    """The payload, then its signature: each write is atomic (a temp name renamed into
+    place, or one GCS object), and the data comes first, so a crash never leaves a
+    signature without its data.  A local store that is away (its job dir missing: an
+    unmounted store) is waited for, not written into a fresh empty root."""
+    store, key = store_for_uri(uri)
+    if store.scheme == "file":
+        _await_local_store(os.path.dirname(os.sep + key))
+    store.write_bytes(key, blob)
+    if result_key:
+        store.write_bytes(signature_key(key), sign(result_key, blob).encode())
+
+
+def _await_local_store(job_dir: str) -> None:
+    """Wait (up to ``KINETIC_STORE_OUTAGE_WINDOW_S``, default 600 s) for the job's dir
+    in a local store, which the submit created: while it is missing the store is away,
+    and writing would recreate its root empty and lose the result when it returns."""
+    window = float(os.environ.get(OUTAGE_WINDOW_ENV) or STORE_OUTAGE_WINDOW_S)
+    deadline = time.monotonic() + window
+    if not os.path.isdir(job_dir):
+        log.warning("the store is away (%s is missing): waiting up to %.0fs", job_dir, window)
+    while not os.path.isdir(job_dir) and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def _store_failure(uri: str, result_key: str | None, index: int, exc: BaseException) -> None:
+    """After the result could not be stored (a full disk, a quota): a small failure
+    payload saying why, so the task's error names it (the partial write is gone, so it
+    usually fits).  If it cannot be stored either, the job's log is all there is."""
+    note = make_result(
+        success=False,
+        exception=RuntimeError(f"the job's result could not be stored: {exc}"),
+        traceback=traceback.format_exc(),
+        phase="store result",
+        host_index=index,
+    )
+    try:
+        _store_result(uri, dump_result(note)[0], result_key)
+    except Exception:  # noqa: BLE001 - the log has the first error already
+        log.exception("could not store the failure payload either")
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch.state import BatchState
-from airflow_provider_kinetic.core.jobs.polling import poll_delays
+from airflow_provider_kinetic.core.jobs.polling import StoreOutage, poll_delays
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.triggers.job import yielding
 from airflow_provider_kinetic.triggers.settle import hold, not_before_from, remaining
@@ -103,11 +103,22 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
         return backend_for(config_from_json(self.config), self._batch.backend)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        from airflow_provider_kinetic.hooks.connection import store_outage_window_s
+
         try:
             backend = await asyncio.to_thread(self._backend)
             delays = poll_delays(self.poll_interval, backend.first_poll_s)
+            outage = StoreOutage(store_outage_window_s())
             while True:
-                reports = await backend.abatch_status(self.group_id, self.handles)
+                try:
+                    reports = await backend.abatch_status(self.group_id, self.handles)
+                except OSError as exc:  # the store cannot be read: no answer about the children
+                    delay = outage.failed(exc)  # re-raised once the window has passed
+                    self.log.warning("batch %s: %s", self.group_id, outage.describe(exc, delay))
+                    await asyncio.sleep(delay)
+                    continue
+                if (lasted := outage.recovered()) is not None:
+                    self.log.info("batch %s: the store is back after %.1fs", self.group_id, lasted)
                 await self._show_logs(backend, reports)
                 running = sum(r.status.value == "RUNNING" for r in reports.values())
                 done = {j: r for j, r in reports.items() if r.status.is_terminal}

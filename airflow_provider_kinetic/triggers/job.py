@@ -3,7 +3,9 @@
 Kwargs are JSON only (handle dict, config JSON, numbers) so the trigger can be
 re-created on another machine.  It yields exactly one event with a ``status`` of
 ``SUCCEEDED``/``FAILED``/``NOT_FOUND`` (terminal job states), ``timeout`` (the
-task's deadline passed) or ``error`` (the trigger itself failed).
+task's deadline passed) or ``error`` (the trigger itself failed).  A store it cannot
+read (a local mount gone for a while) is no answer about the job: the poll is retried
+for ``[kinetic] store_outage_window_s`` (``core.jobs.polling.StoreOutage``).
 
 It shares the triggerer's event loop with every other trigger, so no step may hold
 the loop: the job's log is read in chunks of ``log_bytes_per_poll`` (the rest comes
@@ -22,7 +24,7 @@ from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_kinetic.core.jobs.polling import poll_delays
+from airflow_provider_kinetic.core.jobs.polling import StoreOutage, poll_delays
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.triggers.settle import hold, not_before_from
 from airflow_provider_kinetic.triggers.userkill import CancelOnUserKill
@@ -147,13 +149,24 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             yield event
 
     async def _run(self) -> AsyncIterator[TriggerEvent]:
+        from airflow_provider_kinetic.hooks.connection import store_outage_window_s
+
         job_id = self._job.job_id
         try:
             backend = await asyncio.to_thread(self._backend)
             last: str | None = None
             delays = poll_delays(self.poll_interval, backend.first_poll_s)
+            outage = StoreOutage(store_outage_window_s())
             while True:
-                report = await backend.astatus(self._job)
+                try:
+                    report = await backend.astatus(self._job)
+                except OSError as exc:  # the store cannot be read: no answer about the job
+                    delay = outage.failed(exc)  # re-raised once the window has passed
+                    self.log.warning("kinetic job %s: %s", job_id, outage.describe(exc, delay))
+                    await asyncio.sleep(delay)
+                    continue
+                if (lasted := outage.recovered()) is not None:
+                    self.log.info("kinetic job %s: the store is back after %.1fs", job_id, lasted)
                 more = await self._show_logs(backend)
                 while more and report.status.is_terminal:  # drain it before the event
                     more = await self._show_logs(backend)

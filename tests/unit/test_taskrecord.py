@@ -6,18 +6,20 @@ must decide from the status, the cancel marker, the record's mode and the result
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
-from airflow_provider_kinetic.core.jobs.signing import job_key, seal, sign
+from airflow_provider_kinetic.core.jobs.signing import job_key, key_id, seal, sign
 from airflow_provider_kinetic.core.jobs.taskrecord import (
     DEFERRED,
     SYNC,
     Step,
     TaskRecord,
+    UnverifiedRecord,
     cancel_requested,
     decide_job,
     read_record,
@@ -116,7 +118,9 @@ def test_a_forged_result_is_not_collected(store):
     assert decide_job(record(), backend, store, key_of)[0] is Step.SUBMIT
 
 
-def test_records_round_trip_and_forgeries_are_ignored(store):
+def test_records_round_trip_and_forgeries_fail_the_try(store):
+    """A record that fails its seal is never ignored (that ran its job a second time):
+    the try fails, saying why and which key sealed it."""
     rec = record(DEFERRED)
     write_record(store, IDENTITY, rec, SECRET)
     assert read_record(store, IDENTITY, SECRET) == rec
@@ -124,10 +128,19 @@ def test_records_round_trip_and_forgeries_are_ignored(store):
     assert record_key(IDENTITY).startswith("_airflow/tasks/d/manual__2026-11-20T00_00_00_00_00~")
     # Anyone who can write the bucket could swap the handle: the seal catches it.
     forged = {**rec.__dict__, "handle": records.handle("job-evil0001").to_dict()}
-    store.write_bytes(record_key(IDENTITY), seal(b"wrong secret" * 3, forged))
-    assert read_record(store, IDENTITY, SECRET) is None
+    other = b"wrong secret" * 3
+    store.write_bytes(record_key(IDENTITY), seal(other, forged))
+    with pytest.raises(UnverifiedRecord, match=f"sealed with signing key {key_id(other)}"):
+        read_record(store, IDENTITY, SECRET)
+    outer = json.loads(seal(SECRET, rec.__dict__))
+    outer["record"]["handle"] = forged["handle"]  # our seal, another job
+    store.write_bytes(record_key(IDENTITY), json.dumps(outer).encode())
+    with pytest.raises(UnverifiedRecord, match="does not match its seal") as info:
+        read_record(store, IDENTITY, SECRET)
+    assert "does not run the function again" in str(info.value)
     store.write_bytes(record_key(IDENTITY), b"not json")
-    assert read_record(store, IDENTITY, SECRET) is None
+    with pytest.raises(UnverifiedRecord, match="not a sealed kinetic record"):
+        read_record(store, IDENTITY, SECRET)
 
 
 # ---- adopt only the same work; records at the earlier key layout ---------------------

@@ -176,13 +176,22 @@ def read_result(
 def read_result_blob(
     store: ObjectStore, job_id: str, backoff: tuple, result_key: str | None
 ) -> tuple[dict | None, bytes]:
-    """``read_result`` plus the exact bytes that were verified and unpickled."""
+    """``read_result`` plus the exact bytes that were verified and unpickled.
+
+    The runner writes ``result.pkl`` and then its signature: a signed job's result
+    found without its signature is read once more after the next wait (the writer
+    may be between the two), then refused as unsigned."""
     key = artifact_key(job_id, "result.pkl")
-    for delay in backoff:
+    waited_for_signature = False
+    for i, delay in enumerate(backoff):
         time.sleep(delay)
         try:
             blob = store.read_bytes(key)
         except ObjectNotFound:
+            continue
+        unsigned = result_key is not None and not store.exists(signature_key(key))
+        if unsigned and not waited_for_signature and i + 1 < len(backoff):
+            waited_for_signature = True
             continue
         payload = verified_loads(store, key, blob, job_id, result_key)
         if not isinstance(payload, dict):

@@ -28,6 +28,8 @@ from airflow_provider_kinetic.core.jobs.signing import (
     RESULT_KEY_ENV,
     decrypt_env,
     job_key,
+    key_id,
+    ring_of,
 )
 from airflow_provider_kinetic.core.spec.handles import JobHandle, artifact_key, utc_now_iso
 from airflow_provider_kinetic.core.spec.pod import (
@@ -144,6 +146,8 @@ class JobTemplate:
             )
         )
         spec.requirements = list(self.requirements)
+        if self.result_auth == AUTH_HMAC:
+            spec.result_key_id = key_id(ring_of(signing_secret)[0])
         return spec
 
     def handle(
@@ -169,6 +173,7 @@ class JobTemplate:
             created_at=utc_now_iso(),
             output_dir=self.output_uri(index),
             result_auth=self.result_auth,
+            result_key_id=spec.result_key_id,
             **group,
         )
 

@@ -91,8 +91,10 @@ class JobHandle:
     Required kinetic fields are strings (kinetic writes ``""`` for a missing project
     on the local backend).  ``output_dir``, ``result_auth`` (how the result is
     authenticated: ``hmac-sha256`` by this package's runner, ``none`` for a job
-    submitted for kinetic's own runner) and ``version`` are ours; ``extra`` holds
-    keys this version does not know, written back unchanged by ``to_dict``.
+    submitted for kinetic's own runner), ``result_key_id`` (the id of the signing
+    secret the job's result key came from, ``core.jobs.signing.key_id``; not secret)
+    and ``version`` are ours; ``extra`` holds keys this version does not know, written
+    back unchanged by ``to_dict``.
     """
 
     job_id: str
@@ -114,6 +116,7 @@ class JobHandle:
     debug: bool = False
     output_dir: str | None = None
     result_auth: str = "hmac-sha256"
+    result_key_id: str | None = None
     version: int = HANDLE_VERSION
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
@@ -129,6 +132,8 @@ class JobHandle:
         if self.output_dir is not None:
             out["output_dir"] = self.output_dir
         out["result_auth"] = self.result_auth
+        if self.result_key_id is not None:
+            out["result_key_id"] = self.result_key_id
         out["version"] = self.version
         for key, value in self.extra.items():
             out.setdefault(key, value)

@@ -93,6 +93,8 @@ class JobSpec:
     #: Requirement lines of the task: the local backend runs the job in a venv built
     #: from them (``backends.local_venv``); pods get them through their image.
     requirements: list[str] = field(default_factory=list)
+    #: Id of the signing secret the job's result key came from (its handle keeps it).
+    result_key_id: str | None = None
 
     @property
     def command(self) -> list[str]:

@@ -14,6 +14,8 @@ from airflow_provider_kinetic.core.storage.base import (
     ObjectStore,
     PreconditionFailed,
     ProgressFn,
+    StoreFullError,
+    StoreUnavailable,
 )
 from airflow_provider_kinetic.core.storage.fileuri import file_uri, file_uri_path
 from airflow_provider_kinetic.core.storage.local import LocalStore
@@ -28,6 +30,8 @@ __all__ = [
     "ObjectStore",
     "PreconditionFailed",
     "ProgressFn",
+    "StoreFullError",
+    "StoreUnavailable",
     "file_uri",
     "file_uri_path",
     "split_gs_uri",

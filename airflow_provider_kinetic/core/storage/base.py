@@ -24,6 +24,23 @@ class PreconditionFailed(KineticError, FileExistsError):
     """Raised by ``write_bytes(..., if_absent=True)`` when the key already exists."""
 
 
+class StoreUnavailable(KineticError, OSError):
+    """The store cannot be read right now (a local mount that went away, a root that is
+    missing or unreadable, a job whose state is hidden while it runs): a transient
+    error.  Polls retry it for ``[kinetic] store_outage_window_s`` instead of reporting
+    a job NOT_FOUND, which would fail the task and leave the job running unwatched."""
+
+
+class StoreFullError(KineticError, OSError):
+    """A write failed for lack of space or quota (``ENOSPC``/``EDQUOT``); the message
+    names the key, the path, the size being written and the free space where known,
+    because a bare ``[Errno 28]`` says none of that."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+
 class ObjectStore(abc.ABC):
     """A flat namespace of objects: a GCS bucket or a local directory."""
 
@@ -95,6 +112,10 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def list(self, prefix: str) -> list[str]:
         """Keys starting with ``prefix`` (sorted)."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> bool:
+        """Delete the one object ``key``; whether it existed."""
 
     @abc.abstractmethod
     def delete_prefix(self, prefix: str) -> int:

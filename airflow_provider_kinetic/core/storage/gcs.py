@@ -314,6 +314,13 @@ class GcsStore(ObjectStore):
         )
         return sorted(n for n in names if not n.endswith("/"))
 
+    def delete(self, key: str) -> bool:
+        try:
+            self._bucket().delete_blob(key, retry=DEFAULT_RETRY)
+        except gexc.NotFound:
+            return False
+        return True
+
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix/`` (directory semantics, never ``""``).
 

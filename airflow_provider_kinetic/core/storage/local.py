@@ -10,7 +10,9 @@ Temporary files live in one staging directory under the root (``.kinetic-tmp/``)
 never inside the directory being written: a writer killed mid-upload must not leave
 debris inside a data-cache entry, which the local backend serves to jobs as it is.
 Each temporary name carries its writer's pid, so the next upload removes the files
-of writers that are gone.
+of writers that are gone.  A write that runs out of space or quota removes its temp
+file and raises ``StoreFullError`` naming the key, the path, the size and the room
+left (``full_error``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from airflow_provider_kinetic.core.storage.base import (
     ObjectStore,
     PreconditionFailed,
     ProgressFn,
+    StoreFullError,
 )
 from airflow_provider_kinetic.core.storage.fileuri import file_uri
 
@@ -52,6 +55,32 @@ STALE_S = 24 * 3600.0
 #: the (then empty) directory, so a store root is left as tidy as it was found.
 _IN_FLIGHT: dict[str, int] = {}
 _IN_FLIGHT_LOCK = threading.Lock()
+
+
+def full_error(uri: str, path: str, size: int | None, exc: OSError) -> StoreFullError:
+    """The error for a write that ran out of space or quota, saying what was written
+    where, how big it was and how much room is left (where the OS can tell)."""
+    what = "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left on device"
+    free = _free_bytes(path)
+    sized = f"{size} bytes" if size is not None else "size unknown"
+    room = f"{free} bytes free there" if free is not None else "free space unknown"
+    return StoreFullError(
+        f"{what} writing {uri} ({sized}) at {path} ({room}); nothing was written under "
+        "that name: free space (or raise the quota) and retry",
+        exc.errno,
+    )
+
+
+def _free_bytes(path: str) -> int | None:
+    """Bytes an unprivileged writer may still use on the file system of ``path`` (its
+    nearest existing parent), or ``None`` where the OS cannot tell."""
+    while path and not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        st = os.statvfs(path)
+    except (OSError, AttributeError):
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def _writer_alive(pid: int) -> bool:
@@ -117,13 +146,20 @@ class LocalStore(ObjectStore):
         if_absent: bool = False,
     ) -> None:
         """Atomic write; ``content_type`` is accepted for parity with GCS and ignored."""
-        self._commit(key, lambda f: f.write(data), if_absent=if_absent)
+        self._commit(key, lambda f: f.write(data), if_absent=if_absent, size=len(data))
 
     def upload_file(self, local_path: str, key: str) -> int:
         size = os.path.getsize(local_path)
         with open(local_path, "rb") as src:
-            self._commit(key, lambda dst: shutil.copyfileobj(src, dst, 1024 * 1024))
+            self._commit(key, lambda dst: shutil.copyfileobj(src, dst, 1024 * 1024), size=size)
         return size
+
+    def delete(self, key: str) -> bool:
+        try:
+            os.unlink(self._path(key))
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return False
+        return True
 
     def download_file(self, key: str, local_path: str) -> None:
         src = self._path(key)
@@ -168,6 +204,26 @@ class LocalStore(ObjectStore):
         return removed
 
     def _commit(
+        self,
+        key: str,
+        fill: Callable[[BinaryIO], object],
+        *,
+        if_absent: bool = False,
+        size: int | None = None,
+    ) -> None:
+        """``_write``, with a full disk or quota (``ENOSPC``/``EDQUOT``) reported as a
+        ``StoreFullError`` naming the key, the path, the size and the free space left
+        once the partial temp file is gone (a bare ``[Errno 28]`` names none of them)."""
+        try:
+            self._write(key, fill, if_absent=if_absent)
+        except StoreFullError:
+            raise
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise full_error(self.uri(key), self._path(key), size, exc) from exc
+
+    def _write(
         self, key: str, fill: Callable[[BinaryIO], object], *, if_absent: bool = False
     ) -> None:
         """Write via ``fill`` into a staged temp file, then publish it under ``key``.
