@@ -76,7 +76,16 @@ def output_url(uri: str | None, project: str = "") -> str | None:
 
 
 class _XComLink(BaseOperatorLink):
-    """A link whose URL the operator pushed to XCom under ``key``."""
+    """A link whose URL the operator pushed to XCom under ``key``.
+
+    Airflow's task runner asks every link of the running operator for its URL at the
+    end of each execution segment (deferral, success, failure) and pushes it under
+    ``xcom_key``.  Read from XCom, a link the operator never pushed (the local backend
+    has no logs or output page, a task that failed before its job existed has none)
+    is an ``[error] XCom not found`` line in the task log; so the running operator's
+    ``published_links`` (key -> URL, set in ``execute``) answer instead.  A resumed
+    segment has none and reads XCom, where the first segment's push left every key.
+    """
 
     name = ""
     key = ""
@@ -86,6 +95,9 @@ class _XComLink(BaseOperatorLink):
         return self.key
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        published = getattr(operator, "published_links", None)
+        if isinstance(published, dict):
+            return published.get(self.key) or ""
         return XCom.get_value(key=self.xcom_key, ti_key=ti_key) or ""
 
 

@@ -2,7 +2,10 @@
 
 With no ``kinetic_default`` connection the hook falls back to the embedded local
 backend rooted at ``$AIRFLOW_HOME/kinetic``, so a DAG runs on a laptop with no
-cloud account; the task log says so with a WARNING.  Production deployments set
+cloud account; the task log says so with a WARNING.  A hook that only reads
+(``read_only=True``, or made inside :func:`reading_only`, as the read-only CLI
+commands' hooks are) runs nothing, so it says that at DEBUG only.  Production
+deployments set
 ``[kinetic] allow_local_fallback = False`` (``AIRFLOW__KINETIC__ALLOW_LOCAL_FALLBACK``)
 to make the missing connection an error instead.
 
@@ -27,6 +30,9 @@ Airflow options (section ``[kinetic]``):
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook, conf
@@ -53,7 +59,22 @@ __all__ = [
     "backend_for",
     "config_from_extras",
     "config_to_json",
+    "reading_only",
 ]
+
+#: True inside ``reading_only()``: hooks made there default to ``read_only=True``.
+_READING_ONLY: ContextVar[bool] = ContextVar("kinetic_reading_only", default=False)
+
+
+@contextlib.contextmanager
+def reading_only() -> Iterator[None]:
+    """Hooks made inside only read the store (``airflow kinetic jobs list``, ...): the
+    local fallback's "jobs run ON THIS MACHINE" warning is not theirs to give."""
+    token = _READING_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _READING_ONLY.reset(token)
 
 
 class KineticHook(BaseHook):
@@ -63,6 +84,8 @@ class KineticHook(BaseHook):
         kinetic_conn_id: a connection of type ``kinetic``.  Extras: ``backend``
             (local, gke, pathways, auto), ``bucket`` or ``root``, ``project``, ``zone``,
             ``cluster``, ``namespace``, ``image``, ``service_account``.
+        read_only: the hook only reads jobs and the store, so the local fallback does
+            not warn that jobs run on this machine (None: True inside ``reading_only()``).
     """
 
     conn_name_attr = "kinetic_conn_id"
@@ -106,9 +129,16 @@ class KineticHook(BaseHook):
             widgets[name] = classes[kind](lazy_gettext(field["label"]), **options)
         return widgets
 
-    def __init__(self, kinetic_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        kinetic_conn_id: str = default_conn_name,
+        *,
+        read_only: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.kinetic_conn_id = kinetic_conn_id
+        self.read_only = _READING_ONLY.get() if read_only is None else read_only
         self._config: KineticConfig | None = None
 
     def get_config(self) -> KineticConfig:
@@ -143,6 +173,11 @@ class KineticHook(BaseHook):
                 "(AIRFLOW__KINETIC__ALLOW_LOCAL_FALLBACK)"
             )
         root = default_local_root()
+        if self.read_only:  # nothing runs: the store read is the only news
+            self.log.debug(
+                "No %r connection: reading the local store %s", self.default_conn_name, root
+            )
+            return KineticConfig(backend=LocalBackend.name, root=root)
         self.log.warning(
             "No %r connection: jobs run ON THIS MACHINE with the embedded local backend "
             "(store %s). Create the connection to run them on a cluster; set %s = False "

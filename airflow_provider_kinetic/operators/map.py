@@ -43,6 +43,11 @@ from airflow_provider_kinetic.operators.common import (
     rendered_as,
     task_identity,
 )
+from airflow_provider_kinetic.operators.map_retries import (
+    RETRIES_CHANGED,
+    check_input_retries,
+    renamed_retries,
+)
 from airflow_provider_kinetic.operators.map_tries import MapTriesBase
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 
@@ -57,10 +62,14 @@ class KineticMapOperator(MapTriesBase):
             else one positional), ``single``, ``args`` or ``kwargs``.
         op_kwargs: keyword arguments shared by every child (templated).
         max_concurrent: children running at once.
-        retries: re-submissions of a failed child (new job id). Preemptions are
-            retried apart from this budget. This is kinetic's per-child ``retries``;
-            the task's own Airflow retries are ``task_retries`` (a ``retries`` in
-            ``default_args`` also lands here, as for any operator argument).
+        input_retries: re-submissions of a failed input's child (new job id), within
+            the try. Preemptions are retried apart from this budget.
+        retries: the task's Airflow retries, as on every operator (so
+            ``default_args={"retries": 2}`` means what it means elsewhere); a retry
+            resumes the batch (only failed or missing inputs run again). It used to
+            mean per-input retries: an explicit ``retries=`` logs a warning for one
+            release (``task_retries=``, its old name, is still accepted, with the same
+            warning).
         fail_fast: on the first failure launch nothing more and cancel running siblings.
         return_exceptions: failed positions hold an error dict instead of failing the task.
         ordered: results in input order (else completion order).
@@ -91,6 +100,8 @@ class KineticMapOperator(MapTriesBase):
     )
     ui_color = "#d2e3fc"
     operator_extra_links = (KineticBatchLink(),)
+    #: Link key -> URL pushed in this execution segment (``links._XComLink``).
+    published_links: dict[str, str] | None = None
 
     def __init__(
         self,
@@ -100,7 +111,7 @@ class KineticMapOperator(MapTriesBase):
         input_mode: str = "auto",
         op_kwargs: Mapping[str, Any] | None = None,
         max_concurrent: int = 64,
-        retries: int = 0,
+        input_retries: int = 0,
         fail_fast: bool = False,
         return_exceptions: bool = False,
         ordered: bool = True,
@@ -109,18 +120,18 @@ class KineticMapOperator(MapTriesBase):
         child_log_bytes_per_poll: int = batchlogs.LOG_BYTES_PER_POLL,
         **kwargs: Any,
     ) -> None:
-        # ``retries`` is the per-child budget; the task's own Airflow retries stay
-        # available as ``task_retries``.
-        task_retries = kwargs.pop("task_retries", None)
-        if task_retries is not None:
-            kwargs["retries"] = task_retries
+        # ``retries`` is not a parameter here, so Airflow's default_args fill the task's
+        # retries (BaseOperator's) and a ``retries`` in ``kwargs`` was written out.
+        explicit = renamed_retries(kwargs)
         super().__init__(**kwargs)
+        if explicit and not getattr(self, "_BaseOperator__from_mapped", False):
+            self.log.warning(RETRIES_CHANGED, explicit, kwargs["retries"], kwargs["retries"])
+        self.input_retries = check_input_retries(input_retries)
         self.python_callable = self.require_callable(python_callable)
         self.inputs = inputs
         self.input_mode = input_mode
         self.op_kwargs = op_kwargs
         self.max_concurrent = max_concurrent
-        self.child_retries = retries
         self.fail_fast = fail_fast
         self.return_exceptions = return_exceptions
         self.ordered = ordered
@@ -145,7 +156,7 @@ class KineticMapOperator(MapTriesBase):
             store,
             config=config,
             max_concurrent=self.max_concurrent,
-            retries=self.child_retries,
+            retries=self.input_retries,
             fail_fast=self.fail_fast,
             group_name=self.group_name or self.task_id,
             tags=[identity["dag_id"], identity["task_id"]],
@@ -156,6 +167,7 @@ class KineticMapOperator(MapTriesBase):
         return {"dag_id": self.dag_id, "task_id": self.task_id, "run_id": "dry_run"}
 
     def execute(self, context: Any) -> Any:
+        self.published_links = {}  # none yet: a failure before the batch has none
         rendered_as("inputs", self.inputs, list | tuple, "a list or tuple of inputs")
         if not self.inputs:  # as Airflow skips an expand() over []: succeed with nothing
             self.log.info("kinetic: no inputs (an empty list): nothing to run; the value is []")
@@ -185,6 +197,7 @@ class KineticMapOperator(MapTriesBase):
             config.namespace, self.kinetic_conn_id,
         )  # fmt: skip
         context["ti"].xcom_push(key=KineticBatchLink.key, value=url)
+        self.published_links = {KineticBatchLink.key: url}
         return self._advance(context, hook, state)
 
     def _submit_only(self, context: Any, hook: KineticHook, state: BatchState) -> dict[str, Any]:

@@ -118,6 +118,7 @@ class KineticRunOperator(RunDeferredWait):
 
     # ---- execute ----------------------------------------------------------------
     def execute(self, context: Any) -> Any:
+        self.published_links = {}  # none yet: a failure before the job exists has none
         hook = KineticHook(self.kinetic_conn_id)
         config = hook.get_config()
         store = hook.get_store()

@@ -8,7 +8,8 @@ Routes: ``/`` (jobs list, ``?group=`` for one batch), ``/jobs/{id}`` (job page),
 Auth is Airflow's own: ``get_user`` reads the UI's JWT cookie (or a bearer token),
 and the auth manager decides per DAG, as for task instances: reading a job needs
 ``GET`` on the DAG's task instances (jobs no record ties to a DAG need it on every
-DAG), cancelling needs ``PUT``.  The cancel POST must carry an ``X-Kinetic-Action``
+DAG), cancelling needs ``PUT`` (the job page shows its Cancel button only to a user
+who has it).  The cancel POST must carry an ``X-Kinetic-Action``
 header (a plain cross-site form cannot) and, when the browser sends one, a
 same-origin ``Origin``.
 """
@@ -112,7 +113,10 @@ def create_app() -> FastAPI:
 
     @app.get("/jobs/{job_id}", response_class=HTMLResponse)
     def job_page(request: Request, job_id: str, user: User, conn_id: ConnId = "kinetic_default"):
-        return views.job_page(jobs.detail(_open(conn_id, job_id, user)), _base(request), conn_id)
+        found = _open(conn_id, job_id, user)
+        # The Cancel button only for whom the cancel POST would not answer 403.
+        can_cancel = _authorized(user, found.entry.dag_id, "PUT")
+        return views.job_page(jobs.detail(found), _base(request), conn_id, can_cancel=can_cancel)
 
     @app.get("/api/jobs/{job_id}/log")
     def job_log(job_id: str, user: User, conn_id: ConnId = "kinetic_default", offset: int = 0):

@@ -77,7 +77,7 @@ map_retry = _map(
     python_callable=fails_first_time,
     inputs=list(range(30)),
     max_concurrent=4,
-    retries=1,
+    input_retries=1,
     capture_env_vars=["KINETIC_TEST_SCRATCH"],
     deferrable=True,
 )

@@ -70,8 +70,8 @@ with DAG("kinetic_map_resume", schedule=None, start_date=START, catchup=False) a
         inputs=list(range(6)),
         op_kwargs={"tag": "map-retry"},
         max_concurrent=3,
-        retries=0,  # per child: a failed child fails this try
-        task_retries=1,  # the task's Airflow retry resumes the batch
+        input_retries=0,  # per input: a failed child fails this try
+        retries=1,  # the task's Airflow retry resumes the batch
         retry_delay=dt.timedelta(seconds=0),
         poll_interval=0.2,
         deferrable=False,

@@ -3,8 +3,9 @@
 Headless Chromium from Debian's ``chromium`` package (``scripts/install-browser.sh``)
 driven by Playwright's Python client, against one real ``airflow standalone`` shared
 by the module (its DAGs: ``tests/dags/kinetic_browser_dags.py``), signed in through
-the UI's own login form.  Without ``/usr/bin/chromium`` the module is skipped, unless
-``KINETIC_REQUIRE_BROWSER`` is set (CI), where that is a failure.
+the UI's own login form (as admin; one test also as a viewer).  Without
+``/usr/bin/chromium`` the module is skipped, unless ``KINETIC_REQUIRE_BROWSER`` is set
+(CI), where that is a failure.
 
 Screenshots are kept as test artifacts: PNGs under ``$KINETIC_TEST_ARTIFACTS`` or,
 by default, ``test-artifacts/`` at the repository root (git-ignored) - the one place
@@ -13,6 +14,7 @@ these tests write outside temporary directories.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -36,6 +38,10 @@ DAGS = REPO / "tests" / "dags" / "kinetic_browser_dags.py"
 DONE_DAG, DONE_RUN, DONE_TASK = "kinetic_browser_done", "browser_done", "greet"
 SLOW_DAG, SLOW_RUN, SLOW_TASK = "kinetic_browser_deferred", "browser_deferred", "slow"
 UI_TIMEOUT_MS = 60_000  # a 2-core CI machine runs standalone and the browser together
+VIEWER_RUN = "browser_viewer"
+#: Simple auth manager users: the admin the tests sign in as, and a viewer (may read
+#: task instances, may not change them) for the page's permission-aware controls.
+USERS = {"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer"}
 
 
 def shot(page: Any, name: str) -> None:
@@ -60,7 +66,7 @@ def playwright_api() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def server(playwright_api, tmp_path_factory) -> Iterator[Standalone]:
     """One standalone for the module, with the finished run the link test opens."""
-    with run_standalone(tmp_path_factory.mktemp("browser"), DAGS) as s:
+    with run_standalone(tmp_path_factory.mktemp("browser"), DAGS, env=USERS) as s:
         s.unpause(DONE_DAG)
         s.unpause(SLOW_DAG)
         s.trigger(DONE_DAG, DONE_RUN)
@@ -68,9 +74,9 @@ def server(playwright_api, tmp_path_factory) -> Iterator[Standalone]:
         yield s
 
 
-@pytest.fixture(scope="module")
-def context(playwright_api, server) -> Iterator[Any]:
-    """A browser context signed in as admin through the UI's login form."""
+@contextlib.contextmanager
+def signed_in(playwright_api: Any, server: Standalone, username: str) -> Iterator[Any]:
+    """A browser context signed in as ``username`` through the UI's login form."""
     browser = playwright_api.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
     ctx = browser.new_context(
         base_url=str(server.client.base_url), viewport={"width": 1400, "height": 1000}
@@ -78,10 +84,10 @@ def context(playwright_api, server) -> Iterator[Any]:
     ctx.set_default_timeout(UI_TIMEOUT_MS)
     password = json.loads(
         (server.home / "simple_auth_manager_passwords.json.generated").read_text()
-    )["admin"]
+    )[username]
     page = ctx.new_page()
     page.goto("/auth/login")
-    page.get_by_label("Username").fill("admin")
+    page.get_by_label("Username").fill(username)
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(re.compile(r".*/$"))
@@ -91,6 +97,13 @@ def context(playwright_api, server) -> Iterator[Any]:
     finally:
         ctx.close()
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def context(playwright_api, server) -> Iterator[Any]:
+    """A browser context signed in as admin."""
+    with signed_in(playwright_api, server, "admin") as ctx:
+        yield ctx
 
 
 @pytest.fixture
@@ -209,3 +222,37 @@ def test_deferred_task_page_shows_deferred_and_the_job_link(server, page):
     expect(page.locator("#log")).to_have_attribute("data-complete", "true")
     assert server.wait_finished(SLOW_DAG, SLOW_RUN) == "failed"
     assert server.json(ti_path)["state"] == "failed"
+
+
+def test_a_viewer_sees_the_running_job_without_a_cancel_button(playwright_api, server, page):
+    """Signed in as a viewer (may read task instances, not change them) the live page of
+    a running job shows its state and log but no Cancel button, which would only
+    answer 403; the admin's page of the same job has it."""
+    from playwright.sync_api import expect
+
+    # A logical date of its own: the deferred test's run of this DAG has the default one.
+    body = {"dag_run_id": VIEWER_RUN, "logical_date": "2026-11-16T00:00:00Z", "conf": {}}
+    resp = server.api("POST", f"/dags/{SLOW_DAG}/dagRuns", json=body)
+    assert resp.status_code == 200, resp.text
+    ti_path = f"/dags/{SLOW_DAG}/dagRuns/{VIEWER_RUN}/taskInstances/{SLOW_TASK}"
+
+    def deferred() -> bool:
+        resp = server.api("GET", ti_path)
+        return resp.status_code == 200 and resp.json()["state"] == "deferred"
+
+    server.wait_for("the slow task to defer", deferred, RUN_DEADLINE_S)
+    job_id = xcom(server, SLOW_DAG, VIEWER_RUN, SLOW_TASK, "kinetic_job")["job_id"]
+    with signed_in(playwright_api, server, "viewer") as viewer:
+        mine = viewer.new_page()
+        mine.goto(f"/kinetic/jobs/{job_id}")
+        expect(mine.locator("h1")).to_have_text(f"Kinetic job {job_id}")
+        expect(mine.locator("#state")).to_have_text("RUNNING")
+        expect(mine.locator("#log")).to_contain_text("slow tick 1")
+        expect(mine.locator("#cancel")).to_have_count(0)
+        shot(mine, "kinetic-job-viewer")
+    page.goto(f"/kinetic/jobs/{job_id}")  # the admin's page: the button, which ends it
+    expect(page.locator("#state")).to_have_text("RUNNING")
+    page.once("dialog", lambda d: d.accept())
+    page.locator("#cancel").click()
+    expect(page.locator("#cancel-result")).to_have_text("cancel requested")
+    assert server.wait_finished(SLOW_DAG, VIEWER_RUN) == "failed"

@@ -134,6 +134,31 @@ def test_unpicklable_argument(env, where: str, build) -> None:
     assert where in msg and "lock" in msg.lower()
 
 
+def test_op_kwargs_over_the_default_64_mib_payload_cap(env) -> None:
+    """The default ``[kinetic] max_payload_mb`` (64): 65 MiB of op_kwargs fail before
+    any upload, naming the size, the cap, the option, the argument and ``Data``."""
+    from airflow_provider_kinetic.core.jobs.pack import PayloadTooLargeError
+
+    blob = b"\0" * (65 * 2**20)
+    msg = submit_fails(env, PayloadTooLargeError, kwargs={"blob": blob, "n": 1})
+    assert "is 65.0 MiB, over the 64 MiB cap ([kinetic] max_payload_mb = 64)" in msg
+    assert "Largest: op_kwargs['blob'] 65.0 MiB. Arguments travel" in msg  # not the tiny
+    assert "pass large data as Data(path) instead" in msg
+    assert "AIRFLOW__KINETIC__MAX_PAYLOAD_MB; 0 disables it" in msg
+
+
+def test_the_payload_cap_is_configurable_and_0_turns_it_off(env) -> None:
+    from airflow_provider_kinetic.core.jobs.pack import PayloadTooLargeError
+
+    config, store, backend, good = env
+    kwargs = {"blob": b"\0" * (2 * 2**20)}
+    msg = submit_fails(env, PayloadTooLargeError, kwargs=kwargs, max_payload_mb=1.5)
+    assert "over the 1.5 MiB cap ([kinetic] max_payload_mb = 1.5)" in msg
+    request = JobRequest(func=noop, args=(good,), kwargs=kwargs, max_payload_mb=0)
+    handle, _ = submit_job(request, config, backend, store)
+    assert store.exists(f"{handle.job_id}/payload.pkl")
+
+
 def test_data_in_a_set(env) -> None:
     config, store, backend, good = env
     msg = submit_fails(env, TypeError, kwargs={"paths": {good}})

@@ -129,6 +129,44 @@ def test_missing_default_falls_back_with_a_warning(monkeypatch, tmp_path, caplog
     assert "warning" in logged.lower() and "allow_local_fallback = False" in logged
 
 
+def test_read_only_hooks_fall_back_without_the_on_this_machine_warning(
+    monkeypatch, tmp_path, caplog, capsys
+):
+    """Read-only CLI commands make their hooks inside ``reading_only()`` (cli/__init__):
+    they run no job, so the local fallback does not warn that jobs run here."""
+    from airflow_provider_kinetic.cli import get_kinetic_cli_commands
+    from airflow_provider_kinetic.hooks.kinetic import reading_only
+
+    monkeypatch.delenv("AIRFLOW_CONN_KINETIC_DEFAULT", raising=False)
+    monkeypatch.delenv("AIRFLOW__KINETIC__ALLOW_LOCAL_FALLBACK", raising=False)
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    with caplog.at_level(logging.DEBUG):
+        quiet = KineticHook(read_only=True).get_config()
+        with reading_only():
+            inside = KineticHook()
+        loud = KineticHook(read_only=False)
+    assert quiet.bucket_name == inside.get_config().bucket_name == str(tmp_path / "kinetic")
+    assert (inside.read_only, loud.read_only, KineticHook().read_only) == (True, False, False)
+    logged = caplog.text + capsys.readouterr().out
+    assert "ON THIS MACHINE" not in logged
+    loud.get_config()
+    assert "ON THIS MACHINE" in caplog.text + capsys.readouterr().out
+
+    # Which commands are wired as read-only (the wrapper runs them in reading_only()).
+    (group,) = get_kinetic_cli_commands()
+    commands = {
+        (g.name, c.name) if c is not g else (c.name,): c
+        for g in group.subcommands
+        for c in (getattr(g, "subcommands", None) or (g,))
+    }
+    quiet_names = {n for n, c in commands.items() if c.func.__qualname__.startswith("read_only")}
+    assert quiet_names == {
+        ("jobs", "list"), ("jobs", "status"), ("jobs", "logs"), ("jobs", "result"),
+        ("data", "ls"), ("accelerators",),
+    }  # fmt: skip
+    assert len(commands) > len(quiet_names)  # cancel, cleanup, gc: not read-only
+
+
 @pytest.mark.parametrize("value", ["False", "false", "0"])
 def test_fallback_can_be_forbidden(monkeypatch, tmp_path, value):
     monkeypatch.delenv("AIRFLOW_CONN_KINETIC_DEFAULT", raising=False)

@@ -4,6 +4,7 @@ dict, naming an unpicklable argument, the result fallback and env capture rules.
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import re
 import subprocess
@@ -19,12 +20,14 @@ import pytest
 from airflow_provider_kinetic.core.data import Data, make_data_ref
 from airflow_provider_kinetic.core.jobs.payload import (
     UnpicklableArgumentError,
+    by_value,
     dump_result,
     find_data,
     make_result,
     pack_payload,
     raise_remote_failure,
     replace_data,
+    underlying,
 )
 from airflow_provider_kinetic.core.jobs.request import ENV_BLOCKLIST, capture_env
 
@@ -217,6 +220,46 @@ def test_code_under_by_value_roots_travels_in_the_payload(tmp_path: Path) -> Non
     assert out.stdout.strip() == "21"
     # And the registration is undone afterwards.
     assert "my_helpers_xyz" not in cloudpickle.cloudpickle._PICKLE_BY_VALUE_MODULES
+
+
+class Scaler:
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def times(self, x: int) -> int:
+        return self.k * x
+
+    def __call__(self, x: int) -> int:
+        return self.k + x
+
+
+def scale(a: int, b: int) -> int:
+    return a * b
+
+
+@pytest.mark.parametrize(
+    "func, inner",
+    [
+        (functools.partial(scale, 2), scale),
+        (functools.partial(functools.partial(scale), b=3), scale),
+        (Scaler(2).times, Scaler.times),
+        (functools.partial(Scaler(2).times), Scaler.times),
+        (Scaler(2), Scaler),
+    ],
+    ids=["partial", "nested partial", "bound method", "partial of a method", "callable object"],
+)
+def test_a_wrapped_callable_registers_the_users_module_not_functools(func, inner) -> None:
+    """A partial reports ``functools`` as its module: the user's module is what must
+    travel by value (the whole payload is proven on a real job in
+    tests/integration/test_callable_kinds.py)."""
+    assert underlying(func) is inner
+    with by_value(func, []):
+        registered = set(cloudpickle.cloudpickle._PICKLE_BY_VALUE_MODULES)
+    assert __name__ in registered and "functools" not in registered
+    assert __name__ not in cloudpickle.cloudpickle._PICKLE_BY_VALUE_MODULES  # undone
+    blob = pack_payload(func, (5,), {}, env_vars={}, has_data_refs=False)
+    payload = cloudpickle.loads(blob)
+    assert payload["func"](*payload["args"]) == func(5)
 
 
 # ---- result ------------------------------------------------------------------------------

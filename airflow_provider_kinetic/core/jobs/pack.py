@@ -1,5 +1,11 @@
-"""Packing one job: Data validated and resolved to refs, the payload pickled, the
-job context zipped.  Nothing is uploaded here (dry runs stop after packing).
+"""Packing one job: Data validated and resolved to refs, the payload pickled (and its
+size capped), the job context zipped.  Nothing is uploaded here (dry runs stop after
+packing).
+
+The cap (``[kinetic] max_payload_mb``, default 64) exists because arguments travel
+by value inside the payload, pickled, uploaded and held in memory on every submit and
+by every runner; hundreds of MB of ``op_kwargs`` are a dataset that belongs in
+``Data`` (hashed, uploaded once to the data cache, a path in the job).
 """
 
 from __future__ import annotations
@@ -7,10 +13,14 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
 
 from airflow_provider_kinetic.core.accelerators import Accelerator, parse_accelerator
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.mounts import FUSE_ROOT, FuseMount
+from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.jobs.payload import (
     build_context_zip,
     find_data,
@@ -23,6 +33,13 @@ from airflow_provider_kinetic.core.runtime import context as job_context
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 log = logging.getLogger(__name__)
+
+#: Default of ``[kinetic] max_payload_mb`` (MiB).
+DEFAULT_MAX_PAYLOAD_MB = 64.0
+
+
+class PayloadTooLargeError(KineticError, ValueError):
+    """The pickled call is over ``[kinetic] max_payload_mb``; names the largest arguments."""
 
 
 @dataclass
@@ -102,9 +119,45 @@ def prepare(
         by_value_roots=request.by_value_roots,
         batch_inputs=batch_inputs,
     )
+    check_payload_size(payload, args, kwargs, request.max_payload_mb)
     local = [d for d, _, _ in found if d.uploads]
     call = _call_digest(request, args, kwargs, volume_refs, env_vars)
     return PackedJob(accel, local, payload, build_context(request, excludes, local), fuse, call)
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
+def check_payload_size(payload: bytes, args: tuple, kwargs: dict, max_mb: float | None) -> None:
+    """Fail (before anything is uploaded) when the pickled call is over ``max_mb`` MiB
+    (None: ``DEFAULT_MAX_PAYLOAD_MB``; 0: no cap), naming the largest arguments and
+    pointing to ``Data``.  Each argument is pickled again only on that failure."""
+    cap = DEFAULT_MAX_PAYLOAD_MB if max_mb is None else float(max_mb)
+    if cap <= 0 or len(payload) <= cap * 2**20:
+        return
+    sizes: list[tuple[int, str]] = []
+    named: dict[str, Any] = {f"op_args[{i}]": a for i, a in enumerate(args)}
+    named.update({f"op_kwargs[{k!r}]": v for k, v in kwargs.items()})
+    for where, value in named.items():
+        try:
+            sizes.append((len(cloudpickle.dumps(value)), where))
+        except Exception:  # noqa: BLE001 - it was pickled in the payload; size unknown here
+            continue
+    ranked = sorted(sizes, key=lambda s: (-s[0], s[1]))
+    largest = [s for s in ranked[:3] if s[0] >= 2**16] or ranked[:1]  # none of the tiny
+    parts = [f"{where} {_mib(size)}" for size, where in largest]
+    rest = len(payload) - sum(size for size, _ in sizes)
+    if rest > cap * 2**20 / 2 or not parts:  # much of it is the function and its code
+        parts.append(f"the function and its by-value code {_mib(rest)}")
+    raise PayloadTooLargeError(
+        f"the job's pickled call (function, op_args, op_kwargs) is {_mib(len(payload))}, "
+        f"over the {cap:g} MiB cap ([kinetic] max_payload_mb = {cap:g}). Largest: "
+        f"{'; '.join(parts)}. Arguments travel inside the "
+        "payload on every submit: pass large data as Data(path) instead (hashed and "
+        "uploaded once to the data cache, a local path in the job), or raise the cap "
+        "(AIRFLOW__KINETIC__MAX_PAYLOAD_MB; 0 disables it). Nothing was uploaded."
+    )
 
 
 def _call_digest(

@@ -9,9 +9,11 @@ the DAGs folder is pickled *by value*: the pod has no DAG files.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import platform
 import sys
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -84,13 +86,60 @@ def _modules_under(roots: list[str]) -> list[Any]:
     return found
 
 
+def _layers(func: Any) -> Iterator[Any]:
+    """``func``, then what each ``functools.partial`` or bound method wraps, inwards."""
+    seen: set[int] = set()
+    while id(func) not in seen:
+        seen.add(id(func))
+        yield func
+        if isinstance(func, functools.partial):
+            func = func.func
+        elif isinstance(func, types.MethodType):
+            func = func.__func__
+
+
+def underlying(func: Any) -> Any:
+    """The user's code behind a callable: the function a ``functools.partial`` or a
+    bound method wraps (at any depth), or a callable object's class.
+
+    A partial reports its *class's* module, ``functools``; registering that for by-value
+    pickling (instead of the user's module) made every partial fail to pickle.
+    """
+    *_, inner = _layers(func)
+    if isinstance(inner, types.FunctionType | types.BuiltinFunctionType | type):
+        return inner
+    return type(inner)  # a callable object: its class holds the code
+
+
+def _own_modules(func: Any) -> list[str]:
+    """The modules of the user code a callable runs: its underlying function's, and each
+    bound method's object's class (a method may live on a base class elsewhere)."""
+    names = [getattr(underlying(func), "__module__", None)]
+    for layer in _layers(func):
+        if isinstance(layer, types.MethodType):
+            owner = layer.__self__
+            names.append(
+                getattr(owner if isinstance(owner, type) else type(owner), "__module__", None)
+            )
+    return [n for n in dict.fromkeys(names) if isinstance(n, str)]
+
+
+def _library(mod: Any) -> bool:
+    """Standard library, builtins and this package: importable on every runner, and
+    never pickled by value (their C types cannot be)."""
+    top = mod.__name__.split(".")[0]
+    return top in _NEVER_BY_VALUE or top in sys.stdlib_module_names
+
+
 @contextlib.contextmanager
 def by_value(func: Callable[..., Any], roots: list[str]) -> Iterator[None]:
-    """Register the callable's module and modules under ``roots`` for by-value pickling."""
+    """Register the callable's own modules (``underlying``) and modules under ``roots``
+    for by-value pickling."""
     mods = _modules_under(roots)
-    own = sys.modules.get(getattr(func, "__module__", "") or "")
-    if own is not None and own.__name__.split(".")[0] not in _NEVER_BY_VALUE and own not in mods:
-        mods.append(own)
+    for name in _own_modules(func):
+        own = sys.modules.get(name)
+        if own is not None and not _library(own) and own not in mods:
+            mods.append(own)
     registered = []
     for mod in mods:
         try:

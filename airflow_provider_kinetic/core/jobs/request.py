@@ -18,6 +18,7 @@ from airflow_provider_kinetic.core.accelerators import parse_accelerator, with_s
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.mounts import FUSE_ROOT, check_mount_paths
+from airflow_provider_kinetic.core.jobs.payload import underlying
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, plan_image
 
 ENV_BLOCKLIST = frozenset(
@@ -70,6 +71,9 @@ class JobRequest:
     context_excludes: list[str] = field(default_factory=list)
     #: Size cap of the context in MB (``[kinetic] max_context_mb``); None: the default.
     max_context_mb: float | None = None
+    #: Size cap of the pickled call in MB (``[kinetic] max_payload_mb``); None: the
+    #: default (``core.jobs.pack.DEFAULT_MAX_PAYLOAD_MB``), 0: no cap.
+    max_payload_mb: float | None = None
     #: ``bundled`` | ``prebuilt`` | an image URI; None: the connection's (core.runtime.images).
     container_image: str | None = None
     #: Requirement lines or a file path; None: discovered next to ``entry_file``.
@@ -89,7 +93,8 @@ class JobRequest:
 
     @property
     def func_name(self) -> str:
-        return getattr(self.func, "__name__", type(self.func).__name__)
+        """The user's function's name (a partial's or bound method's too, not "partial")."""
+        return getattr(underlying(self.func), "__name__", type(self.func).__name__)
 
 
 def names_option(value: Any, option: str) -> list[str]:
