@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.registry import backend_class
+from airflow_provider_kinetic.core.jobs.cleanup import release
 from airflow_provider_kinetic.core.jobs.results import collect
 from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC
 from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
@@ -89,6 +90,7 @@ class AttachedJob:
         if not self.status().status.is_terminal:
             raise RuntimeError(f"kinetic job {self.job_id} is still running: cancel it first")
         self.backend.cancel(self.handle)
+        release(self.store, self.backend, [self.handle])  # its log kept in the history
         return self.store.delete_prefix(f"{self.job_id}/")
 
     def __repr__(self) -> str:

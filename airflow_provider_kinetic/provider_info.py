@@ -49,10 +49,38 @@ CONFIG = {
         "",
         sensitive=True,
     ),
+    "result_signing_keys": _option(
+        "A keyring: deployment secrets separated by commas, newest first. The newest "
+        "seals task records and signs new jobs' results; all of them verify, so a key "
+        "rotation keeps earlier jobs readable while their secret stays listed. Set, it "
+        "replaces result_signing_key (list that one's value second to rotate away from it).",
+        "string",
+        "",
+        sensitive=True,
+    ),
+    "store_outage_window_s": _option(
+        "Seconds a waiting task (its trigger, or a sync wait) rides out a store it cannot "
+        "read (a local mount gone, a missing or unreadable root), polling again with backoff, "
+        "before giving up; a job is never reported NOT_FOUND meanwhile.",
+        "float",
+        "600",
+    ),
     "k8s_api_attempts": _option("Tries per Kubernetes API call (429/5xx/resets).", "integer", "5"),
     "k8s_api_retry_wait_min": _option("First backoff, seconds.", "float", "0.5"),
     "k8s_api_retry_wait_max": _option("Longest backoff, seconds.", "float", "15"),
     "k8s_api_retry_after_max": _option("Cap on a Retry-After header, seconds.", "float", "30"),
+    "history_retention_days": _option(
+        "Days a job's history entry (and its archived log) is kept after the job ended; "
+        "`airflow kinetic jobs cleanup` deletes older entries.",
+        "float",
+        "30",
+    ),
+    "failed_retention_days": _option(
+        "Days the artifacts of a job that failed are kept for debugging (cleanup="
+        "'on_success'); `airflow kinetic jobs cleanup` deletes older ones.",
+        "float",
+        "7",
+    ),
     "defer_grace_s": _option(
         "Seconds a deferrable task watches a local job before deferring (a job that ends "
         "sooner never enters the triggerer, nor waits out the trigger's settle hold); 0 "
@@ -65,6 +93,13 @@ CONFIG = {
         "task fails before uploading, naming the largest files. 0 disables the cap.",
         "float",
         "100",
+    ),
+    "max_payload_mb": _option(
+        "Size cap of a job's pickled call (the function, op_args and op_kwargs); over it "
+        "the task fails before uploading, naming the largest arguments: pass large data "
+        "as Data(path) instead. 0 disables the cap.",
+        "float",
+        "64",
     ),
 }
 

@@ -10,13 +10,33 @@ drift apart.
 Actions are loaded lazily (``lazy_load_command``): ``airflow --help`` imports nothing
 of the backends.  They live by group: ``jobs``, ``data`` and ``catalog`` (the
 ``accelerators`` command), on the shared plumbing in ``common``.
+
+Read-only commands (``jobs list/status/logs/result``, ``data ls``, ``accelerators``)
+run inside ``hooks.kinetic.reading_only()``: without a ``kinetic_default`` connection
+they read the local store without the "jobs run ON THIS MACHINE" warning, which is
+about running jobs (commands that cancel or delete keep it: it names the store they
+change).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 _ACTIONS = "airflow_provider_kinetic.cli."  # + "module.function"
+
+
+def read_only_command(loaded: Callable[..., Any]) -> Callable[..., Any]:
+    """``loaded`` (a lazily loaded action) run inside ``reading_only()``."""
+
+    def command(*args: Any, **kwargs: Any) -> Any:
+        from airflow_provider_kinetic.hooks.kinetic import reading_only
+
+        with reading_only():
+            return loaded(*args, **kwargs)
+
+    command.__name__ = loaded.__name__
+    return command
 
 
 def get_kinetic_cli_commands() -> list[Any]:
@@ -39,9 +59,13 @@ def get_kinetic_cli_commands() -> list[Any]:
     job = Arg(("job_id",), help="Job id (job-xxxxxxxx)", metavar="JOB")
     common = (conn, output)
 
-    def action(name: str, helptext: str, func: str, *args: Any) -> Any:
+    def action(name: str, helptext: str, func: str, *args: Any, read_only: bool = False) -> Any:
+        loaded = lazy_load_command(_ACTIONS + func)
         return ActionCommand(
-            name=name, help=helptext, func=lazy_load_command(_ACTIONS + func), args=(*args, *common)
+            name=name,
+            help=helptext,
+            func=read_only_command(loaded) if read_only else loaded,
+            args=(*args, *common),
         )
 
     jobs = GroupCommand(
@@ -50,18 +74,26 @@ def get_kinetic_cli_commands() -> list[Any]:
         subcommands=(
             action(
                 "list",
-                "List jobs in the store, newest first",
+                "List jobs from the store's job history (it outlives cleanup), newest first",
                 "jobs.jobs_list",
                 Arg(("--dag-id",), help="Only jobs of this DAG"),
                 Arg(
                     ("--state",),
-                    help="Only jobs in this state (PENDING, RUNNING, SUCCEEDED, FAILED, NOT_FOUND)",
+                    help="Only jobs in this state (SUBMITTED, PENDING, RUNNING, SUCCEEDED, "
+                    "FAILED, CANCELLED, PREEMPTED, NOT_FOUND)",
+                ),
+                Arg(
+                    ("--since",),
+                    help="Only jobs submitted within AGE (e.g. 7d, 12h) or since a UTC date "
+                    "(2026-11-24 or 2026-11-24T06:00:00Z)",
+                    metavar="AGE|DATE",
                 ),
                 Arg(
                     ("--limit",), help="At most this many jobs (default 100)", type=int, default=100
                 ),
+                read_only=True,
             ),
-            action("status", "Show a job's state", "jobs.jobs_status", job),
+            action("status", "Show a job's state", "jobs.jobs_status", job, read_only=True),
             action(
                 "logs",
                 "Print a job's log",
@@ -76,6 +108,7 @@ def get_kinetic_cli_commands() -> list[Any]:
                     type=float,
                     default=1.0,
                 ),
+                read_only=True,
             ),
             action(
                 "result",
@@ -89,6 +122,7 @@ def get_kinetic_cli_commands() -> list[Any]:
                     type=float,
                     default=None,
                 ),
+                read_only=True,
             ),
             action(
                 "cancel",
@@ -104,15 +138,27 @@ def get_kinetic_cli_commands() -> list[Any]:
             ),
             action(
                 "cleanup",
-                "Delete finished jobs' artifacts and cluster objects",
-                "jobs.jobs_cleanup",
+                "Delete ended jobs' artifacts and cluster objects (JOB, or --older-than AGE); "
+                "with neither, apply the retention ([kinetic] failed_retention_days, "
+                "history_retention_days)",
+                "cleanup.jobs_cleanup",
                 Arg(("job_id",), help="Job id", metavar="JOB", nargs="?", default=None),
                 Arg(
                     ("--older-than",),
                     help="Every finished job created longer ago than AGE (e.g. 7d, 12h, 30m, 45s)",
                     metavar="AGE",
                 ),
-                Arg(("--dry-run",), help="Only show what would be deleted", action="store_true"),
+                Arg(
+                    ("--dry-run",),
+                    help="Only show what would be deleted, with sizes",
+                    action="store_true",
+                ),
+                Arg(
+                    ("--force",),
+                    help="Also delete artifacts an XCom still needs (a handle a waiting "
+                    "sensor reads, a result reference of a recent DAG run)",
+                    action="store_true",
+                ),
             ),
         ),
     )
@@ -120,7 +166,7 @@ def get_kinetic_cli_commands() -> list[Any]:
         name="data",
         help="Inspect and trim the content-addressed data cache",
         subcommands=(
-            action("ls", "List data-cache entries", "data.data_ls"),
+            action("ls", "List data-cache entries", "data.data_ls", read_only=True),
             action(
                 "gc",
                 "Delete cache entries whose completion marker is older than AGE, and local "
@@ -132,7 +178,10 @@ def get_kinetic_cli_commands() -> list[Any]:
         ),
     )
     catalog = action(
-        "accelerators", "List the accelerators jobs may ask for", "catalog.accelerators"
+        "accelerators",
+        "List the accelerators jobs may ask for",
+        "catalog.accelerators",
+        read_only=True,
     )
     return [
         GroupCommand(

@@ -26,6 +26,7 @@ from airflow_provider_kinetic.core.jobs.taskrecord import RECORDS_PREFIX
 from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE
 from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobHandle
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore, file_uri_path
+from airflow_provider_kinetic.core.storage.stat import stat_objects
 
 log = logging.getLogger(__name__)
 
@@ -46,31 +47,6 @@ def parse_age(text: str) -> float:
             f"bad age {text!r}: expected a number followed by s, m, h or d (e.g. 45s, 30m, 12h, 7d)"
         )
     return float(match.group(1)) * _UNITS[match.group(2)]
-
-
-# ---- object metadata ---------------------------------------------------------------
-
-
-def stat_objects(store: ObjectStore, prefix: str) -> dict[str, tuple[int, float]]:
-    """``{key: (bytes, modified epoch seconds)}`` for every object under ``prefix``.
-
-    One listing either way: ``os.stat`` on a local store, blob metadata on GCS (the
-    listing already carries ``size`` and ``updated``).
-    """
-    if store.scheme == "file":
-        out: dict[str, tuple[int, float]] = {}
-        for key in store.list(prefix):
-            try:
-                st = os.stat(file_uri_path(store.uri(key)))
-            except FileNotFoundError:  # removed since the listing
-                continue
-            out[key] = (st.st_size, st.st_mtime)
-        return out
-    bucket = store._bucket()  # type: ignore[attr-defined]  # GcsStore only
-    return {
-        blob.name: (int(blob.size or 0), blob.updated.timestamp() if blob.updated else 0.0)
-        for blob in bucket.list_blobs(prefix=prefix)
-    }
 
 
 # ---- jobs -------------------------------------------------------------------------

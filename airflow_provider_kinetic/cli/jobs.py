@@ -9,6 +9,7 @@ reads the store (``inventory``) and asks each job's backend through
 
 from __future__ import annotations
 
+import calendar
 import json
 import pprint
 import sys
@@ -22,8 +23,10 @@ from airflow_provider_kinetic.cli.common import CliError, command, output_format
 from airflow_provider_kinetic.cli.output import emit
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.registry import backend_class
+from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectNotFound
+from airflow_provider_kinetic.core.storage.stat import stat_objects
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 
@@ -65,63 +68,164 @@ class JobStatuses:
             return StatusReport(JobStatus.NOT_FOUND, "unknown", f"{type(exc).__name__}: {exc}")
 
 
-def _job_row(entry: inventory.JobEntry, report: StatusReport | None) -> dict[str, Any]:
-    h = entry.handle
-    return {
-        "job_id": h.job_id,
-        "state": report.status.value if report else None,
-        "reason": report.reason if report else None,
-        "dag_id": entry.dag_id,
-        "task_id": entry.task_id,
-        "run_id": entry.run_id,
-        "map_index": entry.map_index,
-        "group_id": h.group_id,
-        "func": h.func_name,
-        "accelerator": h.accelerator,
-        "backend": h.backend,
-        "created_at": h.created_at,
-    }
-
+#: States a history entry or a backend reports (``jobs list --state``).
+STATES = (
+    "SUBMITTED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "PREEMPTED",
+    "NOT_FOUND",
+)  # fmt: skip
 
 LIST_COLUMNS = (
     "job_id",
+    "kind",
     "state",
     "reason",
     "dag_id",
     "task_id",
-    "func",
+    "run_id",
     "accelerator",
-    "created_at",
+    "submitted_at",
+    "ended_at",
 )
+
+
+def parse_since(text: str, now: float) -> float:
+    """``--since``: an age (``7d``) or a UTC date (``2026-11-24[T06:00:00Z]``) -> epoch."""
+    try:
+        return now - inventory.parse_age(text)
+    except inventory.BadAge:
+        pass
+    for fmt in ("%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%d"):
+        try:
+            return float(calendar.timegm(time.strptime(text.strip(), fmt)))
+        except ValueError:
+            continue
+    raise CliError(
+        f"--since {text!r}: expected an age (45s, 30m, 12h, 7d) or a UTC date "
+        "(2026-11-24 or 2026-11-24T06:00:00Z)"
+    )
+
+
+def _entry_row(entry: dict[str, Any]) -> dict[str, Any]:
+    artifacts = entry.get("artifacts") or {}
+    return {
+        "job_id": entry["job_id"],
+        "kind": entry.get("kind", "job"),
+        "state": entry.get("state"),
+        "reason": entry.get("reason"),
+        "dag_id": entry.get("dag_id"),
+        "task_id": entry.get("task_id"),
+        "run_id": entry.get("run_id"),
+        "map_index": entry.get("map_index"),
+        "try_number": entry.get("try_number"),
+        "group_id": entry.get("group_id"),
+        "func": entry.get("func"),
+        "accelerator": entry.get("accelerator"),
+        "backend": entry.get("backend"),
+        "submitted_at": entry.get("submitted_at"),
+        "started_at": entry.get("started_at"),
+        "ended_at": entry.get("ended_at"),
+        "output_dir": entry.get("output_dir"),
+        "log": entry.get("log"),
+        "artifacts": artifacts.get("state"),
+        "artifacts_bytes": artifacts.get("bytes"),
+        "children": entry.get("children"),
+    }
+
+
+def _legacy_row(entry: inventory.JobEntry) -> dict[str, Any]:
+    """A job with a ``handle.json`` but no history entry (submitted by an older version)."""
+    h = entry.handle
+    return {
+        **dict.fromkeys(("reason", "started_at", "ended_at", "log", "children")),
+        "job_id": h.job_id,
+        "kind": "job",
+        "state": None,
+        "dag_id": entry.dag_id,
+        "task_id": entry.task_id,
+        "run_id": entry.run_id,
+        "map_index": entry.map_index,
+        "try_number": None,
+        "group_id": h.group_id,
+        "func": h.func_name,
+        "accelerator": h.accelerator,
+        "backend": h.backend,
+        "submitted_at": h.created_at,
+        "output_dir": h.output_dir,
+        "artifacts": "present",
+        "artifacts_bytes": None,
+    }
+
+
+def _with_task(row: dict[str, Any], index: inventory.TaskIndex) -> dict[str, Any]:
+    """A job submitted outside a task's own identity (``attach``, plain Python) gets
+    the task a sealed record names, else the DAG of its default output dir."""
+    if row["dag_id"] is None:
+        found = index.by_job.get(row["job_id"]) or index.by_group.get(row["job_id"])
+        if found is not None:
+            row["dag_id"], row["run_id"], row["task_id"], row["map_index"] = found
+        else:
+            row["dag_id"] = inventory.dag_from_output_dir(row["output_dir"])
+    return row
+
+
+def history_rows(statuses: JobStatuses, keep: history.Filter) -> list[dict[str, Any]]:
+    """Every job the store's history knows (and older jobs known only by their
+    ``handle.json``), newest first; a job whose entry has not ended shows what its
+    backend says now.  ``keep.state`` is applied to that live state."""
+    store = statuses.store
+    index = inventory.task_index(store, deployment_secret())
+    rows = [_with_task(_entry_row(e), index) for e in history.entries(store)]
+    known = {row["job_id"] for row in rows}
+    for entry in inventory.list_jobs(store, deployment_secret(), index):
+        if entry.handle.job_id not in known and entry.handle.group_id not in known:
+            rows.append(_legacy_row(entry))
+    wanted = history.Filter(keep.dag_id, None, keep.since)
+    rows = [row for row in rows if wanted(row)]
+    for row in rows:
+        if row["kind"] == "job" and row["state"] not in history.ENDED:
+            handle = JobHandle(job_id=row["job_id"], backend=row["backend"] or "local",
+                               bucket_name=store.bucket)  # fmt: skip
+            report = statuses(handle)
+            if report is not None:
+                row["state"], row["reason"] = report.status.value, report.reason
+            if report is not None and report.status.is_terminal and not row["ended_at"]:
+                # Nobody waiting recorded its end: its last write to the store is it.
+                times = [mtime for _, mtime in stat_objects(store, f"{row['job_id']}/").values()]
+                row["ended_at"] = history.now_iso(max(times)) if times else None
+    if keep.state:
+        rows = [row for row in rows if row["state"] == keep.state]
+    rows.sort(key=lambda r: (str(r["submitted_at"] or ""), r["job_id"]), reverse=True)
+    return rows
 
 
 @command
 def jobs_list(args: Namespace) -> None:
-    """Jobs in the connection's store, newest first."""
-    hook = KineticHook(args.conn_id)
-    status = JobStatuses(hook)
+    """Jobs from the store's history (outlives cleanup), newest first."""
     want = args.state.upper() if args.state else None
-    if want and want not in JobStatus.__members__:
-        raise CliError(f"unknown state {args.state!r}; one of {', '.join(JobStatus.__members__)}")
+    if want and want not in STATES:
+        raise CliError(f"unknown state {args.state!r}; one of {', '.join(STATES)}")
     if args.limit is not None and args.limit < 1:
         raise CliError(f"--limit must be at least 1, got {args.limit}")
-    rows = []
-    for entry in inventory.list_jobs(status.store, deployment_secret()):
-        if args.dag_id and entry.dag_id != args.dag_id:
-            continue
-        report = status(entry.handle)
-        if want and (report is None or report.status.value != want):
-            continue
-        rows.append(_job_row(entry, report))
-        if args.limit and len(rows) >= args.limit:
-            break
+    since = parse_since(args.since, time.time()) if getattr(args, "since", None) else None
+    statuses = JobStatuses(KineticHook(args.conn_id))
+    rows = history_rows(statuses, history.Filter(args.dag_id, want, since))
+    if args.limit:
+        rows = rows[: args.limit]
     emit(rows, output_format(args), LIST_COLUMNS)
 
 
 @command
 def jobs_status(args: Namespace) -> None:
-    """One job: its state (with the reason a person acts on) and where it lives."""
-    job = _attach(args)
+    """One job: its state (with the reason a person acts on) and where it lives; from
+    the history once its artifacts are gone."""
+    try:
+        job = _attach(args)
+    except CliError:
+        entry = history.read(KineticHook(args.conn_id).get_store(), args.job_id)
+        if entry is None:
+            raise
+        emit(_entry_row(entry), output_format(args))
+        return
     report = job.status()
     h = job.handle
     emit(
@@ -146,10 +250,19 @@ def jobs_status(args: Namespace) -> None:
 @command
 def jobs_logs(args: Namespace) -> None:
     """The job's log; with ``--follow``, new lines until the job ends."""
-    job = _attach(args)
     as_json = output_format(args) == "json"
+    try:
+        job = _attach(args)
+    except CliError:
+        job = None  # its artifacts are gone: the history may still hold its log
+    if job is None or (not args.follow and not (text := job.logs())):
+        text = _history_log(args)
+        if as_json:
+            print(json.dumps({"job_id": args.job_id, "logs": text}, indent=2))
+        else:
+            sys.stdout.write(text if not text or text.endswith("\n") else text + "\n")
+        return
     if not args.follow:
-        text = job.logs()
         if as_json:
             print(json.dumps({"job_id": job.job_id, "logs": text}, indent=2))
         else:
@@ -157,6 +270,22 @@ def jobs_logs(args: Namespace) -> None:
         return
     for line in job.tail(follow=True, poll_interval=args.poll_interval):
         print(json.dumps({"job_id": job.job_id, "line": line}) if as_json else line, flush=True)
+
+
+def _history_log(args: Namespace) -> str:
+    """A job's log from the history (kept when the backend's own copy went), or where
+    its backend keeps it; a CliError when the store knows nothing of the job."""
+    store = KineticHook(args.conn_id).get_store()
+    text = history.read_log(store, args.job_id)
+    if text is not None:
+        return text
+    entry = history.read(store, args.job_id)
+    if entry is None:
+        raise CliError(f"no kinetic job {args.job_id!r} in {store.uri()} (connection "
+                       f"{args.conn_id!r})")  # fmt: skip
+    if entry.get("log"):
+        return f"[kinetic] the log of {args.job_id} is kept by its backend: {entry['log']}\n"
+    return ""
 
 
 def failure_text(job_id: str, exc: BaseException) -> str:
@@ -216,41 +345,3 @@ def jobs_cancel(args: Namespace) -> None:
         },
         output_format(args),
     )
-
-
-@command
-def jobs_cleanup(args: Namespace) -> None:
-    """Delete finished jobs' cluster objects and ``{job_id}/`` artifacts."""
-    if bool(args.job_id) == bool(args.older_than):
-        raise CliError("give either a JOB id or --older-than AGE (not both)")
-    if args.job_id:
-        targets = [args.job_id]
-    else:
-        cutoff = time.time() - inventory.parse_age(args.older_than)
-        store = KineticHook(args.conn_id).get_store()
-        targets = []
-        for job_id in inventory.job_ids(store):
-            handle = inventory.read_handle(store, job_id)
-            created = inventory.created_epoch(handle) if handle else None
-            if created is not None and created < cutoff:
-                targets.append(job_id)
-    rows = []
-    for job_id in sorted(targets):
-        job = attach(job_id, conn_id=args.conn_id) if not args.job_id else _attach(args)
-        report = job.status()
-        if not report.status.is_terminal:
-            if args.job_id:
-                raise CliError(
-                    f"kinetic job {job_id} is still {report.status.value}: cancel it first"
-                )
-            rows.append(
-                {"job_id": job_id, "state": report.status.value, "action": "skipped (live)"}
-            )
-            continue
-        if args.dry_run:
-            rows.append({"job_id": job_id, "state": report.status.value, "action": "would delete"})
-            continue
-        deleted = job.cleanup()
-        row = {"job_id": job_id, "state": report.status.value, "action": "deleted"}
-        rows.append({**row, "objects": deleted})
-    emit(rows, output_format(args), ("job_id", "state", "action", "objects"))

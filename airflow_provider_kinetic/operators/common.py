@@ -12,6 +12,9 @@ from airflow.providers.common.compat.sdk import BaseOperator, XCom, conf, mask_s
 
 from airflow_provider_kinetic.core.accelerators import parse_accelerator, with_spot
 from airflow_provider_kinetic.core.data.schemes import scheme_for
+from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY, POLICIES
+from airflow_provider_kinetic.core.jobs.cleanup import policy as cleanup_policy
+from airflow_provider_kinetic.core.jobs.pack import DEFAULT_MAX_PAYLOAD_MB
 from airflow_provider_kinetic.core.jobs.request import JobRequest, capture_env, plan_for_request
 from airflow_provider_kinetic.core.jobs.resultref import REF_KEY, is_result_ref, make_result_ref
 from airflow_provider_kinetic.core.runtime.context import DEFAULT_MAX_CONTEXT_MB, check_patterns
@@ -34,9 +37,9 @@ def default_output_key(identity: Mapping[str, Any]) -> str:
     return "outputs/" + task_key(identity)
 
 
-#: ``cleanup=``: "artifacts" deletes a job's ``{job_id}/`` objects once its value is
-#: delivered (outputs and the data cache are never touched); "none" keeps them.
-CLEANUP_MODES = ("artifacts", "none")
+#: ``cleanup=``: the one policy of ``core.jobs.cleanup`` ("on_success", the default,
+#: "always", "never"; the earlier "artifacts" / "none" still mean the first / last).
+CLEANUP_MODES = POLICIES
 
 #: Deferrable tasks on a backend that sees a job end cheaply (the local one) watch
 #: their jobs this long before deferring: short jobs never enter the triggerer (nor pay
@@ -129,16 +132,10 @@ def push_value(operator: Any, context: Mapping[str, Any], value: Any) -> None:
         context["ti"].xcom_push(key=XCOM_RETURN_KEY, value=value)
 
 
-def delete_artifacts(store: ObjectStore, job_ids: list[str], delivered: Any, log: Any) -> None:
-    """Delete delivered jobs' ``{job_id}/`` objects, except those a result reference in
-    ``delivered`` still points at (their value lives only there)."""
-    kept = {ref[REF_KEY] for ref in _refs(delivered)}
-    removed = 0
-    for job_id in job_ids:
-        if store.uri(artifact_key(job_id, "result.pkl")) in kept:
-            continue
-        removed += store.delete_prefix(f"{job_id}/")
-    log.info("cleanup: deleted %d artifact object(s) of %d job(s)", removed, len(job_ids))
+def result_ref_uris(delivered: Any) -> set[str]:
+    """URIs of the results that references in ``delivered`` point at: cleanup keeps
+    those jobs' artifacts (their value lives only there)."""
+    return {ref[REF_KEY] for ref in _refs(delivered)}
 
 
 def _refs(value: Any) -> list[dict[str, Any]]:
@@ -239,16 +236,14 @@ class KineticOperatorBase(BaseOperator):
         cpu: str | None = None,
         memory: str | None = None,
         spot: bool = False,
-        cleanup: str = "artifacts",
+        cleanup: str = DEFAULT_POLICY,
         context_excludes: list[str] | None = None,
         container_image: str | None = None,
         requirements: list[str] | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if cleanup not in CLEANUP_MODES:
-            raise ValueError(f"cleanup={cleanup!r}: allowed values are {', '.join(CLEANUP_MODES)}")
-        self.cleanup = cleanup
+        self.cleanup = cleanup_policy(cleanup)  # a bad value fails at parse time
         # Checked here (not templated): a bad pattern fails at parse time, not in the pod.
         self.context_excludes = check_patterns(context_excludes)
         # Not templated either: a bad mode or URI fails at parse time.
@@ -312,6 +307,9 @@ class KineticOperatorBase(BaseOperator):
             requirements=self.requirements,
             max_context_mb=conf.getfloat(
                 "kinetic", "max_context_mb", fallback=DEFAULT_MAX_CONTEXT_MB
+            ),
+            max_payload_mb=conf.getfloat(
+                "kinetic", "max_payload_mb", fallback=DEFAULT_MAX_PAYLOAD_MB
             ),
         )
 

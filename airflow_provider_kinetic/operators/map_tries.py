@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch.finish import batch_ended
 from airflow_provider_kinetic.core.batch.resume import resume_batch
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.jobs.signing import ResultAuthError
@@ -33,8 +34,8 @@ from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key, result_key_for_job
 from airflow_provider_kinetic.operators.common import (
     KineticOperatorBase,
-    delete_artifacts,
     push_value,
+    result_ref_uris,
     task_identity,
     xcom_value,
 )
@@ -112,6 +113,7 @@ class MapTriesBase(KineticOperatorBase):
         )
         self._state = None
         if failures and not self.return_exceptions:
+            self._batch_ended(state, store, set(), delivered=False)
             raise KineticBatchFailed(
                 batchlogs.failure_summary(state, failures),
                 group_id=state.group_id,
@@ -129,11 +131,23 @@ class MapTriesBase(KineticOperatorBase):
         if context is not None:
             push_value(self, context, result)  # Airflow has it before anything is deleted
             self._write_record(context, store, state, delivered=True)
-        if self.cleanup == "artifacts":
-            jobs = [
-                batchrun.child_job_id(state.group_id, index, launch)
-                for index, launches in state.launches.items()
-                for launch in range(1, launches + 1)
-            ]
-            delete_artifacts(store, jobs, values, self.log)
+        self._batch_ended(state, store, result_ref_uris(values), delivered=True)
         return result
+
+    def _batch_ended(
+        self,
+        state: BatchState,
+        store: ObjectStore,
+        kept_uris: set[str],
+        delivered: bool,
+    ) -> None:
+        backend = KineticHook(self.kinetic_conn_id).get_backend(state.backend)
+        batch_ended(
+            state,
+            store,
+            backend,
+            delivered=delivered,
+            mode=self.cleanup,
+            kept_uris=kept_uris,
+            log_=self.log,
+        )

@@ -11,17 +11,20 @@ import time
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
-from airflow_provider_kinetic.core.jobs.polling import poll_delays
+from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.cleanup import after_job
+from airflow_provider_kinetic.core.jobs.polling import StoreOutage, poll_delays
 from airflow_provider_kinetic.core.jobs.results import collect_with_blob
 from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
-from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.exceptions import KineticJobCancelled, KineticJobFailed
+from airflow_provider_kinetic.hooks.connection import store_outage_window_s
 from airflow_provider_kinetic.hooks.signing import result_key
 from airflow_provider_kinetic.operators.common import (
-    delete_artifacts,
     describe_failure,
     push_value,
+    result_ref_uris,
     xcom_value,
 )
 from airflow_provider_kinetic.operators.run_tries import RunTriesBase
@@ -41,12 +44,22 @@ class RunSyncWait(RunTriesBase):
         time), until then (``None``: the caller defers); the log offset shown so far."""
         offset, last = 0, None
         delays = poll_delays(self.poll_interval, backend.first_poll_s)
+        outage = StoreOutage(store_outage_window_s())
         while True:
-            report = backend.status(handle)
+            try:
+                report = backend.status(handle)
+            except OSError as exc:  # the store cannot be read: no answer about the job
+                delay = outage.failed(exc)  # re-raised once the window has passed
+                self.log.warning("kinetic job %s: %s", handle.job_id, outage.describe(exc, delay))
+                time.sleep(delay)
+                continue
+            outage.recovered()
             offset = self._show_logs(backend, handle, offset)
             if report.describe() != last:
                 self.log.info("kinetic job %s: %s", handle.job_id, report.describe())
                 last = report.describe()
+                if report.status is JobStatus.RUNNING:
+                    history.update(self._store, handle.job_id, report.status.value, report.reason)
             if report.status.is_terminal:
                 return report, offset
             if give_up is not None and time.monotonic() >= give_up:
@@ -92,22 +105,52 @@ class RunSyncWait(RunTriesBase):
                 exc,
                 "\n" + tb if tb else "",
             )
+            self._delete_job(backend, handle)
+            self._ended(store, backend, handle, report, describe_failure(exc))
             raise KineticJobFailed(
                 f"kinetic job {handle.job_id} failed: {describe_failure(exc)}",
                 job_id=handle.job_id,
             ) from exc
-        finally:
-            self._handle = None  # done: on_kill must not touch a finished job
-            # Collected (value or error): the Job / LeaderWorkerSet goes now, whatever the
-            # outcome (a LeaderWorkerSet has no TTL; a failed job may hold a stuck pod).
-            try:
-                backend.cancel(handle)
-            except Exception as exc:  # noqa: BLE001 - keep the job's own outcome
-                self.log.warning("could not delete job %s: %s", handle.job_id, exc)
+        self._delete_job(backend, handle)
         multiple = bool(getattr(self, "multiple_outputs", False))
         delivered = xcom_value(value, store, handle.job_id, blob, self.log, multiple)
         push_value(self, context, delivered)  # Airflow has it before anything is deleted
         self._write_record(context, store, handle, delivered=True)
-        if self.cleanup == "artifacts":
-            delete_artifacts(store, [handle.job_id], delivered, self.log)
+        self._ended(store, backend, handle, report, None, result_ref_uris(delivered))
         return delivered
+
+    def _delete_job(self, backend: Backend, handle: JobHandle) -> None:
+        """Collected (value or error): the Job / LeaderWorkerSet goes now, whatever the
+        outcome (a LeaderWorkerSet has no TTL; a failed job may hold a stuck pod)."""
+        self._handle = None  # done: on_kill must not touch a finished job
+        try:
+            backend.cancel(handle)
+        except Exception as exc:  # noqa: BLE001 - keep the job's own outcome
+            self.log.warning("could not delete job %s: %s", handle.job_id, exc)
+
+    def _ended(
+        self,
+        store: ObjectStore,
+        backend: Backend,
+        handle: JobHandle,
+        report: StatusReport,
+        failure: str | None,
+        kept_uris: set[str] | frozenset[str] = frozenset(),
+    ) -> None:
+        """History and the cleanup policy for a job whose outcome was collected.  A
+        job that succeeded but whose result could not be read (the store, a key) is
+        left exactly as it is: a retry collects it, nothing runs twice."""
+        state = report.status.value
+        if failure is not None and report.status is JobStatus.SUCCEEDED:
+            history.update(store, handle.job_id, state, f"not collected: {failure}")
+            return
+        history.update(store, handle.job_id, state, failure or report.reason)
+        after_job(
+            store,
+            backend,
+            [handle],
+            succeeded=failure is None,
+            mode=self.cleanup,
+            kept_uris=kept_uris,
+            log_=self.log,
+        )

@@ -16,6 +16,8 @@ from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.cleanup import after_job
 from airflow_provider_kinetic.core.jobs.results import is_preemption
 from airflow_provider_kinetic.core.jobs.submit import PlannedJob, plan_job, submit_planned
 from airflow_provider_kinetic.core.jobs.taskrecord import (
@@ -23,10 +25,11 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
     SYNC,
     TaskRecord,
     read_record,
+    record_key,
     write_record,
 )
 from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport, new_job_id
-from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 from airflow_provider_kinetic.links import job_links
 from airflow_provider_kinetic.operators.common import (
@@ -48,6 +51,9 @@ class RunTriesBase(KineticOperatorBase):
     preemption_retries: int
     #: This try's work digest (``_plan``); None until planned, or when not computable.
     _work: str | None = None
+    #: Link key -> URL pushed in this execution segment (``links._XComLink``); None in
+    #: a resumed segment (Airflow's end-of-segment push then reads XCom).
+    published_links: dict[str, str] | None = None
     _handle: JobHandle | None
     _backend: Backend | None
     _store: ObjectStore | None
@@ -71,7 +77,10 @@ class RunTriesBase(KineticOperatorBase):
     ) -> JobHandle:
         """Submit a planned job (a new plan when none is given), recording its id
         *before* it is created: a worker that dies in between leaves a record a retry
-        can follow (and never a second job).  A missing bundled image is built first."""
+        can follow (and never a second job).  A missing bundled image is built first.
+        A submit that is rejected (an upload, a requirements venv, the create call) and
+        leaves no job puts the task's record back as it was: no record names a job
+        that was never submitted, so the next try is the try it would have been."""
         planned = planned or self._plan(context, config, store)
         if planned.image is not None:
             # Cloud Build and Artifact Registry clients: imported only to submit.
@@ -87,9 +96,57 @@ class RunTriesBase(KineticOperatorBase):
             namespace=config.namespace,
             k8s_name=backend.object_name(job_id),
         )
+        before = self._record_snapshot(context, store)
         self._write_record(context, store, provisional)
-        submit_planned(planned, backend, store)
+        try:
+            submit_planned(planned, backend, store)
+        except Exception:
+            if not self._job_exists(backend, planned.handle):
+                self._restore_record(context, store, before)
+            raise
         return planned.handle
+
+    def _job_exists(self, backend: Backend, handle: JobHandle) -> bool:
+        """Whether a job whose submit raised exists after all (unknown counts as yes:
+        then its record stays, so no later try runs it a second time)."""
+        try:
+            return backend.exists(handle)
+        except Exception as exc:  # noqa: BLE001 - cannot tell: keep the record
+            self.log.warning("cannot tell whether job %s exists: %s", handle.job_id, exc)
+            return True
+
+    def _record_snapshot(self, context: Any, store: ObjectStore) -> tuple[bytes | None, Any]:
+        """The task's record as stored (its sealed bytes) and its task state store entry."""
+        try:
+            sealed: bytes | None = store.read_bytes(record_key(task_identity(context)))
+        except ObjectNotFound:
+            sealed = None
+        state = context.get("task_state_store")
+        try:
+            previous = state.get(XCOM_JOB) if state is not None else None
+        except Exception:  # noqa: BLE001 - an unreadable state store holds nothing of ours
+            previous = None
+        return sealed, previous
+
+    def _restore_record(
+        self, context: Any, store: ObjectStore, before: tuple[bytes | None, Any]
+    ) -> None:
+        """Put back what ``_record_snapshot`` saw (nothing: no record at all)."""
+        sealed, previous = before
+        key = record_key(task_identity(context))
+        if sealed is None:
+            store.delete(key)
+        else:
+            store.write_bytes(key, sealed, content_type="application/json")
+        state = context.get("task_state_store")
+        try:
+            if state is not None and previous is not None:
+                state.set(XCOM_JOB, previous)
+            elif state is not None:
+                state.delete(XCOM_JOB)
+        except Exception as exc:  # noqa: BLE001 - the store record is what counts
+            self.log.warning("could not reset the task state store: %s", exc)
+        self.log.info("kinetic: the submit was rejected; the task's record is as it was")
 
     def _publish(self, context: Any, handle: JobHandle) -> None:
         """XComs a person or a downstream task needs while the job runs."""
@@ -97,7 +154,8 @@ class RunTriesBase(KineticOperatorBase):
         ti = context["ti"]
         ti.xcom_push(key=XCOM_JOB, value=handle.to_dict())
         ti.xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(handle.output_dir))
-        for key, url in job_links(handle, self.kinetic_conn_id).items():
+        self.published_links = job_links(handle, self.kinetic_conn_id)
+        for key, url in self.published_links.items():
             ti.xcom_push(key=key, value=url)
         self.log.info("kinetic job %s: output dir %s", handle.job_id, handle.output_dir)
 
@@ -195,6 +253,8 @@ class RunTriesBase(KineticOperatorBase):
             self.preemption_retries,
         )
         backend.cancel(handle)  # delete what is left of it
+        history.update(store, handle.job_id, "PREEMPTED", report.reason)
+        after_job(store, backend, [handle], succeeded=False, mode=self.cleanup, log_=self.log)
         new = self._submit(context, config, backend, store)
         self._write_record(context, store, new, preemptions=used + 1)
         self._publish(context, new)

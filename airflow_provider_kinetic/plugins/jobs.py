@@ -18,11 +18,18 @@ from dataclasses import dataclass, field
 
 from airflow_provider_kinetic.attached import AttachedJob, attach
 from airflow_provider_kinetic.cli import inventory
-from airflow_provider_kinetic.cli.jobs import JobStatuses
+from airflow_provider_kinetic.cli.jobs import JobStatuses, history_rows
 from airflow_provider_kinetic.core.backends.registry import backend_class
+from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC
-from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobHandle, StatusReport
+from airflow_provider_kinetic.core.spec.handles import (
+    InvalidHandleError,
+    JobHandle,
+    JobStatus,
+    StatusReport,
+)
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
+from airflow_provider_kinetic.core.storage.stat import stat_objects
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 
@@ -47,6 +54,8 @@ class JobRow:
     map_index: str | None = None
     started: str = ""
     ended: str = ""
+    #: A batch's history entry (its page is the batch's children), not one job.
+    batch: bool = False
 
     @property
     def job_id(self) -> str:
@@ -86,10 +95,10 @@ def ended_at(store: ObjectStore, job_id: str, record_key: str | None = None) -> 
     """When a finished job last wrote to the store (its result, error or log), else
     when its task record was last written (its delivery): the store is the one record
     every backend keeps, so this works on GCS as locally."""
-    times = [mtime for _, mtime in inventory.stat_objects(store, f"{job_id}/").values()]
+    times = [mtime for _, mtime in stat_objects(store, f"{job_id}/").values()]
     if not times and record_key:
         folder = record_key.rsplit("/", 1)[0] + "/"
-        found = inventory.stat_objects(store, folder).get(record_key)
+        found = stat_objects(store, folder).get(record_key)
         times = [found[1]] if found else []
     return _iso(max(times)) if times else ""
 
@@ -130,17 +139,55 @@ def _collected(index: inventory.TaskIndex, present: set[str]) -> list[inventory.
     return entries
 
 
+#: History states the page shows as the nearest backend state (the reason says which).
+_AS_STATUS = {
+    "SUBMITTED": (JobStatus.PENDING, "submitted"),
+    history.CANCELLED: (JobStatus.FAILED, "cancelled"),
+    "PREEMPTED": (JobStatus.FAILED, "preempted"),
+}
+
+
+def _history_row(row: dict, store: ObjectStore) -> JobRow:
+    """A ``jobs list`` row (``cli.jobs.history_rows``) as the page shows it."""
+    state = str(row.get("state") or "NOT_FOUND")
+    status, default_reason = _AS_STATUS.get(state, (None, None))
+    if status is None:
+        status = JobStatus(state) if state in JobStatus.__members__ else JobStatus.NOT_FOUND
+    handle = JobHandle(
+        job_id=row["job_id"],
+        backend=row.get("backend") or "local",
+        bucket_name=store.bucket,
+        accelerator=row.get("accelerator") or "",
+        func_name=row.get("func") or "",
+        created_at=row.get("submitted_at") or "",
+        group_id=row.get("group_id"),
+        output_dir=row.get("output_dir"),
+    )
+    mi = row.get("map_index")
+    return JobRow(
+        handle, StatusReport(status, row.get("reason") or default_reason),
+        row.get("dag_id"), row.get("run_id"), row.get("task_id"),
+        None if mi is None else str(mi), started=row.get("submitted_at") or "",
+        ended=row.get("ended_at") or "", batch=row.get("kind") == "batch",
+    )  # fmt: skip
+
+
 def list_rows(conn_id: str, group: str | None = None, limit: int = LIST_LIMIT) -> list[JobRow]:
-    """The newest jobs of a connection's store (optionally one batch), with status."""
+    """The newest jobs (and batches) of a connection's store from its history, with
+    the live status of those that have not ended; with ``group``, that batch's
+    children that are still in the store."""
     statuses = JobStatuses(KineticHook(conn_id))
     store = statuses.store
+    if group is None:
+        found = history_rows(statuses, history.Filter())
+        return [_history_row(row, store) for row in found[:limit]]
     index = inventory.task_index(store, deployment_secret())
     entries = inventory.list_jobs(store, deployment_secret(), index)
     entries += _collected(index, {e.handle.job_id for e in entries})
     entries.sort(key=lambda e: (e.handle.created_at, e.handle.job_id), reverse=True)
     rows = []
     for entry in entries:
-        if group and entry.handle.group_id != group:
+        if entry.handle.group_id != group:
             continue
         report = statuses(entry.handle)
         if report is None:
@@ -172,11 +219,17 @@ def open_job(conn_id: str, job_id: str) -> OpenJob:
     try:
         job = attach(job_id, conn_id=conn_id)
     except ObjectNotFound:
-        if job_id not in index.handles:
+        entry = history.read(store, job_id)
+        if job_id not in index.handles and entry is None:
             raise
         # The record is sealed with the deployment secret; the object name, namespace
-        # and bucket still come from the connection, as ``attach`` takes them.
-        stored = JobHandle.from_dict(index.handles[job_id][1])
+        # and bucket still come from the connection, as ``attach`` takes them.  The
+        # history (unsigned) only names the job and its backend kind.
+        if job_id in index.handles:
+            stored = JobHandle.from_dict(index.handles[job_id][1])
+        else:
+            assert entry is not None
+            stored = _history_row({**entry, "func": entry.get("func")}, store).handle
         handle = stored.evolve(
             k8s_name=backend_class(stored.backend).object_name(job_id),
             namespace=hook.get_config().namespace,
@@ -201,14 +254,31 @@ def output_prefix(store: ObjectStore, output_dir: str | None) -> str | None:
     return prefix + "/" if prefix else None
 
 
+def _ended_report(
+    store: ObjectStore, job_id: str, report: StatusReport, entry: dict | None = None
+) -> StatusReport:
+    """``report``, unless the backend no longer knows the job (its state was released
+    once collected) and the history says how it ended."""
+    if report.status is not JobStatus.NOT_FOUND:
+        return report
+    entry = entry if entry is not None else history.read(store, job_id)
+    if entry is None or entry.get("state") not in history.ENDED:
+        return report
+    return _history_row({**entry, "func": entry.get("func")}, store).report
+
+
 def detail(found: OpenJob) -> JobDetail:
     """Everything the job page shows besides the log."""
     job, store = found.job, found.job.store
-    row = _row(found.entry, job.status(), store, found.index)
+    entry = history.read(store, job.job_id)
+    row = _row(found.entry, _ended_report(store, job.job_id, job.status(), entry), store,
+               found.index)  # fmt: skip
+    if entry is not None:
+        row.ended = row.ended or entry.get("ended_at") or ""
     out = JobDetail(row, job.handle.output_dir, store.uri(f"{job.job_id}/"))
     prefix = output_prefix(store, job.handle.output_dir)
     if prefix:
-        objects = inventory.stat_objects(store, prefix)
+        objects = stat_objects(store, prefix)
         for key in sorted(objects)[:FILES_LIMIT]:
             out.files.append(OutputFile(key[len(prefix) :], objects[key][0]))
         out.files_truncated = len(objects) > FILES_LIMIT
@@ -228,8 +298,14 @@ def output_key(job: AttachedJob, name: str) -> str | None:
 def log_chunk(job: AttachedJob, offset: int) -> dict[str, object]:
     """New log text from ``offset``; the status is read first, so a reader that stops
     at a terminal status has every line (as ``AttachedJob.tail`` does)."""
-    report = job.status()
+    report = _ended_report(job.store, job.job_id, job.status())
     text, next_offset = job.backend.read_logs(job.handle, max(0, offset))
+    if not text and report.status.is_terminal and not job.backend.keeps_logs:
+        kept = history.read_log(job.store, job.job_id) or ""  # the backend's copy went
+        text, next_offset = (
+            kept.encode()[max(0, offset) :].decode(errors="replace"),
+            max(offset, len(kept.encode())),
+        )
     return {
         "text": text,
         "offset": next_offset,

@@ -100,7 +100,11 @@ def jobs_page(rows: list[JobRow], base: str, conn_id: str, group: str | None) ->
     )
     body = []
     for row in rows:
-        href = _link(base, "/jobs/" + urllib.parse.quote(row.job_id, safe=""), conn_id)
+        href = (
+            _link(base, "/", conn_id, group=row.job_id)  # a batch: its children
+            if row.batch
+            else _link(base, "/jobs/" + urllib.parse.quote(row.job_id, safe=""), conn_id)
+        )
         body.append(
             f"<tr data-job-id='{escape(row.job_id)}'>"
             f"<td><a href='{escape(href)}'>{escape(row.job_id)}</a></td>"
@@ -118,8 +122,9 @@ def jobs_page(rows: list[JobRow], base: str, conn_id: str, group: str | None) ->
     )
 
 
-def job_page(info: JobDetail, base: str, conn_id: str) -> str:
-    """One job: its facts, output files, a cancel button and the live log."""
+def job_page(info: JobDetail, base: str, conn_id: str, *, can_cancel: bool = False) -> str:
+    """One job: its facts, output files, the live log and, while it runs and for a user
+    allowed to cancel it (``can_cancel``), a cancel button."""
     row = info.row
     quoted = urllib.parse.quote(row.job_id, safe="")
     facts = [
@@ -145,7 +150,7 @@ def job_page(info: JobDetail, base: str, conn_id: str) -> str:
     cancel_url = _link(base, f"/jobs/{quoted}/cancel", conn_id)
     cancel = (
         ""
-        if row.terminal
+        if row.terminal or not can_cancel
         else f"<button id='cancel' data-url='{escape(cancel_url)}'>Cancel job</button> "
         "<span id='cancel-result'></span>"
     )

@@ -23,12 +23,15 @@ from airflow.providers.common.compat.sdk import BaseSensorOperator, PokeReturnVa
 
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch.finish import batch_ended
 from airflow_provider_kinetic.core.batch.resume import load_live, save_live
 from airflow_provider_kinetic.core.batch.state import BatchState
+from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
+from airflow_provider_kinetic.core.jobs.cleanup import policy as cleanup_policy
 from airflow_provider_kinetic.exceptions import KineticBatchFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key_for_job
-from airflow_provider_kinetic.operators.common import xcom_value
+from airflow_provider_kinetic.operators.common import result_ref_uris, xcom_value
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 
 
@@ -64,6 +67,8 @@ class KineticBatchSensor(BaseSensorOperator):
             sensor's XCom (verified; references when they do not fit XCom).
         child_log_bytes_per_poll: new log bytes of each running child written into
             this task's log per poke, prefixed ``[child N]`` (``0``: none).
+        cleanup: what the children leave once the batch is done, as the map
+            operator's ``cleanup`` (``core.jobs.cleanup``; default "on_success").
 
     Raises:
         KineticBatchFailed: some inputs failed (``fail_fast`` as the batch was
@@ -81,9 +86,11 @@ class KineticBatchSensor(BaseSensorOperator):
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         return_result: bool = False,
         child_log_bytes_per_poll: int = batchlogs.LOG_BYTES_PER_POLL,
+        cleanup: str = DEFAULT_POLICY,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.cleanup = cleanup_policy(cleanup)
         self.batch = batch
         self.kinetic_conn_id = kinetic_conn_id
         self.deferrable = deferrable
@@ -140,6 +147,17 @@ class KineticBatchSensor(BaseSensorOperator):
             ordered=True,
             result_key=lambda job: result_key_for_job(job, state.template.result_auth),
             deliver=lambda value, job, blob: xcom_value(value, store, job, blob, self.log),
+        )
+        backend = KineticHook(self.kinetic_conn_id).get_backend(state.backend)
+        kept = result_ref_uris(values) if self.return_result else set()
+        batch_ended(
+            state,
+            store,
+            backend,
+            delivered=not failures,
+            mode=self.cleanup,
+            kept_uris=kept,
+            log_=self.log,
         )
         if failures:
             raise KineticBatchFailed(

@@ -13,12 +13,19 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseSensorOperator, PokeReturnValue, conf
 
+from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY, after_job
+from airflow_provider_kinetic.core.jobs.cleanup import policy as cleanup_policy
 from airflow_provider_kinetic.core.jobs.results import collect_with_blob
 from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobHandle, JobStatus
 from airflow_provider_kinetic.exceptions import KineticJobFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import result_key
-from airflow_provider_kinetic.operators.common import describe_failure, xcom_value
+from airflow_provider_kinetic.operators.common import (
+    describe_failure,
+    result_ref_uris,
+    xcom_value,
+)
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
 
 
@@ -32,6 +39,10 @@ class KineticJobSensor(BaseSensorOperator):
         return_result: return the job's value as this sensor's XCom (verified like
             the operator's; a reference when it does not fit XCom) — "submit now,
             wait later" with ``KineticRunOperator(wait_for_completion=False)``.
+        cleanup: what the job leaves once this sensor saw it end, as the operator's
+            ``cleanup`` (``core.jobs.cleanup``): "on_success" (default) deletes the
+            job's artifacts once it succeeded, so a value not returned
+            (``return_result=False``) is not kept; "always"; "never".
     """
 
     template_fields: Sequence[str] = ("handle",)
@@ -43,9 +54,11 @@ class KineticJobSensor(BaseSensorOperator):
         kinetic_conn_id: str = KineticHook.default_conn_name,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         return_result: bool = False,
+        cleanup: str = DEFAULT_POLICY,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.cleanup = cleanup_policy(cleanup)
         self.return_result = return_result
         self.handle = handle
         self.kinetic_conn_id = kinetic_conn_id
@@ -74,20 +87,43 @@ class KineticJobSensor(BaseSensorOperator):
     def poke(self, context: Any) -> bool | PokeReturnValue:
         handle = self._handle()
         hook = KineticHook(self.kinetic_conn_id)
-        report = hook.get_backend(handle.backend).status(handle)
+        backend = hook.get_backend(handle.backend)
+        report = backend.status(handle)
         self.log.info("kinetic job %s: %s", handle.job_id, report.describe())
         if report.status is JobStatus.SUCCEEDED:
-            if self.return_result:
-                return PokeReturnValue(True, self._result(hook, handle))
-            return True
+            # A result that cannot be read (the store, a key) raises here and leaves
+            # the job as it is: a retry of this sensor collects it.
+            value = self._result(hook, handle) if self.return_result else None
+            history.update(hook.get_store(), handle.job_id, report.status.value, report.reason)
+            self._cleanup(hook, backend, handle, True, result_ref_uris(value))
+            return PokeReturnValue(True, value) if self.return_result else True
         if report.status.is_terminal:
-            # A failed job: its own error (with the remote traceback) when it has one.
-            if self.return_result:
-                self._result(hook, handle, report.status, report.reason)
-            raise KineticJobFailed(
-                f"kinetic job {handle.job_id} {report.describe()}", job_id=handle.job_id
-            )
+            try:
+                # A failed job: its own error (with the remote traceback) when it has one.
+                if self.return_result:
+                    self._result(hook, handle, report.status, report.reason)
+                raise KineticJobFailed(
+                    f"kinetic job {handle.job_id} {report.describe()}", job_id=handle.job_id
+                )
+            except KineticJobFailed as exc:
+                history.update(hook.get_store(), handle.job_id, report.status.value, str(exc))
+                self._cleanup(hook, backend, handle, False, set())
+                raise
         return False
+
+    def _cleanup(
+        self, hook: KineticHook, backend: Any, handle: JobHandle, ok: bool, kept: set[str]
+    ) -> None:
+        """The policy of ``core.jobs.cleanup``, as the submitting operator applies it."""
+        after_job(
+            hook.get_store(),
+            backend,
+            [handle],
+            succeeded=ok,
+            mode=self.cleanup,
+            kept_uris=kept,
+            log_=self.log,
+        )
 
     def _result(
         self,
@@ -129,9 +165,11 @@ class KineticJobSensor(BaseSensorOperator):
         return None
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
-        status = (event or {}).get("status")
-        if status != JobStatus.SUCCEEDED.value:
-            raise KineticJobFailed(f"kinetic job ended {status}: {(event or {}).get('message')}")
-        if self.return_result:
-            return self._result(KineticHook(self.kinetic_conn_id), self._handle())
-        return None
+        """The trigger saw the job end: read its state again and finish as ``poke``."""
+        done = self.poke(context)
+        if not done:
+            raise KineticJobFailed(
+                f"kinetic job trigger ended {(event or {}).get('status')} "
+                f"({(event or {}).get('message')}) while the job is still running"
+            )
+        return done.xcom_value if isinstance(done, PokeReturnValue) else None

@@ -58,7 +58,10 @@ def wait_for(pred: Callable[[], Any], what: str) -> Any:
 
 
 @pytest.fixture
-def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KineticConfig]:
+def config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, airflow_home: Path
+) -> Iterator[KineticConfig]:
+    """A local connection; Airflow's metadata DB exists (``jobs cleanup`` reads XComs)."""
     root = tmp_path / "kinetic"
     extra = {"backend": "local", "root": str(root)}
     monkeypatch.setenv(
@@ -129,7 +132,7 @@ def test_list_status_logs_result_and_cleanup(config: KineticConfig):
     assert as_json("jobs", "list", "--state", "running") == []
     assert len(as_json("jobs", "list", "--limit", "1")) == 1
     table = cli("jobs", "list").stdout.splitlines()
-    assert table[0].split()[:3] == ["JOB_ID", "STATE", "REASON"]
+    assert table[0].split()[:4] == ["JOB_ID", "KIND", "STATE", "REASON"]
     assert any(line.startswith(recorded.job_id) and "SUCCEEDED" in line for line in table)
 
     status = as_json("jobs", "status", recorded.job_id)
@@ -142,9 +145,17 @@ def test_list_status_logs_result_and_cleanup(config: KineticConfig):
     done = as_json("jobs", "cleanup", recorded.job_id)
     assert done[0]["action"] == "deleted" and done[0]["objects"] > 0
     assert not store.exists(f"{recorded.job_id}/handle.json")
-    assert [r["job_id"] for r in as_json("jobs", "list")] == [by_output.job_id]
-    gone = cli("jobs", "status", recorded.job_id, ok=False)
-    assert gone.returncode == 1 and f"no kinetic job '{recorded.job_id}'" in gone.stderr
+    assert not (Path(config.bucket_name) / STATE_DIR / recorded.job_id).exists()
+    # The history outlives the artifacts: the job is still listed, with its state and
+    # its log (archived when the local state dir went).
+    after = {r["job_id"]: r for r in as_json("jobs", "list")}
+    assert set(after) == {recorded.job_id, by_output.job_id}
+    assert after[recorded.job_id]["state"] == "SUCCEEDED"
+    assert after[recorded.job_id]["artifacts"] == "deleted by jobs cleanup"
+    assert as_json("jobs", "status", recorded.job_id)["state"] == "SUCCEEDED"
+    assert "adding 2 3" in cli("jobs", "logs", recorded.job_id).stdout
+    gone = cli("jobs", "status", "job-00000000", ok=False)
+    assert gone.returncode == 1 and "no kinetic job 'job-00000000'" in gone.stderr
 
 
 def test_cleanup_older_than(config: KineticConfig):

@@ -110,6 +110,32 @@ def test_pages_of_finished_and_running_jobs_with_auth_and_cancel(conn, clients, 
             time.sleep(0.05)
 
 
+def test_a_viewer_sees_no_cancel_button_where_cancelling_would_be_refused(
+    conn, clients, tmp_path: Path
+):
+    """The job page of a running job, for a viewer (may read, may not cancel: the POST
+    answers 403) and for an admin: only the admin's page has the Cancel button."""
+    _, viewer, admin = clients
+    release = tmp_path / "release"
+    running = submit(conn, waits, str(release))
+    try:
+        path, q = f"/kinetic/jobs/{running['job_id']}", {"conn_id": conn}
+        pages = {"viewer": viewer.get(path, params=q), "admin": admin.get(path, params=q)}
+        for page in pages.values():
+            assert page.status_code == 200, page.text
+            assert "data-terminal='false'" in page.text  # running: a cancel makes sense
+        assert "id='cancel'" not in pages["viewer"].text
+        assert f"<button id='cancel' data-url='{path}/cancel?conn_id={conn}'" in pages["admin"].text
+        headers = {"X-Kinetic-Action": "cancel"}
+        assert viewer.post(f"{path}/cancel", params=q, headers=headers).status_code == 403
+    finally:  # never leave the job running
+        release.touch()
+        job, deadline = attach(running["job_id"], conn_id=conn), time.monotonic() + 60
+        while not job.status().status.is_terminal:
+            assert time.monotonic() < deadline, f"{job.job_id} did not end"
+            time.sleep(0.05)
+
+
 def check_pages(conn: str, clients: Any, done: dict, collected: dict, running: dict) -> None:
     anon, viewer, admin = clients
     q = {"conn_id": conn}
@@ -169,8 +195,12 @@ def check_pages(conn: str, clients: Any, done: dict, collected: dict, running: d
     assert viewer.get("/kinetic/jobs/job-nope", params=q).status_code == 404
     assert viewer.get("/kinetic/jobs/..%2Fx", params=q).status_code in (400, 404)
 
+    # A running job's Cancel button only for whom the cancel POST would not refuse:
+    # a viewer (GET on task instances, no PUT) sees the page without it.
     running_page = viewer.get(f"/kinetic/jobs/{running['job_id']}", params=q)
-    assert "id='cancel'" in running_page.text
+    assert running_page.status_code == 200 and "data-terminal='false'" in running_page.text
+    assert "id='cancel'" not in running_page.text
+    assert "id='cancel'" in admin.get(f"/kinetic/jobs/{running['job_id']}", params=q).text
     cancel = f"/kinetic/jobs/{running['job_id']}/cancel"
     header = {"X-Kinetic-Action": "cancel"}
     # A viewer may read but not cancel; a plain form post (no header) is refused too.

@@ -83,7 +83,9 @@ def start_try(tmp_path: Path, marker: Path, seconds: float, try_number: int) -> 
 
 
 def jobs(root: Path) -> list[str]:
-    return sorted(p.name for p in (root / ".local-jobs").iterdir())
+    """Every job submitted to the store: its history entry outlives the local state
+    dir (released once the job's outcome is collected)."""
+    return sorted(p.parent.name for p in (root / "history").glob("*/entry.json"))
 
 
 def kill_mid_job(tmp_path: Path, root: Path, marker: Path, seconds: float) -> str:
@@ -247,7 +249,8 @@ def test_artifacts_are_deleted_once_delivered_and_kept_with_cleanup_none(tmp_pat
             assert f"{handle.job_id}/payload.pkl" in left and f"{handle.job_id}/result.pkl" in left
         out = Path(handle.output_dir[len("file://") :])
         assert (out / "model.txt").read_text() == "kept"  # outputs are never touched
-    with pytest.raises(ValueError, match="cleanup='all': allowed values are artifacts, none"):
+    allowed = "cleanup='all': allowed values are 'on_success', 'always', 'never'"
+    with pytest.raises(ValueError, match=allowed):
         KineticRunOperator(task_id="bad", python_callable=len, cleanup="all")
 
 

@@ -124,6 +124,17 @@ class Backend(abc.ABC):
     def cancel(self, handle: JobHandle) -> None:
         """Stop the job; a job that is already gone is not an error."""
 
+    #: Whether the job's log outlives :meth:`release` where the backend keeps it (a
+    #: cluster's logging does; the local backend's log file does not, so the job's
+    #: log is archived in the store's history first).
+    keeps_logs: bool = True
+
+    def release(self, handle: JobHandle) -> None:
+        """Remove what the backend still holds for an ended job once its outcome is
+        collected (the local backend's state dir and temp files); clusters delete
+        their objects in :meth:`cancel`, so this is a no-op there."""
+        return None
+
     def batch_status(self, group_id: str, handles: list[JobHandle]) -> dict[str, StatusReport]:
         """Status of many children of one batch, keyed by job id.
 

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,9 +22,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_kinetic.core.backends import local_venv
+from airflow_provider_kinetic.core.backends import local_presence, local_venv
 from airflow_provider_kinetic.core.backends.base import Backend
-from airflow_provider_kinetic.core.backends.supervise import SECRETS_FILE
+from airflow_provider_kinetic.core.backends.supervise import SECRETS_FILE, TMPDIR_FILE
+from airflow_provider_kinetic.core.backends.supervise import write_atomic as _write_atomic
 from airflow_provider_kinetic.core.data.locallinks import LOCAL_MOUNTS_ENV
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.spec.pod import JobSpec
@@ -175,6 +177,9 @@ class LocalBackend(Backend):
     def status(self, handle: JobHandle) -> StatusReport:
         jdir = self.job_dir(handle.job_id)
         if not os.path.isdir(jdir):
+            # NOT_FOUND only when it is: a live job or an unreadable store raises
+            # StoreUnavailable, which polls retry (``local_presence``).
+            local_presence.check_gone(self.root, os.path.dirname(jdir), [handle.job_id])
             return StatusReport(JobStatus.NOT_FOUND, "no such local job")
         code = _read(os.path.join(jdir, "exit_code"))
         cancelled = os.path.exists(os.path.join(jdir, "cancelled"))
@@ -201,6 +206,8 @@ class LocalBackend(Backend):
             present = {e.name for e in os.scandir(os.path.join(self.root, STATE_DIR))}
         except FileNotFoundError:
             present = set()
+        missing = [h.job_id for h in handles if h.job_id not in present]
+        local_presence.check_gone(self.root, os.path.join(self.root, STATE_DIR), missing)
         return {
             h.job_id: self.status(h)
             if h.job_id in present
@@ -266,6 +273,22 @@ class LocalBackend(Backend):
             if venv:
                 used.add(venv)
         return used
+
+    #: The log file goes with the job dir: the history keeps a copy (``release``).
+    keeps_logs = False
+
+    def release(self, handle: JobHandle) -> None:
+        """Remove an ended job's state dir and whatever its temp dir still holds (a
+        supervisor that was itself killed could not); a live job keeps both."""
+        jdir = self.job_dir(handle.job_id)
+        pid = _read(os.path.join(jdir, "pid"))
+        ended = _read(os.path.join(jdir, "exit_code")) is not None
+        if pid is not None and not ended and _alive(int(pid), jdir):
+            return
+        tmp_dir = _read(os.path.join(jdir, TMPDIR_FILE))
+        if tmp_dir and os.path.basename(tmp_dir).startswith("kinetic-job-"):
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+        shutil.rmtree(jdir, ignore_errors=True)
 
     def cancel(self, handle: JobHandle) -> None:
         jdir = self.job_dir(handle.job_id)
@@ -345,10 +368,3 @@ def _read(path: str) -> str | None:
             return f.read().strip() or None
     except FileNotFoundError:
         return None
-
-
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)

@@ -27,6 +27,7 @@ from airflow_provider_kinetic.core.batch.state import (
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data import cache as datacache
+from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.results import collect, collect_with_blob, is_preemption
 from airflow_provider_kinetic.core.jobs.submit import create_job, make_private
 from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE
@@ -52,6 +53,18 @@ def start_batch(
         store.write_bytes(key, blob)
         make_private(store, key)
     write_manifest(state, store)
+    history.submitted(
+        store,
+        state.group_id,
+        state.template.identity,
+        backend=state.template.backend,
+        accelerator=state.template.accelerator,
+        func=state.template.func_name,
+        output_dir=state.template.output_dir,
+        submitted_at=state.created_at,
+        kind="batch",
+        total=state.total,
+    )
 
 
 def write_manifest(state: BatchState, store: ObjectStore) -> None:

@@ -15,6 +15,7 @@ from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import cache as datacache
+from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.pack import PackedJob, prepare
 from airflow_provider_kinetic.core.jobs.request import (
     JobRequest,
@@ -201,3 +202,6 @@ def submit_planned(planned: PlannedJob, backend: Backend, store: ObjectStore) ->
         make_private(store, key)
     create_job(store, backend, planned.spec, planned.handle)
     log.info("submitted %s (%s) on backend %s", job_id, planned.spec.name, backend.name)
+    history.job_submitted(
+        store, planned.handle, planned.template.identity, backend.logs_url(planned.handle)
+    )

@@ -4,7 +4,9 @@ A task's job identity survives its tries in a small record in the store, keyed b
 task's identity (dag, run, task, map index) so any try on any worker finds it, on every
 Airflow version.  The record is sealed with the deployment secret (``core.jobs.signing``):
 the store is shared, and a forged record must not make a worker adopt someone else's
-job.  What the next try does is read from real state, never from memory:
+job.  A record that fails its seal (altered, or sealed with a key that has left the
+keyring) fails the try with an error naming the key: ignoring it ran its job twice.
+What the next try does is read from real state, never from memory:
 
 ==========================================  =========================================
 job found for this task                     the new try
@@ -45,8 +47,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.results import read_result
-from airflow_provider_kinetic.core.jobs.signing import ResultAuthError, seal, unseal
+from airflow_provider_kinetic.core.jobs.signing import (
+    ResultAuthError,
+    SigningKeyChanged,
+    seal,
+    unseal,
+)
 from airflow_provider_kinetic.core.spec.handles import (
     JobHandle,
     JobStatus,
@@ -101,22 +109,34 @@ def legacy_record_key(identity: Mapping[str, Any]) -> str:
     return f"{RECORDS_PREFIX}/{legacy_task_key(identity)}.json"
 
 
+class UnverifiedRecord(ResultAuthError):
+    """A task record is there but cannot be verified (a signing key that left the ring,
+    an altered record): the try fails instead of ignoring it, which would run the job
+    the record names a second time."""
+
+
 def _read_at(store: ObjectStore, key: str, secret: bytes) -> TaskRecord | None:
     try:
         blob = store.read_bytes(key)
     except ObjectNotFound:
         return None
     try:
-        return TaskRecord(**unseal(secret, blob, store.uri(key)))
+        fields = unseal(secret, blob, store.uri(key))
+        known = TaskRecord.__dataclass_fields__
+        return TaskRecord(**{k: v for k, v in fields.items() if k in known})
     except (ResultAuthError, TypeError) as exc:
-        log.warning("ignoring the task record %s: %s", store.uri(key), exc)
-        return None
+        raise UnverifiedRecord(
+            f"{exc}. This task record names the job an earlier try ran, so this try does "
+            "not run the function again (that could run it twice): make the record "
+            f"readable again, or delete {store.uri(key)} to run the task anew"
+        ) from exc
 
 
 def read_record(
     store: ObjectStore, identity: Mapping[str, Any], secret: bytes
 ) -> TaskRecord | None:
-    """The task's record, or None (none yet, or one that fails its seal: ignored).
+    """The task's record, or None (none yet); ``UnverifiedRecord`` for one that fails
+    its seal (never ignored: that would run its job again).
 
     A record at the earlier versions' key is used when there is none at this one, and
     only if it names no other task (records that old keep no ids: a job started before
@@ -158,6 +178,7 @@ def request_cancel(store: ObjectStore, backend: Backend, handle: JobHandle) -> N
     """Cancel a job so that no later try adopts it: the marker first, then the cancel."""
     store.write_bytes(artifact_key(handle.job_id, CANCEL_MARKER), b"")
     backend.cancel(handle)
+    history.update(store, handle.job_id, history.CANCELLED, "cancel requested")
 
 
 def cancel_requested(store: ObjectStore, handle: JobHandle) -> bool:
@@ -170,6 +191,8 @@ def succeeded_result(
     """Whether the job left an authentic success payload (its pod may be gone)."""
     try:
         payload = read_result(store, handle.job_id, (0,), result_key(handle))
+    except SigningKeyChanged:
+        raise  # a real result this deployment can no longer read: never run it again
     except Exception as exc:  # noqa: BLE001 - unreadable or forged: not a result
         log.warning("result of job %s is not usable: %s", handle.job_id, exc)
         return False

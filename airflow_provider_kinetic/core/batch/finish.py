@@ -1,0 +1,70 @@
+"""A finished batch's history entry and cleanup, the same from the map operator and
+from the batch sensor (``core.jobs.cleanup`` is the policy)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
+from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.cleanup import after_job
+from airflow_provider_kinetic.core.spec.handles import JobHandle
+from airflow_provider_kinetic.core.storage import ObjectStore
+
+#: The children's outcomes a batch's history entry names in its reason.
+OUTCOMES = ("succeeded", "failed", "cancelled", "not_submitted")
+
+
+def batch_ended(
+    state: BatchState,
+    store: ObjectStore,
+    backend: Backend,
+    *,
+    delivered: bool,
+    mode: str,
+    kept_uris: Iterable[str] = (),
+    log_: Any = None,
+) -> int:
+    """Record how the batch ended (SUCCEEDED: its values were delivered, failed
+    children among them with ``return_exceptions``; the reason counts them), then
+    apply the policy to every job it created (retries too): a succeeded child's by
+    the success rule, every other by the failure rule.  Returns how many artifact
+    objects were deleted.
+
+    Not ``delivered`` (the batch failed as a whole, nobody has its values): succeeded
+    children are left exactly as they are, so a retry of the task resumes the batch
+    and collects them instead of running them again."""
+    jobs = [
+        JobHandle(batchrun.child_job_id(state.group_id, index, launch), state.backend, "")
+        for index, launches in state.launches.items()
+        for launch in range(1, launches + 1)
+    ]
+    ok = {state.jobs[i] for i, outcome in state.done.items() if outcome == SUCCEEDED}
+    ids = [job.job_id for job in jobs]
+    if not delivered:
+        jobs, ok = [j for j in jobs if j.job_id not in ok], set()
+    counts = batchrun.counts(state)
+    history.update(
+        store,
+        state.group_id,
+        "SUCCEEDED" if delivered else "FAILED",
+        ", ".join(f"{counts[k]} {k}" for k in OUTCOMES if counts.get(k)) or None,
+        children=counts,
+        # ``jobs cleanup``: whose failed artifacts expire, whose archived logs go with
+        # the entry.
+        child_jobs=ids,
+        failed_jobs=[job_id for job_id in ids if job_id not in ok],
+    )
+    return after_job(
+        store,
+        backend,
+        jobs,
+        succeeded=ok,
+        mode=mode,
+        kept_uris=kept_uris,
+        entry_id=state.group_id,
+        log_=log_,
+    )

@@ -1,0 +1,140 @@
+"""The one cleanup policy: what an ended job leaves in the store and on disk.
+
+Every path that ends a job (sync, deferred, the sensor, batches, failures, cancels)
+calls :func:`after_job`, so they all leave the same thing:
+
+- the backend's own state goes once the outcome is collected, whatever the policy
+  (the cluster's Job / LeaderWorkerSet, the local backend's ``.local-jobs/{id}`` and
+  its temp dir), the local log archived in the history first;
+- the job's artifacts (``{job_id}/``: payload, handle, result, markers) go by policy:
+  ``on_success`` (the default) deletes them once a succeeded job's value is delivered
+  and keeps a failed job's for ``[kinetic] failed_retention_days`` (``jobs cleanup``
+  deletes them after that); ``always`` deletes them however the job ended; ``never``
+  keeps them until ``jobs cleanup`` is asked.  A result that an XCom reference points
+  at is never deleted here: its value lives only there;
+- outputs, the data cache and the history are never touched.
+
+The history entry says which of these happened and how much was left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.spec.handles import JobHandle, artifact_key
+from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.core.storage.stat import stat_objects
+
+log = logging.getLogger(__name__)
+
+ON_SUCCESS = "on_success"
+ALWAYS = "always"
+NEVER = "never"
+POLICIES = (ON_SUCCESS, ALWAYS, NEVER)
+DEFAULT_POLICY = ON_SUCCESS
+#: Earlier spellings, still accepted: "artifacts" deleted on delivery, "none" kept all.
+ALIASES = {"artifacts": ON_SUCCESS, "none": NEVER}
+#: Default of ``[kinetic] failed_retention_days``.
+FAILED_RETENTION_DAYS = 7.0
+#: The most of one local job's log the history keeps (its end).
+LOG_ARCHIVE_BYTES = 8 * 1024 * 1024
+
+
+def policy(value: Any) -> str:
+    """``value`` as one of :data:`POLICIES` (an alias mapped); a ValueError naming the
+    bad value and what is allowed otherwise."""
+    if isinstance(value, str) and value in POLICIES:
+        return value
+    if isinstance(value, str) and value in ALIASES:
+        return ALIASES[value]
+    raise ValueError(
+        f"cleanup={value!r}: allowed values are {', '.join(map(repr, POLICIES))} "
+        f"(earlier spellings: 'artifacts' = 'on_success', 'none' = 'never')"
+    )
+
+
+def deletes(mode: str, succeeded: bool) -> bool:
+    """Whether ``mode`` deletes the artifacts of a job that ended this way."""
+    return mode == ALWAYS or (mode == ON_SUCCESS and succeeded)
+
+
+def release(store: ObjectStore, backend: Backend, handles: Iterable[JobHandle]) -> None:
+    """Archive each ended job's log where the backend does not keep it, then let the
+    backend remove its state (never fatal: the outcome is already collected)."""
+    for handle in handles:
+        try:
+            if not backend.keeps_logs:
+                text = backend.read_logs(handle, 0)[0]
+                if text:
+                    history.archive_log(store, handle.job_id, text, LOG_ARCHIVE_BYTES)
+            backend.release(handle)
+        except Exception as exc:  # noqa: BLE001 - the value is delivered; say, go on
+            log.warning("could not release kinetic job %s: %s", handle.job_id, exc)
+
+
+def left_behind(store: ObjectStore, job_id: str) -> dict[str, int]:
+    """Objects and bytes still under ``{job_id}/``."""
+    sizes = stat_objects(store, f"{job_id}/")
+    return {"objects": len(sizes), "bytes": sum(size for size, _ in sizes.values())}
+
+
+def after_job(
+    store: ObjectStore,
+    backend: Backend,
+    handles: list[JobHandle],
+    *,
+    succeeded: bool | set[str],
+    mode: str,
+    kept_uris: Iterable[str] = (),
+    entry_id: str | None = None,
+    log_: Any = None,
+) -> int:
+    """Apply the policy to ended jobs (one, or a batch's children) whose outcome was
+    collected; update the history entry (``entry_id``: the batch's, else each job's).
+    ``succeeded``: how they all ended, or the ids of those that succeeded.  Returns
+    how many artifact objects were deleted."""
+    logger = log_ or log
+    release(store, backend, handles)
+    kept = set(kept_uris)
+    removed, left = 0, {"objects": 0, "bytes": 0}
+    any_referenced = False
+    for handle in handles:
+        ok = succeeded if isinstance(succeeded, bool) else handle.job_id in succeeded
+        referenced = store.uri(artifact_key(handle.job_id, "result.pkl")) in kept
+        any_referenced = any_referenced or referenced
+        if deletes(mode, ok) and not referenced:
+            removed += store.delete_prefix(f"{handle.job_id}/")
+            here = {"objects": 0, "bytes": 0}
+        else:
+            here = left_behind(store, handle.job_id)
+        left = {k: left[k] + here[k] for k in left}
+        if entry_id is None:
+            _note(store, handle.job_id, mode, here, referenced)
+    if entry_id is not None:
+        _note(store, entry_id, mode, left, any_referenced)
+    if removed:
+        logger.info("cleanup (%s): deleted %d artifact object(s) of %d job(s)", mode, removed,
+                    len(handles))  # fmt: skip
+    return removed
+
+
+def _note(
+    store: ObjectStore,
+    job_id: str,
+    mode: str,
+    left: dict[str, int],
+    referenced: bool,
+) -> None:
+    if not left["objects"]:
+        why = "deleted"
+    elif referenced:
+        why = "kept: an XCom result reference points at a result"
+    elif mode == NEVER:
+        why = "kept: cleanup='never'"
+    else:
+        why = "kept: the job failed ([kinetic] failed_retention_days)"
+    history.update(store, job_id, artifacts={"state": why, **left, "policy": mode})
