@@ -30,4 +30,7 @@ exec "$VENV/bin/pytest" -q -p no:cacheprovider \
   tests/integration/test_cli_stdout.py \
   tests/integration/test_result_edges.py \
   tests/integration/test_kinetic_plugin.py \
+  "tests/integration/test_history.py::test_every_path_leaves_what_the_policy_says_and_the_history_shows_it[on_success]" \
+  tests/integration/test_history.py::test_cleanup_keeps_what_xcoms_need_then_applies_the_retention \
+  tests/integration/test_faults_keys.py \
   "$@"

@@ -20,6 +20,7 @@ from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.manifests import to_yaml
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.jobs.cleanup import after_job
 from airflow_provider_kinetic.core.jobs.submit import PlannedJob, plan_job
 from airflow_provider_kinetic.core.jobs.taskrecord import (
     Step,
@@ -131,6 +132,9 @@ class KineticRunOperator(RunDeferredWait):
             self.log.info("kinetic: earlier try found: %s -> %s", why, step.value)
             if step is Step.SUBMIT and old is not None:  # keep the old record for history
                 supersede_record(store, task_identity(context), record, deployment_secret())
+                # Cancelled or ended, and never collected: the failure rule of the policy.
+                after_job(store, backend, [old], succeeded=False, mode=self.cleanup,
+                          log_=self.log)  # fmt: skip
         if not self.wait_for_completion:
             return self._submit_only(context, config, backend, store, step, old, planned)
         if step is Step.COLLECT:

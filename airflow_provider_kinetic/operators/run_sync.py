@@ -15,7 +15,7 @@ from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.cleanup import after_job
 from airflow_provider_kinetic.core.jobs.polling import StoreOutage, poll_delays
 from airflow_provider_kinetic.core.jobs.results import collect_with_blob
-from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
+from airflow_provider_kinetic.core.jobs.taskrecord import cancel_requested, request_cancel
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.exceptions import KineticJobCancelled, KineticJobFailed
@@ -141,6 +141,8 @@ class RunSyncWait(RunTriesBase):
         job that succeeded but whose result could not be read (the store, a key) is
         left exactly as it is: a retry collects it, nothing runs twice."""
         state = report.status.value
+        if failure is not None and cancel_requested(store, handle):
+            state = history.CANCELLED  # stopped on purpose: not the function's failure
         if failure is not None and report.status is JobStatus.SUCCEEDED:
             history.update(store, handle.job_id, state, f"not collected: {failure}")
             return

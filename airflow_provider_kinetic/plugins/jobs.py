@@ -262,9 +262,7 @@ def _ended_report(
     if report.status is not JobStatus.NOT_FOUND:
         return report
     entry = entry if entry is not None else history.read(store, job_id)
-    if entry is None or entry.get("state") not in history.ENDED:
-        return report
-    return _history_row({**entry, "func": entry.get("func")}, store).report
+    return history.ended_report(entry) or report
 
 
 def detail(found: OpenJob) -> JobDetail:

@@ -24,6 +24,7 @@ from airflow_provider_kinetic import KineticBatchSensor, KineticMapOperator
 from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
 from airflow_provider_kinetic.core.batch.resume import load_live, save_live
 from airflow_provider_kinetic.core.batch.run import child_job_id
+from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 from tests.integration.test_operator_lifecycle import TI
@@ -136,8 +137,12 @@ def test_sensor_crash_before_save_live_adopts_the_relaunched_child(
     caplog.clear()
     result = None
     deadline = time.monotonic() + DEADLINE_S
+    pids: dict[str, int] = {}  # each child's supervisor, seen before it is released
     while result is None:
         assert time.monotonic() < deadline, load_live(store, group, secret).to_dict()
+        for job in jobs:
+            if (pid_file := root / STATE_DIR / job / "pid").exists():
+                pids[job] = int(pid_file.read_text())
         sensor = _sensor(batch)
         done = sensor.poke({})
         if done:
@@ -164,10 +169,10 @@ def test_sensor_crash_before_save_live_adopts_the_relaunched_child(
     final = load_live(store, group, secret)
     assert final.jobs == dict(enumerate(jobs)) and final.launches == {0: 1, 1: 1, 2: 1}
     assert final.done == {0: "SUCCEEDED", 1: "SUCCEEDED", 2: "SUCCEEDED"} and not final.active
-    # No other job was ever created, and none is still running.
-    assert sorted(p.name for p in (root / STATE_DIR).iterdir()) == sorted(jobs)
-    for job in jobs:
-        jdir = root / STATE_DIR / job
-        assert (jdir / "exit_code").read_text().strip() == "0"
-        pid = int((jdir / "pid").read_text())
+    # No other job was ever created (the batch's history names every job it made), none
+    # is still running, and their local state went once the batch was delivered.
+    assert history.read(store, group)["child_jobs"] == jobs
+    assert list((root / STATE_DIR).iterdir()) == []
+    assert sorted(pids) == sorted(jobs)
+    for job, pid in pids.items():
         assert _group_gone(pid), f"{job} (process group {pid}) is still running"

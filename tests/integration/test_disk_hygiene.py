@@ -80,3 +80,45 @@ def test_fifty_jobs_and_a_batch_leave_no_work_dirs(tmp_path, monkeypatch):
         for name in ("payload.pkl", "handle.json", "result.pkl"):
             path = store_root / handle.job_id / name
             assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def leave_temp_then_die(how: str) -> None:
+    """Fill the temp dir, then end without any cleanup running."""
+    import os
+    import signal
+    import tempfile
+
+    os.makedirs(os.path.join(tempfile.gettempdir(), "left-by-the-function"))
+    with open(os.path.join(tempfile.gettempdir(), "scratch.bin"), "wb") as f:
+        f.write(b"x" * 4096)
+    print("filled the temp dir", flush=True)
+    if how == "exit":
+        os._exit(3)  # no atexit, no finally: the runner cannot clean its work dir
+    os.kill(os.getpid(), signal.SIGKILL if how == "kill" else signal.SIGSEGV)
+
+
+def test_the_supervisor_removes_what_a_job_ended_by_exit_or_signal_left(tmp_path, monkeypatch):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # the supervisor's temp dirs go here
+    config = KineticConfig(backend="local", root=str(tmp_path / "store"))
+    backend = LocalBackend(config.bucket_name)
+    store = config.store()
+    handles = []
+    for how in ("exit", "kill", "segv"):
+        req = JobRequest(func=leave_temp_then_die, args=(how,))
+        handles.append(submit_job(req, config, backend, store, SECRET)[0])
+    deadline = time.monotonic() + 120
+    while not all(backend.status(h).status.is_terminal for h in handles):
+        assert time.monotonic() < deadline, [backend.status(h) for h in handles]
+        backend.wait(handles, 1.0)
+    for handle in handles:
+        report = backend.status(handle)
+        assert report.status.value == "FAILED", report
+        assert "filled the temp dir" in backend.read_logs(handle, 0)[0]
+    # Every job had its own temp dir (the runner's work dir and the function's files
+    # were in it), and the supervisor removed it once the job ended, however it ended.
+    assert list(tmp.iterdir()) == []
+    for handle in handles:
+        backend.release(handle)  # collected: the job's state dir goes too
+        assert not Path(config.bucket_name, ".local-jobs", handle.job_id).exists()

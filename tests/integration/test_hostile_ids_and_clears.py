@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.taskrecord import read_record
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
@@ -255,7 +256,9 @@ def test_a_killed_task_fixed_and_cleared_cancels_the_old_job(tmp_path, root):
     assert value == {"rid": "manual__s", "task": "t", "version": 2, "fixed": True}
     assert f"job {old.job_id} (RUNNING) ran other work than this try's" in out
     assert "cancelled it, running the new work" in out
-    assert (root / ".local-jobs" / old.job_id / "cancelled").exists()
+    # The old job was cancelled, and released like any ended job nobody will collect.
+    assert history.read(store, old.job_id)["state"] == "CANCELLED"
+    assert not (root / ".local-jobs" / old.job_id).exists()
 
 
 def test_a_result_airflow_refuses_is_kept_and_collected_by_the_retry(tmp_path, root):

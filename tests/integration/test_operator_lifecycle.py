@@ -18,9 +18,11 @@ import pytest
 from airflow_provider_kinetic import KineticRunOperator
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobHandle
+from airflow_provider_kinetic.core.storage import LocalStore
 
 
 class TI:
@@ -89,9 +91,12 @@ def test_on_kill_cancels_the_job_this_try_started(local_conn):
     op.on_kill()
     worker.join(60)
     assert not worker.is_alive()
-    report = backend.status(handle)
-    assert report.status.value == "FAILED" and report.reason == "cancelled"
     assert errors and "cancelled" in str(errors[0])
+    # Collected: its local state went, and its history says it was cancelled.
+    assert backend.status(handle).status.value == "NOT_FOUND"
+    entry = history.read(LocalStore(str(local_conn)), handle.job_id)
+    assert entry["state"] == "CANCELLED" and entry["ended_at"]
+    assert "cancelled" in entry["reason"]
 
 
 def test_retry_adopts_the_running_job_instead_of_submitting_again(local_conn, capfd, caplog):
@@ -110,7 +115,10 @@ def test_retry_adopts_the_running_job_instead_of_submitting_again(local_conn, ca
     ti = TI()
     assert op.execute({"ti": ti, "task_state_store": store}) == 42
     assert ti.xcom["kinetic_job"]["job_id"] == previous.job_id
-    assert [p.name for p in (local_conn / ".local-jobs").iterdir()] == [previous.job_id]
+    # No second job: the store's history knows only the adopted one.
+    assert [p.parent.name for p in (local_conn / "history").glob("*/entry.json")] == [
+        previous.job_id
+    ]
     log = "".join(capfd.readouterr()) + caplog.text
     assert f"adopting still-RUNNING kinetic job {previous.job_id}" in log
     # Each line of the job's log reached the task log exactly once.

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.storage import LocalStore
 from tests.fixtures.standalone import (
     REPO,
     RUN_DEADLINE_S,
@@ -128,12 +130,15 @@ def test_clearing_a_deferred_task_runs_one_new_job(tmp_path: Path):
             "GET", ti_path + "/xcomEntries/return_value", params={"deserialize": True}
         ).json()["value"]
         assert value == "execution 2"
-        jobs = sorted(p.name for p in jobs_dir.iterdir())
-        assert len(jobs) == 2 and first_job in jobs  # exactly one new job
-        first = jobs_dir / first_job
-        assert (first / "cancelled").exists() and (first / "exit_code").read_text() != "0"
-        second = next(jobs_dir / j for j in jobs if j != first_job)
-        assert (second / "exit_code").read_text() == "0"
+        # Exactly one new job: the store's history knows two, the first cancelled by the
+        # clear, the second succeeded; both were collected, so their local state went.
+        store = LocalStore(str(s.home / "kinetic"))
+        entries = {e["job_id"]: e for e in history.entries(store)}
+        assert len(entries) == 2 and first_job in entries
+        assert entries[first_job]["state"] == "CANCELLED"
+        (second,) = [e for j, e in entries.items() if j != first_job]
+        assert second["state"] == "SUCCEEDED"
+        assert list(jobs_dir.iterdir()) == []
         assert marker.read_text().count("run") == 2
 
 

@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 
+from airflow_provider_kinetic.core.data.locallinks import HOST_TMPDIR_ENV
+
 SECRETS_FILE = "secrets.json"
 #: The file in the job dir that names the child's temp dir.
 TMPDIR_FILE = "tmpdir"
@@ -47,6 +49,7 @@ def main(argv: list[str]) -> int:
     os.umask(0o077)  # whatever the job writes (result, downloads) is owner-only
     tmp_dir = tempfile.mkdtemp(prefix=f"kinetic-job-{os.path.basename(jdir)}-")
     write_atomic(os.path.join(jdir, TMPDIR_FILE), tmp_dir)
+    env[HOST_TMPDIR_ENV] = tempfile.gettempdir()  # what jobs share (volume link counts)
     env["TMPDIR"] = tmp_dir
     child = subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE if masks else None, stderr=subprocess.STDOUT

@@ -21,13 +21,20 @@ from collections.abc import Iterator
 STATE_DIR = "kinetic-mounts"
 #: Set by the local backend: mount paths are host paths, so volumes become links.
 LOCAL_MOUNTS_ENV = "KINETIC_LOCAL_MOUNTS"
+#: The machine's temp dir, set by the local supervisor, which gives each job a temp dir
+#: of its own (``TMPDIR``): the counts must be shared by every job on the machine.
+HOST_TMPDIR_ENV = "KINETIC_HOST_TMPDIR"
+
+
+def _shared_tmp() -> str:
+    return os.environ.get(HOST_TMPDIR_ENV) or tempfile.gettempdir()
 
 
 @contextlib.contextmanager
 def _locked(mount: str) -> Iterator[str]:
     """Hold the mount path's lock; the last user removes the lock file (and the state
     dir when empty), so nothing is left in the temp dir between jobs."""
-    state = os.path.join(tempfile.gettempdir(), STATE_DIR)
+    state = os.path.join(_shared_tmp(), STATE_DIR)
     base = os.path.join(state, hashlib.sha256(mount.encode()).hexdigest()[:32])
     while True:
         os.makedirs(state, mode=0o700, exist_ok=True)

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_kinetic.core.spec.handles import JobHandle
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -197,6 +197,18 @@ def read(store: ObjectStore, job_id: str) -> dict[str, Any] | None:
         log.warning("skipping %s: %s", store.uri(entry_key(job_id)), exc)
         return None
     return entry if isinstance(entry, dict) and entry.get("job_id") == job_id else None
+
+
+def ended_report(entry: Mapping[str, Any] | None) -> StatusReport | None:
+    """How an entry says its job ended, as a backend would report it (None: it has not
+    ended, or nobody saw how).  For a job whose backend state was released once its
+    outcome was collected: its backend answers NOT_FOUND, its history knows."""
+    state = (entry or {}).get("state")
+    if state == "SUCCEEDED":
+        return StatusReport(JobStatus.SUCCEEDED, (entry or {}).get("reason"))
+    if state in ENDED and state != "NOT_FOUND":
+        return StatusReport(JobStatus.FAILED, (entry or {}).get("reason") or str(state).lower())
+    return None
 
 
 def archive_log(store: ObjectStore, job_id: str, text: str, max_bytes: int) -> str | None:

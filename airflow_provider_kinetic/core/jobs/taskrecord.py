@@ -177,8 +177,9 @@ def supersede_record(
 def request_cancel(store: ObjectStore, backend: Backend, handle: JobHandle) -> None:
     """Cancel a job so that no later try adopts it: the marker first, then the cancel."""
     store.write_bytes(artifact_key(handle.job_id, CANCEL_MARKER), b"")
-    backend.cancel(handle)
+    # Before the cancel: whoever collects the job after it stops writes the last word.
     history.update(store, handle.job_id, history.CANCELLED, "cancel requested")
+    backend.cancel(handle)
 
 
 def cancel_requested(store: ObjectStore, handle: JobHandle) -> bool:
