@@ -105,18 +105,22 @@ class RunSyncWait(RunTriesBase):
                 exc,
                 "\n" + tb if tb else "",
             )
-            self._delete_job(backend, handle)
-            self._ended(store, backend, handle, report, describe_failure(exc))
+            try:  # its log archived before the Job (and its pods) go
+                self._ended(store, backend, handle, report, describe_failure(exc))
+            finally:
+                self._delete_job(backend, handle)
             raise KineticJobFailed(
                 f"kinetic job {handle.job_id} failed: {describe_failure(exc)}",
                 job_id=handle.job_id,
             ) from exc
-        self._delete_job(backend, handle)
         multiple = bool(getattr(self, "multiple_outputs", False))
         delivered = xcom_value(value, store, handle.job_id, blob, self.log, multiple)
         push_value(self, context, delivered)  # Airflow has it before anything is deleted
         self._write_record(context, store, handle, delivered=True)
-        self._ended(store, backend, handle, report, None, result_ref_uris(delivered))
+        try:
+            self._ended(store, backend, handle, report, None, result_ref_uris(delivered))
+        finally:
+            self._delete_job(backend, handle)
         return delivered
 
     def _delete_job(self, backend: Backend, handle: JobHandle) -> None:
@@ -155,4 +159,5 @@ class RunSyncWait(RunTriesBase):
             mode=self.cleanup,
             kept_uris=kept_uris,
             log_=self.log,
+            archive_logs=True,
         )

@@ -252,9 +252,10 @@ class RunTriesBase(KineticOperatorBase):
             used + 1,
             self.preemption_retries,
         )
-        backend.cancel(handle)  # delete what is left of it
         history.update(store, handle.job_id, "PREEMPTED", report.reason)
-        after_job(store, backend, [handle], succeeded=False, mode=self.cleanup, log_=self.log)
+        after_job(store, backend, [handle], succeeded=False, mode=self.cleanup, log_=self.log,
+                  archive_logs=True)  # fmt: skip
+        backend.cancel(handle)  # delete what is left of it
         new = self._submit(context, config, backend, store)
         self._write_record(context, store, new, preemptions=used + 1)
         self._publish(context, new)

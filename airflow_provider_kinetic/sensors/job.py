@@ -119,7 +119,9 @@ class KineticJobSensor(BaseSensorOperator):
     def _cleanup(
         self, hook: KineticHook, backend: Any, handle: JobHandle, ok: bool, kept: set[str]
     ) -> None:
-        """The policy of ``core.jobs.cleanup``, as the submitting operator applies it."""
+        """The policy of ``core.jobs.cleanup``, as the submitting operator applies it:
+        its log archived, then its Job / LeaderWorkerSet deleted (a LeaderWorkerSet has
+        no TTL: nobody else would), its artifacts by policy."""
         after_job(
             hook.get_store(),
             backend,
@@ -128,7 +130,12 @@ class KineticJobSensor(BaseSensorOperator):
             mode=self.cleanup,
             kept_uris=kept,
             log_=self.log,
+            archive_logs=True,
         )
+        try:
+            backend.cancel(handle)  # an ended job: deletes what is left of it
+        except Exception as exc:  # noqa: BLE001 - the outcome stands
+            self.log.warning("could not delete job %s: %s", handle.job_id, exc)
 
     def _result(
         self,

@@ -35,6 +35,7 @@ from airflow_provider_kinetic.core.backends import k8s_logs
 from airflow_provider_kinetic.core.backends import k8s_status as ks
 from airflow_provider_kinetic.core.backends.local import RUNNER_MODULE
 from airflow_provider_kinetic.core.backends.manifests import job_manifest
+from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.signing import job_key
 from airflow_provider_kinetic.core.runtime.context import build_context
 from airflow_provider_kinetic.core.spec.identity import key_part
@@ -278,6 +279,13 @@ def test_gke_job_end_to_end(load_dag, connections, api, google_token, capfd, mod
 
     # Collected: the Job is deleted, and (with cleanup="artifacts") its store objects.
     assert api.read(f"{JOBS}/{job['metadata']['name']}") is None
+    # Its history outlives both: how it ended, where its log is, and the pod's log
+    # itself, archived before the Job (and its pods) went.
+    store = GcsStore(bucket)
+    entry = history.read(store, job_id)
+    assert (entry["state"], entry["backend"], entry["task_id"]) == ("SUCCEEDED", "gke", "steps")
+    assert entry["log"].startswith("https://console.cloud.google.com/logs")
+    assert history.read_log(store, job_id).splitlines() == kubelet.log_lines
     if mode == "deferrable":
         assert GcsStore(bucket).list(f"{job_id}/") == []
     else:  # The Job sent is exactly the manifest of this run's spec.

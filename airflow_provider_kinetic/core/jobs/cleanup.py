@@ -62,12 +62,19 @@ def deletes(mode: str, succeeded: bool) -> bool:
     return mode == ALWAYS or (mode == ON_SUCCESS and succeeded)
 
 
-def release(store: ObjectStore, backend: Backend, handles: Iterable[JobHandle]) -> None:
-    """Archive each ended job's log where the backend does not keep it, then let the
-    backend remove its state (never fatal: the outcome is already collected)."""
+def release(
+    store: ObjectStore,
+    backend: Backend,
+    handles: Iterable[JobHandle],
+    archive_logs: bool | None = None,
+) -> None:
+    """Archive each ended job's log (by default where the backend does not keep it;
+    ``archive_logs=True``: a single job's pod log too, before its Job is deleted), then
+    let the backend remove its state (never fatal: the outcome is already collected)."""
+    archive = not backend.keeps_logs if archive_logs is None else archive_logs
     for handle in handles:
         try:
-            if not backend.keeps_logs:
+            if archive:
                 text = backend.read_logs(handle, 0)[0]
                 if text:
                     history.archive_log(store, handle.job_id, text, LOG_ARCHIVE_BYTES)
@@ -92,13 +99,16 @@ def after_job(
     kept_uris: Iterable[str] = (),
     entry_id: str | None = None,
     log_: Any = None,
+    archive_logs: bool | None = None,
 ) -> int:
     """Apply the policy to ended jobs (one, or a batch's children) whose outcome was
     collected; update the history entry (``entry_id``: the batch's, else each job's).
-    ``succeeded``: how they all ended, or the ids of those that succeeded.  Returns
-    how many artifact objects were deleted."""
+    ``succeeded``: how they all ended, or the ids of those that succeeded;
+    ``archive_logs`` as for :func:`release` (a batch's children on a cluster stay in its
+    logging, one read per child would be too many).  Returns how many artifact objects
+    were deleted."""
     logger = log_ or log
-    release(store, backend, handles)
+    release(store, backend, handles, archive_logs)
     kept = set(kept_uris)
     removed, left = 0, {"objects": 0, "bytes": 0}
     any_referenced = False
