@@ -448,3 +448,37 @@ def test_gcs_big_files_take_the_chunked_upload(
     assert read_tree(tmp_path / "dst") == read_tree(tmp_path / "src")
     monkeypatch.undo()
     assert not gcs._is_real_gcs(fake_gcs.client())
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    from airflow_provider_kinetic.core.storage import LocalStore
+
+    store, n = LocalStore(sys.argv[1]), int(sys.argv[3])
+    for i in range(n):  # small objects, back to back: the staging dir comes and goes
+        store.write_bytes(f"w{sys.argv[2]}/{i}.json", b"{}")
+    """
+)
+
+
+def test_local_writers_in_many_processes_never_lose_the_staging_dir(tmp_path: Path) -> None:
+    """Every writer removes the shared staging dir when it has nothing in flight; other
+    processes creating their temp file in it at that moment must retry, not fail
+    (seen as ``FileNotFoundError: .kinetic-tmp/...`` with tries writing side by side)."""
+    root, n = tmp_path / "store", 300
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(root), str(w), str(n)],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for w in range(6)
+    ]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, "\n".join(errors)[-3000:]
+    store = LocalStore(str(root))
+    assert all(len(store.list(f"w{w}/")) == n for w in range(6))
+    assert not (root / ".kinetic-tmp").exists()  # nothing left behind

@@ -95,6 +95,12 @@ def _writer_alive(pid: int) -> bool:
     return True
 
 
+#: Tries to create a temp file in the staging dir: each writer removes the dir when it
+#: has nothing in flight, so with many processes writing (tries, history, records) the
+#: dir can go between our ``makedirs`` and ``open`` more than once in a row.
+_STAGING_ATTEMPTS = 50
+
+
 class LocalStore(ObjectStore):
     """Objects are files under ``root``; a key ``a/b/c`` is the file ``root/a/b/c``."""
 
@@ -270,12 +276,12 @@ class LocalStore(ObjectStore):
         key: str,
     ) -> None:
         tmp = os.path.join(tmp_dir, f"{os.getpid()}-{secrets.token_hex(8)}{TMP_SUFFIX}")
-        for attempt in range(3):
+        for attempt in range(_STAGING_ATTEMPTS):
             try:
                 fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
                 break
             except FileNotFoundError:  # no staging dir yet, or another process removed it
-                if attempt == 2:
+                if attempt == _STAGING_ATTEMPTS - 1:
                     raise
                 # Not exist_ok: that re-checks isdir, which races with a writer's rmdir.
                 with contextlib.suppress(FileExistsError):
