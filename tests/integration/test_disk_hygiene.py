@@ -122,3 +122,10 @@ def test_the_supervisor_removes_what_a_job_ended_by_exit_or_signal_left(tmp_path
     for handle in handles:
         backend.release(handle)  # collected: the job's state dir goes too
         assert not Path(config.bucket_name, ".local-jobs", handle.job_id).exists()
+
+
+def test_the_supervisor_and_the_volume_links_name_the_same_shared_temp_dir():
+    from airflow_provider_kinetic.core.backends import supervise
+    from airflow_provider_kinetic.core.data import locallinks
+
+    assert supervise.HOST_TMPDIR_ENV == locallinks.HOST_TMPDIR_ENV

@@ -23,11 +23,12 @@ import subprocess
 import sys
 import tempfile
 
-from airflow_provider_kinetic.core.data.locallinks import HOST_TMPDIR_ENV
-
 SECRETS_FILE = "secrets.json"
 #: The file in the job dir that names the child's temp dir.
 TMPDIR_FILE = "tmpdir"
+#: ``core.data.locallinks.HOST_TMPDIR_ENV``, spelled out: this entry point starts once
+#: per job and imports nothing of the package (the data package costs ~25 ms to import).
+HOST_TMPDIR_ENV = "KINETIC_HOST_TMPDIR"
 #: Shorter values are not masked (as Airflow's masker, which skips very short secrets).
 MIN_MASK = 5
 
