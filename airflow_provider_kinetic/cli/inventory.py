@@ -11,16 +11,15 @@ Nothing here imports Airflow: callers pass the deployment secret in.
 
 from __future__ import annotations
 
-import calendar
 import json
 import logging
 import os
 import re
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from airflow_provider_kinetic.core.data.cache import CACHE_PREFIX, MARKER_PREFIX
+from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.signing import ResultAuthError, unseal
 from airflow_provider_kinetic.core.jobs.taskrecord import RECORDS_PREFIX
 from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE
@@ -178,10 +177,18 @@ def list_jobs(store: ObjectStore, secret: bytes, index: TaskIndex | None = None)
 
 def created_epoch(handle: JobHandle) -> float | None:
     """``created_at`` (kinetic's ``%Y-%m-%dT%H:%M:%SZ``) as epoch seconds."""
-    try:
-        return float(calendar.timegm(time.strptime(handle.created_at, "%Y-%m-%dT%H:%M:%SZ")))
-    except (TypeError, ValueError):
-        return None
+    return history.iso_epoch(handle.created_at)
+
+
+def last_write(store: ObjectStore, job_id: str, record_key: str | None = None) -> str | None:
+    """When an ended job last wrote to the store (its result, error or log), else when
+    its task record was last written (its delivery): how it ended when nobody waiting
+    recorded it; the store is the one record every backend keeps."""
+    times = [mtime for _, mtime in stat_objects(store, f"{job_id}/").values()]
+    if not times and record_key:
+        found = stat_objects(store, record_key.rsplit("/", 1)[0] + "/").get(record_key)
+        times = [found[1]] if found else []
+    return history.now_iso(max(times)) if times else None
 
 
 # ---- data cache -------------------------------------------------------------------

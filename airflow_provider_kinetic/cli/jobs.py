@@ -26,7 +26,6 @@ from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectNotFound
-from airflow_provider_kinetic.core.storage.stat import stat_objects
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 
@@ -190,8 +189,7 @@ def history_rows(statuses: JobStatuses, keep: history.Filter) -> list[dict[str, 
                 row["state"], row["reason"] = report.status.value, report.reason
             if report is not None and report.status.is_terminal and not row["ended_at"]:
                 # Nobody waiting recorded its end: its last write to the store is it.
-                times = [mtime for _, mtime in stat_objects(store, f"{row['job_id']}/").values()]
-                row["ended_at"] = history.now_iso(max(times)) if times else None
+                row["ended_at"] = inventory.last_write(store, row["job_id"])
     if keep.state:
         rows = [row for row in rows if row["state"] == keep.state]
     rows.sort(key=lambda r: (str(r["submitted_at"] or ""), r["job_id"]), reverse=True)

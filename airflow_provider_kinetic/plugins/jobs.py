@@ -11,7 +11,6 @@ keeps working.  Nothing here renders HTML or knows about HTTP.
 
 from __future__ import annotations
 
-import datetime
 import re
 import urllib.parse
 from dataclasses import dataclass, field
@@ -85,24 +84,6 @@ class JobDetail:
     files_truncated: bool = False
 
 
-def _iso(epoch: float | None) -> str:
-    if not epoch:
-        return ""
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def ended_at(store: ObjectStore, job_id: str, record_key: str | None = None) -> str:
-    """When a finished job last wrote to the store (its result, error or log), else
-    when its task record was last written (its delivery): the store is the one record
-    every backend keeps, so this works on GCS as locally."""
-    times = [mtime for _, mtime in stat_objects(store, f"{job_id}/").values()]
-    if not times and record_key:
-        folder = record_key.rsplit("/", 1)[0] + "/"
-        found = stat_objects(store, folder).get(record_key)
-        times = [found[1]] if found else []
-    return _iso(max(times)) if times else ""
-
-
 def _with_task(entry: inventory.JobEntry, index: inventory.TaskIndex) -> inventory.JobEntry:
     found = index.lookup(entry.handle)
     if found is not None:
@@ -121,7 +102,8 @@ def _row(
     )  # fmt: skip
     if report.status.is_terminal:
         record = index.handles.get(entry.handle.job_id)
-        row.ended = ended_at(store, entry.handle.job_id, record[0] if record else None)
+        key = record[0] if record else None
+        row.ended = inventory.last_write(store, entry.handle.job_id, key) or ""
     return row
 
 
@@ -229,7 +211,7 @@ def open_job(conn_id: str, job_id: str) -> OpenJob:
             stored = JobHandle.from_dict(index.handles[job_id][1])
         else:
             assert entry is not None
-            stored = _history_row({**entry, "func": entry.get("func")}, store).handle
+            stored = _history_row(entry, store).handle
         handle = stored.evolve(
             k8s_name=backend_class(stored.backend).object_name(job_id),
             namespace=hook.get_config().namespace,
@@ -254,22 +236,11 @@ def output_prefix(store: ObjectStore, output_dir: str | None) -> str | None:
     return prefix + "/" if prefix else None
 
 
-def _ended_report(
-    store: ObjectStore, job_id: str, report: StatusReport, entry: dict | None = None
-) -> StatusReport:
-    """``report``, unless the backend no longer knows the job (its state was released
-    once collected) and the history says how it ended."""
-    if report.status is not JobStatus.NOT_FOUND:
-        return report
-    entry = entry if entry is not None else history.read(store, job_id)
-    return history.ended_report(entry) or report
-
-
 def detail(found: OpenJob) -> JobDetail:
     """Everything the job page shows besides the log."""
     job, store = found.job, found.job.store
     entry = history.read(store, job.job_id)
-    row = _row(found.entry, _ended_report(store, job.job_id, job.status(), entry), store,
+    row = _row(found.entry, history.settled(store, job.job_id, job.status(), entry), store,
                found.index)  # fmt: skip
     if entry is not None:
         row.ended = row.ended or entry.get("ended_at") or ""
@@ -296,7 +267,7 @@ def output_key(job: AttachedJob, name: str) -> str | None:
 def log_chunk(job: AttachedJob, offset: int) -> dict[str, object]:
     """New log text from ``offset``; the status is read first, so a reader that stops
     at a terminal status has every line (as ``AttachedJob.tail`` does)."""
-    report = _ended_report(job.store, job.job_id, job.status())
+    report = history.settled(job.store, job.job_id, job.status())
     text, next_offset = job.backend.read_logs(job.handle, max(0, offset))
     if not text and report.status.is_terminal and not job.backend.keeps_logs:
         kept = history.read_log(job.store, job.job_id) or ""  # the backend's copy went

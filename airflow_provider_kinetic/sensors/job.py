@@ -89,11 +89,9 @@ class KineticJobSensor(BaseSensorOperator):
         hook = KineticHook(self.kinetic_conn_id)
         backend = hook.get_backend(handle.backend)
         report = backend.status(handle)
-        if report.status is JobStatus.NOT_FOUND:
-            # Collected already (by the task that submitted it, say) and its backend
-            # state released: the store's history says how it ended.
-            entry = history.read(hook.get_store(), handle.job_id)
-            report = history.ended_report(entry) or report
+        # Collected already (by the task that submitted it, say), its backend state
+        # released: the store's history says how it ended.
+        report = history.settled(hook.get_store(), handle.job_id, report)
         self.log.info("kinetic job %s: %s", handle.job_id, report.describe())
         if report.status is JobStatus.SUCCEEDED:
             # A result that cannot be read (the store, a key) raises here and leaves

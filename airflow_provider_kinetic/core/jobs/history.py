@@ -211,6 +211,17 @@ def ended_report(entry: Mapping[str, Any] | None) -> StatusReport | None:
     return None
 
 
+def settled(
+    store: ObjectStore, job_id: str, report: StatusReport, entry: Mapping[str, Any] | None = None
+) -> StatusReport:
+    """``report``, unless its backend no longer knows the job (NOT_FOUND: its state was
+    released once its outcome was collected) and the history says how it ended
+    (``entry``: the job's entry when the caller has read it)."""
+    if report.status is not JobStatus.NOT_FOUND:
+        return report
+    return ended_report(entry if entry is not None else read(store, job_id)) or report
+
+
 def archive_log(store: ObjectStore, job_id: str, text: str, max_bytes: int) -> str | None:
     """Keep a job's log in the history (its last ``max_bytes``); the log's URI."""
     data = text.encode()
