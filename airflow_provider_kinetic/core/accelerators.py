@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from airflow_provider_kinetic.core.accelerator_catalog import (
+    ARCHES,
     CORES_PER_CHIP_NAMING,
     GPU_ALIASES,
     GPU_PREFERENCE,
@@ -36,6 +37,7 @@ from airflow_provider_kinetic.core.accelerator_catalog import (
 from airflow_provider_kinetic.core.errors import KineticError
 
 __all__ = [
+    "ARCHES",
     "GPU_TYPES",
     "TPU_TYPES",
     "Accelerator",
@@ -50,7 +52,8 @@ __all__ = [
 
 _ALLOWED_FORMS = (
     '"cpu", "cpu:N", "gpu", "gpu:N", "N", "gpu-l4", "gpu-a100x4", "l4:2", '
-    '"tpu", "tpu:N", "tpu-v5e-4", "tpu-v6e-2x4", "tpu-v5litepod", '
+    '"gpu-h200x8", "tpu", "tpu:N", "tpu-v5e-4", "tpu-v6e-2x4", "tpu-v5litepod", '
+    '"tpu-tpu7x-2x2x1", '
     'any of them with a ":spot" suffix'
 )
 
@@ -89,6 +92,15 @@ _SPOT_TOLERATION = {
     "value": "true",
     "effect": "NoSchedule",
 }
+_ARCH_LABEL = "kubernetes.io/arch"
+# Arm node pools are often tainted kubernetes.io/arch=arm64:NoSchedule; tolerating the
+# taint is harmless where a node has none.
+_ARM_TOLERATION = {
+    "key": _ARCH_LABEL,
+    "operator": "Equal",
+    "value": "arm64",
+    "effect": "NoSchedule",
+}
 
 
 @dataclass(frozen=True)
@@ -103,6 +115,8 @@ class Accelerator:
     topology: str | None = None
     machine_type: str | None = None
     num_nodes: int = 1
+    #: The hosts' CPU architecture (``ARCHES``): the image must be built for it.
+    arch: Literal["amd64", "arm64"] = "amd64"
 
     @property
     def category(self) -> Literal["cpu", "gpu", "tpu"]:
@@ -122,6 +136,11 @@ class Accelerator:
         if self.kind == "gpu":
             return self.count
         return 0
+
+    @property
+    def platform(self) -> str:
+        """The container platform the hosts run (``linux/amd64``, ``linux/arm64``)."""
+        return f"linux/{self.arch}"
 
     @property
     def is_multi_host(self) -> bool:
@@ -151,6 +170,8 @@ class Accelerator:
             selector["cloud.google.com/gke-tpu-topology"] = str(self.topology)
         elif self.kind == "gpu":
             selector["cloud.google.com/gke-accelerator"] = str(self.gke_label)
+        if self.arch != "amd64":
+            selector[_ARCH_LABEL] = self.arch
         if self.spot:
             selector["cloud.google.com/gke-spot"] = "true"
         return selector
@@ -165,6 +186,8 @@ class Accelerator:
         taint_key = {"tpu": "google.com/tpu", "gpu": "nvidia.com/gpu"}.get(self.kind)
         if taint_key:
             result.append({"key": taint_key, "operator": "Exists", "effect": "NoSchedule"})
+        if self.arch == "arm64":
+            result.append(dict(_ARM_TOLERATION))
         if self.spot:
             result.append(dict(_SPOT_TOLERATION))
         return result
@@ -191,6 +214,7 @@ def _make_gpu(value: object, gpu: GpuType, count: int, spot: bool) -> Accelerato
         spot=spot,
         gke_label=gpu.gke_label,
         machine_type=gpu.counts[count],
+        arch="arm64" if gpu.arch == "arm64" else "amd64",  # the catalog checks it
     )
 
 
@@ -209,6 +233,7 @@ def _make_tpu(value: object, tpu: TpuType, chips: int, spot: bool) -> Accelerato
         topology=shape.topology,
         machine_type=shape.machine_type,
         num_nodes=shape.num_nodes,
+        arch="arm64" if tpu.arch == "arm64" else "amd64",
     )
 
 
@@ -247,10 +272,14 @@ def _tpu_named(name: str) -> TpuType | None:
 
 
 def _tpu_by_chips(value: object, chips: int, spot: bool) -> Accelerator | None:
-    """The most capable TPU generation with a ``chips``-chip slice, if any."""
-    for name in TPU_PREFERENCE:
-        if chips in TPU_TYPES[name].slices:
-            return _make_tpu(value, TPU_TYPES[name], chips, spot)
+    """The most capable TPU generation with a ``chips``-chip slice, if any: among
+    kinetic 0.0.4's shapes first (a count kinetic resolved keeps its hardware), then
+    among the shapes added since."""
+    for kinetic_only in (True, False):
+        for name in TPU_PREFERENCE:
+            shape = TPU_TYPES[name].slices.get(chips)
+            if shape is not None and (shape.in_kinetic or not kinetic_only):
+                return _make_tpu(value, TPU_TYPES[name], chips, spot)
     return None
 
 

@@ -8,6 +8,11 @@ Build runs ``docker build`` with ``images=[uri]``, through providers-google's
 ``CloudBuildHook``; its status and step transitions are logged while it runs, and a
 build that does not succeed raises :class:`ImageBuildError` carrying its log URL.
 
+An image for arm64 hosts (``plan.arch``; GB200) is built on Cloud Build's x86 workers
+through QEMU: one step registers the arm64 binfmt handler (``BINFMT_IMAGE``), the next
+is the same ``docker build`` with ``--platform linux/arm64``, and Cloud Build pushes
+it as it pushes any image (``images=[uri]``).
+
 The build logs to the jobs bucket only (``GCS_ONLY``, ``logs_bucket`` =
 ``gs://{bucket}/_builds/logs``), not to Cloud Logging: one object the task can read
 with the store's own client, so the build's lines are copied into the task log as it
@@ -42,6 +47,8 @@ log = logging.getLogger(__name__)
 
 ENDPOINT_ENV = "KINETIC_IMAGE_API_ENDPOINT"
 DOCKER_BUILDER = "gcr.io/cloud-builders/docker"
+#: Registers QEMU binfmt handlers so a build step can run another architecture's code.
+BINFMT_IMAGE = "tonistiigi/binfmt"
 BUILD_TIMEOUT_S = 1200
 #: Where build contexts are uploaded in the jobs bucket (deleted after the build).
 BUILDS_PREFIX = "_builds"
@@ -194,24 +201,20 @@ class ImageBuildHook:
         return True
 
     def build_request(self, plan: ImagePlan, bucket: str, key: str) -> Any:
-        """The Cloud Build ``Build``: one ``docker build`` step, the image pushed."""
+        """The Cloud Build ``Build``: one ``docker build`` step (for arm64 hosts: binfmt,
+        then the build with ``--platform``), the image pushed."""
         from google.cloud.devtools.cloudbuild_v1 import types as cb
         from google.protobuf import duration_pb2
 
         return cb.Build(
             source=cb.Source(storage_source=cb.StorageSource(bucket=bucket, object_=key)),
-            steps=[
-                cb.BuildStep(
-                    name=DOCKER_BUILDER,
-                    args=["build", "--network=cloudbuild", "-t", plan.uri, "."],
-                )
-            ],
+            steps=[cb.BuildStep(name=DOCKER_BUILDER, args=args) for args in build_steps(plan)],
             images=[plan.uri],
             timeout=duration_pb2.Duration(seconds=BUILD_TIMEOUT_S),
             # The log goes to the jobs bucket, where the task can follow it.
             logs_bucket=f"gs://{bucket}/{LOGS_PREFIX}",
             options=cb.BuildOptions(logging=cb.BuildOptions.LoggingMode.GCS_ONLY),
-            tags=["kinetic", f"kinetic-{plan.category}"],
+            tags=["kinetic", f"kinetic-{plan.category}", f"kinetic-{plan.arch}"],
         )
 
     def _build(self, plan: ImagePlan, store: ObjectStore, key: str) -> None:
@@ -281,6 +284,17 @@ class ImageBuildHook:
                          step.status.name)  # fmt: skip
 
 
+def build_steps(plan: ImagePlan) -> list[list[str]]:
+    """The docker builder's arguments, one list per step, for ``plan``'s platform."""
+    build = ["build", "--network=cloudbuild", "-t", plan.uri, "."]
+    if plan.arch == "amd64":  # Cloud Build's workers are x86-64: a plain build
+        return [build]
+    return [
+        ["run", "--privileged", "--rm", BINFMT_IMAGE, "--install", plan.arch],
+        [build[0], "--platform", plan.platform, *build[1:]],
+    ]
+
+
 def _storage_client(store: ObjectStore, config: KineticConfig) -> Any:
     """The store's own storage client (its credentials read the build log too)."""
     from airflow_provider_kinetic.core.storage.gcs import GcsStore, make_client
@@ -298,7 +312,10 @@ def _last_lines(tail: BuildLogTail) -> str:
 
 def prepare_image(plan: ImagePlan, config: KineticConfig, store: ObjectStore) -> ImagePlan:
     """The Airflow layer's one call before a task submits: a bundled image is found
-    or built; every other mode passes through.  Returns ``plan``."""
+    or built; every other mode passes through (a note on its platform, when the hosts
+    are not amd64, goes to the log).  Returns ``plan``."""
     if plan.mode == "bundled":
         ImageBuildHook(config).ensure(plan, store)
+    elif plan.platform_note:
+        log.warning("kinetic: %s", plan.platform_note)
     return plan

@@ -327,7 +327,30 @@ def test_accelerators_through_airflow():
     by_name = {r["name"]: r for r in rows}
     assert by_name["h100"]["kind"] == "gpu" and by_name["h100"]["gke"] == "nvidia-h100-80gb"
     assert by_name["v5litepod"]["topologies"]["4"] == "2x2"
+    # Every accepted spelling: names, aliases, GKE labels (TPU labels also without "tpu-").
+    assert by_name["v5litepod"]["spellings"] == [
+        "v5litepod", "v5e", "tpu-v5-lite-podslice", "v5-lite-podslice",
+    ]  # fmt: skip
+    assert by_name["h200"]["spellings"] == ["h200", "nvidia-h200-141gb"]
+    assert by_name["tpu7x"]["aliases"] == ["ironwood", "v7x"]
+    # Hosts per slice, chips per host, host CPU and capacity kinds, per size.
+    v6e = by_name["v6e"]
+    assert v6e["sizes"] == "1/4/8/16/32/64/128/256"
+    assert (v6e["hosts"]["1"], v6e["hosts"]["8"], v6e["hosts"]["256"]) == (1, 2, 64)
+    assert (v6e["chips_per_host"]["1"], v6e["chips_per_host"]["8"]) == (1, 4)
+    assert v6e["machine_types"]["1"] == "ct6e-standard-1t" and v6e["arch"] == "amd64"
+    assert by_name["gb200"]["arch"] == "arm64" and by_name["gb200"]["hosts"] == {"4": 1}
+    assert "flex-start" in v6e["capacity"]["1"] and "flex-start" not in v6e["capacity"]["8"]
+    assert "on-demand" in v6e["capacity"]["8"] and "spot" in by_name["l4"]["capacity"]["1"]
     table = cli("accelerators", airflow=True).stdout
-    header = next(line for line in table.splitlines() if line.startswith("KIND"))
-    assert header.split() == ["KIND", "NAME", "GKE", "SIZES", "EXAMPLE"]
-    assert "v6e" in table
+    lines = table.splitlines()
+    header = next(line for line in lines if line.startswith("KIND"))
+    assert header.split() == [
+        "KIND", "NAME", "ALIASES", "ARCH", "SIZES", "HOSTS", "CHIPS_PER_HOST", "CAPACITY",
+        "EXAMPLE",
+    ]  # fmt: skip
+    [gb200] = [ln for ln in lines if ln.split()[:2] == ["gpu", "gb200"]]
+    assert gb200.split()[2:5] == ["nvidia-gb200", "arm64", "4"]
+    [v5e] = [ln for ln in lines if ln.split()[:2] == ["tpu", "v5litepod"]]
+    assert "v5e, tpu-v5-lite-podslice" in v5e and "1/1/1/4/8/16/32/64" in v5e
+    assert "1/4/8/4/4/4/4/4" in v5e  # chips per host: the 8-chip slice is one 8-chip VM

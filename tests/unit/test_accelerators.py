@@ -1,8 +1,9 @@
 """Tests for the accelerator catalog and parser.
 
 Expected values are written out here independently of the module's tables
-(transcribed from the protocol notes, §2.8/§2.9), so a typo in either place
-fails a test instead of being compared against itself.
+(transcribed from the protocol notes, §2.8/§2.9, and for the rows added since
+kinetic 0.0.4 from the GKE pages cited beside the tables), so a typo in either
+place fails a test instead of being compared against itself.
 """
 
 from __future__ import annotations
@@ -60,7 +61,18 @@ EXPECTED_GPUS: dict[str, tuple[str, dict[int, str]]] = {
     ),
     "p4": ("nvidia-tesla-p4", {1: "n1-standard-4", 2: "n1-standard-8", 4: "n1-standard-16"}),
     "p100": ("nvidia-tesla-p100", {1: "n1-standard-4", 2: "n1-standard-8", 4: "n1-standard-16"}),
+    # Added since kinetic 0.0.4.
+    "h100-mega": ("nvidia-h100-mega-80gb", {8: "a3-megagpu-8g"}),
+    "h200": ("nvidia-h200-141gb", {8: "a3-ultragpu-8g"}),
+    "b200": ("nvidia-b200", {8: "a4-highgpu-8g"}),
+    "gb200": ("nvidia-gb200", {4: "a4x-highgpu-4g"}),
+    "rtx-pro-6000": (
+        "nvidia-rtx-pro-6000",
+        {1: "g4-standard-48", 2: "g4-standard-96", 4: "g4-standard-192", 8: "g4-standard-384"},
+    ),
 }
+#: GPUs whose hosts are Arm (GB200: NVIDIA Grace CPUs); every other one is amd64.
+ARM_GPUS = {"gb200"}
 
 # name -> (gke accelerator, default chips)
 EXPECTED_TPU_TYPES: dict[str, tuple[str, int]] = {
@@ -69,6 +81,7 @@ EXPECTED_TPU_TYPES: dict[str, tuple[str, int]] = {
     "v5litepod": ("tpu-v5-lite-podslice", 4),
     "v5p": ("tpu-v5p-slice", 8),
     "v6e": ("tpu-v6e-slice", 8),
+    "tpu7x": ("tpu7x", 4),
 }
 
 # (name, chips, topology, machine type, hosts)
@@ -107,6 +120,36 @@ EXPECTED_TPU_SLICES: list[tuple[str, int, str, str, int]] = [
     ("v6e", 8, "2x4", "ct6e-standard-4t", 2),
     ("v6e", 16, "4x4", "ct6e-standard-4t", 4),
 ]
+# Shapes added since kinetic 0.0.4 (same columns).
+NEW_TPU_SLICES: list[tuple[str, int, str, str, int]] = [
+    ("v5p", 4, "2x2x1", "ct5p-hightpu-4t", 1),
+    ("v5p", 64, "4x4x4", "ct5p-hightpu-4t", 16),
+    ("v5p", 128, "4x4x8", "ct5p-hightpu-4t", 32),
+    ("v5p", 256, "4x8x8", "ct5p-hightpu-4t", 64),
+    ("v5p", 512, "8x8x8", "ct5p-hightpu-4t", 128),
+    ("v5p", 1024, "8x8x16", "ct5p-hightpu-4t", 256),
+    ("v5p", 2048, "8x16x16", "ct5p-hightpu-4t", 512),
+    ("v5p", 4096, "16x16x16", "ct5p-hightpu-4t", 1024),
+    ("v6e", 1, "1x1", "ct6e-standard-1t", 1),
+    ("v6e", 4, "2x2", "ct6e-standard-4t", 1),
+    ("v6e", 32, "4x8", "ct6e-standard-4t", 8),
+    ("v6e", 64, "8x8", "ct6e-standard-4t", 16),
+    ("v6e", 128, "8x16", "ct6e-standard-4t", 32),
+    ("v6e", 256, "16x16", "ct6e-standard-4t", 64),
+    ("tpu7x", 4, "2x2x1", "tpu7x-standard-4t", 1),
+    ("tpu7x", 8, "2x2x2", "tpu7x-standard-4t", 2),
+    ("tpu7x", 16, "2x2x4", "tpu7x-standard-4t", 4),
+    ("tpu7x", 32, "2x4x4", "tpu7x-standard-4t", 8),
+    ("tpu7x", 64, "4x4x4", "tpu7x-standard-4t", 16),
+    ("tpu7x", 128, "4x4x8", "tpu7x-standard-4t", 32),
+    ("tpu7x", 256, "4x8x8", "tpu7x-standard-4t", 64),
+    ("tpu7x", 512, "8x8x8", "tpu7x-standard-4t", 128),
+    ("tpu7x", 1024, "8x8x16", "tpu7x-standard-4t", 256),
+    ("tpu7x", 2048, "8x16x16", "tpu7x-standard-4t", 512),
+    ("tpu7x", 4096, "16x16x16", "tpu7x-standard-4t", 1024),
+]
+KINETIC_TPU_SLICES = list(EXPECTED_TPU_SLICES)
+EXPECTED_TPU_SLICES = KINETIC_TPU_SLICES + NEW_TPU_SLICES
 
 ALL_GPU_SHAPES = [(n, c) for n, (_, counts) in EXPECTED_GPUS.items() for c in counts]
 
@@ -119,6 +162,8 @@ def test_gpu_catalog_matches_spec_exactly() -> None:
     for name, (label, counts) in EXPECTED_GPUS.items():
         gpu = GPU_TYPES[name]
         assert (gpu.name, gpu.gke_label, gpu.counts) == (name, label, counts)
+        assert gpu.arch == ("arm64" if name in ARM_GPUS else "amd64")
+        assert all(gpu.chips_per_host(n) == n for n in counts)  # a GPU job is one host
 
 
 def test_tpu_catalog_matches_spec_exactly() -> None:
@@ -131,9 +176,18 @@ def test_tpu_catalog_matches_spec_exactly() -> None:
         for s in t.slices.values()
     ]
     assert sorted(actual) == sorted(EXPECTED_TPU_SLICES)
+    kinetic = [(t.name, *s[:4]) for t in TPU_TYPES.values() for s in _rows(t) if s[4]]
+    assert sorted(kinetic) == sorted(KINETIC_TPU_SLICES)  # in_kinetic marks exactly those
     for tpu in TPU_TYPES.values():
         assert tpu.default_chips in tpu.slices
+        assert tpu.arch == "amd64"  # TPU hosts are x86 VMs
         assert all(chips == s.chips for chips, s in tpu.slices.items())
+        assert all(s.chips_per_host * s.num_nodes == s.chips for s in tpu.slices.values())
+
+
+def _rows(tpu) -> list[tuple]:
+    return [(s.chips, s.topology, s.machine_type, s.num_nodes, s.in_kinetic)
+            for s in tpu.slices.values()]  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "chips", "topology", "machine", "hosts"), EXPECTED_TPU_SLICES)
@@ -155,7 +209,8 @@ def test_describe_catalog_names_every_type_and_count() -> None:
         assert name in text
     assert "x1/2/4/8/16" in text  # a100 counts
     assert "4/8/16/32/64/128/256/512/1024/2048/4096 chips" in text  # v4
-    assert "v5e" in text
+    assert "1/4/8/16/32/64/128/256 chips" in text  # v6e, from one chip
+    assert "v5e" in text and "ironwood" in text
 
 
 # --------------------------------------------------------------------- parsing
@@ -228,6 +283,32 @@ PARSE_CASES: list[tuple[str, tuple]] = [
     ("tpu:32", ("tpu", "v5p", 32, "2x4x4", 8, "ct5p-hightpu-4t", "tpu-v5p-slice")),
     ("tpu:64", ("tpu", "v5litepod", 64, "8x8", 16, "ct5lp-hightpu-4t", "tpu-v5-lite-podslice")),
     ("tpu:512", ("tpu", "v4", 512, "8x8x8", 128, "ct4p-hightpu-4t", "tpu-v4-podslice")),
+    # Added since kinetic 0.0.4: v6e from one chip, TPU7x (Ironwood), newer GPUs, and
+    # GKE labels as names ("tpu-" prefix read as usual).
+    ("tpu-v6e-1", ("tpu", "v6e", 1, "1x1", 1, "ct6e-standard-1t", "tpu-v6e-slice")),
+    ("v6e-2x2", ("tpu", "v6e", 4, "2x2", 1, "ct6e-standard-4t", "tpu-v6e-slice")),
+    ("tpu:v6e-256", ("tpu", "v6e", 256, "16x16", 64, "ct6e-standard-4t", "tpu-v6e-slice")),
+    ("tpu-v6e-slice-16", ("tpu", "v6e", 16, "4x4", 4, "ct6e-standard-4t", "tpu-v6e-slice")),
+    ("tpu-v5p-2x2x1", ("tpu", "v5p", 4, "2x2x1", 1, "ct5p-hightpu-4t", "tpu-v5p-slice")),
+    (
+        "tpu-v5-lite-podslice",
+        ("tpu", "v5litepod", 4, "2x2", 1, "ct5lp-hightpu-4t", "tpu-v5-lite-podslice"),
+    ),
+    ("tpu7x", ("tpu", "tpu7x", 4, "2x2x1", 1, "tpu7x-standard-4t", "tpu7x")),
+    ("tpu-tpu7x-8", ("tpu", "tpu7x", 8, "2x2x2", 2, "tpu7x-standard-4t", "tpu7x")),
+    ("ironwood-4x4x4", ("tpu", "tpu7x", 64, "4x4x4", 16, "tpu7x-standard-4t", "tpu7x")),
+    ("tpu:v7x-128", ("tpu", "tpu7x", 128, "4x4x8", 32, "tpu7x-standard-4t", "tpu7x")),
+    ("gpu-h100-megax8", ("gpu", "h100-mega", 8, None, 1, "a3-megagpu-8g", "nvidia-h100-mega-80gb")),
+    ("nvidia-h200-141gb:8", ("gpu", "h200", 8, None, 1, "a3-ultragpu-8g", "nvidia-h200-141gb")),
+    ("b200x8", ("gpu", "b200", 8, None, 1, "a4-highgpu-8g", "nvidia-b200")),
+    ("gpu:gb200x4", ("gpu", "gb200", 4, None, 1, "a4x-highgpu-4g", "nvidia-gb200")),
+    (
+        "rtx-pro-6000:2",
+        ("gpu", "rtx-pro-6000", 2, None, 1, "g4-standard-96", "nvidia-rtx-pro-6000"),
+    ),
+    # "h100" stays A3 High (kinetic's); "gpu:8" stays eight of them.
+    ("gpu-h100x8", ("gpu", "h100", 8, None, 1, "a3-highgpu-8g", "nvidia-h100-80gb")),
+    ("8", ("gpu", "h100", 8, None, 1, "a3-highgpu-8g", "nvidia-h100-80gb")),
 ]
 
 
@@ -421,6 +502,67 @@ def test_pod_fields(
     assert acc.chips_per_host == per_host
 
 
+@pytest.mark.parametrize("chips", sorted({c for t in TPU_TYPES.values() for c in t.slices}))
+def test_tpu_count_prefers_kinetic_shapes_then_the_most_capable(chips: int) -> None:
+    # "tpu:N" lands where kinetic 0.0.4 put it whenever kinetic had an N-chip shape
+    # (e.g. "tpu:4" is still v5litepod, not the newer v6e or tpu7x 4-chip slices);
+    # only a count no 0.0.4 shape has goes to the newest generation with it.
+    from airflow_provider_kinetic.core.accelerator_catalog import TPU_PREFERENCE
+
+    acc = parse_accelerator(f"tpu:{chips}")
+    kinetic = [n for n, c, *_ in KINETIC_TPU_SLICES if c == chips]
+    order = [n for n in ("v6e", "v5p", "v5litepod", "v4", "v3") if n in kinetic]
+    if order:
+        assert acc.name == order[0]
+    else:
+        assert acc.name == next(n for n in TPU_PREFERENCE if chips in TPU_TYPES[n].slices)
+    assert TPU_TYPES[acc.name].slices[chips].in_kinetic is bool(order)
+
+
+def test_tpu_count_only_newer_shapes_have_goes_to_the_most_capable(monkeypatch) -> None:
+    # No count is new-only in today's catalog; add one to two generations to see the
+    # second pass pick the first of them in TPU_PREFERENCE (tpu7x before v5p).
+    from airflow_provider_kinetic.core.accelerator_catalog import TpuSlice
+
+    for name in ("v5p", "tpu7x"):
+        machine = TPU_TYPES[name].slices[8].machine_type
+        shape = TpuSlice(8192, "16x16x32", machine, 2048, in_kinetic=False)
+        monkeypatch.setitem(TPU_TYPES[name].slices, 8192, shape)
+    acc = parse_accelerator("tpu:8192")
+    assert (acc.name, acc.topology, acc.num_nodes) == ("tpu7x", "16x16x32", 2048)
+    monkeypatch.delitem(TPU_TYPES["tpu7x"].slices, 8192)
+    assert parse_accelerator("tpu:8192").name == "v5p"
+
+
+@pytest.mark.parametrize(("name", "count"), ALL_GPU_SHAPES)
+def test_gpu_count_keeps_kinetics_choice(name: str, count: int) -> None:
+    # "gpu:N" picks among kinetic's GPUs in kinetic's order; the newer ones (all in
+    # counts an older GPU has) are asked for by name.
+    acc = parse_accelerator(f"gpu:{count}")
+    order = ("h100", "a100-80gb", "a100", "l4", "v100", "t4", "p100", "p4")
+    assert acc.name == next(n for n in order if count in EXPECTED_GPUS[n][1])
+
+
+def test_arm_gpu_pins_arm_nodes_and_tolerates_their_taint() -> None:
+    acc = parse_accelerator("gpu-gb200x4:spot")
+    assert (acc.arch, acc.platform, acc.chips_per_host) == ("arm64", "linux/arm64", 4)
+    assert acc.node_selector() == {
+        "cloud.google.com/gke-accelerator": "nvidia-gb200",
+        "kubernetes.io/arch": "arm64",
+        "cloud.google.com/gke-spot": "true",
+    }
+    arm = {"key": "kubernetes.io/arch", "operator": "Equal", "value": "arm64",
+           "effect": "NoSchedule"}  # fmt: skip
+    assert acc.tolerations() == [GPU_TOLERATION, arm, SPOT_TOLERATION]
+    assert acc.resource_limits() == {"nvidia.com/gpu": "4"}
+    # amd64 accelerators say nothing about the architecture (kinetic's pods exactly).
+    for spec in ("gpu-h200x8", "tpu-tpu7x-2x2x1", "cpu"):
+        amd = parse_accelerator(spec)
+        assert (amd.arch, amd.platform) == ("amd64", "linux/amd64")
+        assert "kubernetes.io/arch" not in amd.node_selector()
+        assert all(t["key"] != "kubernetes.io/arch" for t in amd.tolerations())
+
+
 def test_multi_host_tpu_requests_chips_per_host() -> None:
     acc = parse_accelerator("tpu-v6e-2x4")
     assert (acc.count, acc.num_nodes, acc.is_multi_host) == (8, 2, True)
@@ -462,7 +604,10 @@ def test_accelerator_is_frozen_and_hashable() -> None:
         ("l4:3", ["1, 2, 4, 8"]),
         ("tpu-v5e-3", ["v5litepod", "1, 4, 8, 16, 32, 64, 128, 256", "2x2"]),
         ("tpu-v6e-9x9", ["9x9", "2x4, 4x4", "8, 16"]),
-        ("tpu-v5p-4", ["8, 16, 32", "2x2x2"]),
+        ("tpu-v5p-12", ["4, 8, 16, 32, 64", "2x2x1, 2x2x2"]),
+        ("gpu-h200x4", ["8"]),
+        ("gb200:8", ["4"]),
+        ("tpu-tpu7x-2x2", ["2x2", "2x2x1"]),
         ("quantum", ["Known GPUs", "Known TPUs"]),
         ("gpu:quantum", ["unknown GPU"]),
         ("tpu:quantum", ["unknown"]),

@@ -78,8 +78,8 @@ SPEC_CASES: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 def test_table_covers_every_catalog_entry() -> None:
-    assert len(GPU_CASES) == sum(len(g.counts) for g in GPU_TYPES.values()) == 31
-    assert len(TPU_CASES) == sum(len(t.slices) for t in TPU_TYPES.values()) == 33
+    assert len(GPU_CASES) == sum(len(g.counts) for g in GPU_TYPES.values()) == 39
+    assert len(TPU_CASES) == sum(len(t.slices) for t in TPU_TYPES.values()) == 58
     singles = [c for c in TPU_CASES if c not in MULTI_HOST]
     assert singles and MULTI_HOST  # both single- and multi-host topologies are exercised
 

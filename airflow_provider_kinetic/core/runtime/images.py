@@ -15,6 +15,14 @@
   version and files, the filtered requirements and the Dockerfile itself; so equal
   inputs find the image already built, and cpu/gpu/tpu images never collide.
 
+The image must run on the accelerator's hosts (``Accelerator.arch``): GB200 (A4X)
+hosts are arm64.  A bundled image for them is built for ``linux/arm64`` and tagged
+``{category}-arm64-{hash}`` (the platform is one of the hashed inputs, so it never
+shares a tag with the amd64 image of the same content).  A prebuilt or custom image's
+platforms are not known here: it is used as is and the plan says it must have an arm64
+variant (dry runs and the task log show it).  A category whose JAX is not published
+for the hosts' architecture (libtpu: x86-64 only) fails here, before any upload.
+
 The same :func:`render_dockerfile` writes ``docker/Dockerfile.{category}`` (the
 prebuilt images; a test checks the files are current).  The local backend runs
 jobs on this machine and ignores images altogether (``mode="local"``).
@@ -31,12 +39,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_kinetic.core.accelerators import Accelerator
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.runtime import wheel
 from airflow_provider_kinetic.core.runtime.requirements import Requirements, resolve_requirements
 
 MODES = ("bundled", "prebuilt")
 CATEGORIES = ("cpu", "gpu", "tpu")
+#: The host architectures each category's image can be built for: its JAX wheels
+#: (jax, jax[cuda12]: x86-64 and aarch64; libtpu for jax[tpu]: x86-64 only).
+CATEGORY_ARCHES = {"cpu": ("amd64", "arm64"), "gpu": ("amd64", "arm64"), "tpu": ("amd64",)}
+DEFAULT_ARCH = "amd64"
 UV_IMAGE = "ghcr.io/astral-sh/uv:0.11.1"
 #: Python of the published prebuilt images (the oldest this package supports).
 PUBLISHED_PYTHON = "3.11"
@@ -96,6 +109,27 @@ class ImagePlan:
     #: The requirements are uploaded with the job and installed at pod start.
     needs_requirements_upload: bool = False
     registry: RegistryTarget | None = None
+    #: The hosts' CPU architecture (the accelerator's); a bundled image is built for it.
+    arch: str = DEFAULT_ARCH
+    #: The accelerator, as written in messages (None when the plan was made from a category).
+    accelerator: str | None = None
+
+    @property
+    def platform(self) -> str:
+        """The container platform the image must have: ``linux/{arch}``."""
+        return f"linux/{self.arch}"
+
+    @property
+    def platform_note(self) -> str | None:
+        """What a person must know about the platform; None when nothing is unsure."""
+        if self.arch == DEFAULT_ARCH or self.mode not in ("prebuilt", "custom"):
+            return None
+        what = f"accelerator {self.accelerator!r}" if self.accelerator else "the accelerator"
+        return (
+            f"{what} runs on {self.arch} hosts: this {self.mode} image must have a "
+            f"{self.platform} variant (its platforms are not checked; container_image="
+            f"'bundled' builds one for {self.platform})"
+        )
 
     def describe(self) -> str:
         """One line for logs and dry runs."""
@@ -105,7 +139,10 @@ class ImagePlan:
         reqs = f"{n} requirement(s)" + (
             " installed at start" if self.needs_requirements_upload and n else ""
         )
-        return f"{self.mode} image {self.uri} ({reqs})"
+        arm = self.mode == "bundled" and self.arch != DEFAULT_ARCH
+        platform = f", built for {self.platform}" if arm else ""
+        note = f"; {self.platform_note}" if self.platform_note else ""
+        return f"{self.mode} image {self.uri} ({reqs}{platform}){note}"
 
 
 def python_minor() -> str:
@@ -157,12 +194,32 @@ def check_category(category: str) -> str:
     return category
 
 
-def bundled_hash(category: str, python: str, requirements: Requirements, dockerfile: str) -> str:
-    """SHA-256 over every input of a bundled image (see module docstring)."""
+def check_arch(category: str, arch: str, accelerator: str | None = None) -> str:
+    """``arch`` if an image of ``category`` can be built for it, else an error naming the
+    accelerator, the architecture and what is allowed."""
+    allowed = CATEGORY_ARCHES[check_category(category)]
+    if arch not in allowed:
+        what = f"accelerator {accelerator!r}" if accelerator else f"a {category} accelerator"
+        raise ImageConfigError(
+            f"{what} runs on {arch} hosts, but a {category} image can only be built for "
+            f"{', '.join(allowed)} (its JAX, {' '.join(JAX_SPECS[category])}, is published "
+            f"for those only): allowed host architectures for {category}: {', '.join(allowed)}"
+        )
+    return arch
+
+
+def bundled_hash(
+    category: str, python: str, requirements: Requirements, dockerfile: str,
+    arch: str = DEFAULT_ARCH,
+) -> str:  # fmt: skip
+    """SHA-256 over every input of a bundled image (see module docstring).  The
+    platform is an input only when it is not amd64, so amd64 tags stay as they were."""
+    platform = [] if arch == DEFAULT_ARCH else [f"platform=linux/{arch}"]
     blob = "\n".join(
         [
             f"base_image=python:{python}-slim",
             f"category={category}",
+            *platform,
             f"package={wheel.PACKAGE}=={wheel.package_version()}",
             f"package_files={wheel.package_sha256()}",
             "requirements:",
@@ -221,9 +278,10 @@ def plan_image(
     container_image: str | None,
     requirements: Any,
     entry_file: str | None,
-    category: str,
     local: bool,
     config: Any,
+    category: str | None = None,
+    accelerator: Accelerator | None = None,
     python: str | None = None,
     ceilings: Sequence[str] = (),
 ) -> ImagePlan:
@@ -231,15 +289,22 @@ def plan_image(
     requirement files and this package's files).  Discovery never climbs above
     ``ceilings`` (the DAGs folder).
 
-    ``container_image``: the operator's option (``None``: the connection's);
-    ``config``: a ``KineticConfig`` (``container_image``, ``image``,
-    ``base_image_repo``, ``artifact_registry_*``, ``project``/``zone``/``cluster``).
+    ``accelerator``: the parsed ``Accelerator`` (its category and host ``arch``); or
+    ``category`` alone, for amd64 hosts.  ``container_image``: the operator's option
+    (``None``: the connection's); ``config``: a ``KineticConfig`` (``container_image``,
+    ``image``, ``base_image_repo``, ``artifact_registry_*``, ``project``/``zone``/``cluster``).
     """
+    category = accelerator.category if accelerator is not None else category
+    if category is None:
+        raise TypeError("plan_image needs an accelerator or a category")
     check_category(category)
     explicit = requirements is not None
-    if local:
+    if local:  # the job runs on this machine, whatever the accelerator's hosts are
         reqs = resolve_requirements(requirements, entry_file, category, "local", ceilings)
         return ImagePlan("local", None, category, requirements=reqs)
+    arch = accelerator.arch if accelerator is not None else DEFAULT_ARCH
+    label = accelerator.canonical if accelerator is not None else None
+    platform = {"arch": check_arch(category, arch, label), "accelerator": label}
     setting = check_image_setting(container_image, "operator") or config.container_image
     setting = setting or config.image or "bundled"
     if setting == "prebuilt":
@@ -253,7 +318,9 @@ def plan_image(
             )
         tag = wheel.package_version()
         uri = f"{repo}/base-{category}:{tag}"
-        return ImagePlan("prebuilt", uri, category, tag, None, reqs, bool(reqs.installable))
+        return ImagePlan(
+            "prebuilt", uri, category, tag, None, reqs, bool(reqs.installable), **platform
+        )
     if setting == "bundled":
         reqs = resolve_requirements(requirements, entry_file, category, "bundled", ceilings)
         target = registry_target(
@@ -265,15 +332,17 @@ def plan_image(
         )
         py = python or python_minor()
         dockerfile = render_dockerfile(category, py, with_requirements=True)
-        tag = f"{category}-{bundled_hash(category, py, reqs, dockerfile)[:12]}"
+        digest = bundled_hash(category, py, reqs, dockerfile, arch)[:12]
+        tag = f"{category}-{digest}" if arch == DEFAULT_ARCH else f"{category}-{arch}-{digest}"
         return ImagePlan(
-            "bundled", f"{target.image}:{tag}", category, tag, dockerfile, reqs, registry=target
-        )
+            "bundled", f"{target.image}:{tag}", category, tag, dockerfile, reqs,
+            registry=target, **platform,
+        )  # fmt: skip
     # A custom image is taken to be complete; requirements given explicitly are
     # installed at start (discovered ones are not: the image was built for this).
     reqs = resolve_requirements(requirements if explicit else [], entry_file, category, "custom")
     return ImagePlan("custom", setting, category, requirements=reqs,
-                     needs_requirements_upload=bool(reqs.installable))  # fmt: skip
+                     needs_requirements_upload=bool(reqs.installable), **platform)  # fmt: skip
 
 
 def build_context(plan: ImagePlan) -> dict[str, bytes]:
