@@ -363,13 +363,14 @@ def test_accelerator_on_a_cpu_machine(accelerator, word) -> None:
     assert f"no {word} on this machine" in note and "CPU" in note
 
 
-def test_gpu_job_on_fewer_local_gpus() -> None:
-    env, note = local_env(_spec("gpu-l4x4"), devices={"gpu": 2, "tpu": 0})
-    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+def test_gpu_job_env_on_a_gpu_machine() -> None:
+    env, note = local_env(_spec("gpu-l4x2"), devices={"gpu": 4, "tpu": 0})
+    assert "CUDA_VISIBLE_DEVICES" not in env  # the supervisor sets it once it holds the GPUs
     assert env["JAX_PLATFORMS"] == "cuda"
-    assert "2 local GPU(s) of 2" in note
-    env, _ = local_env(_spec("l4:2"), devices={"gpu": 8, "tpu": 0})
-    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert "on 2 of this machine's 4 GPU(s)" in note
+    env, _ = local_env(_spec("cpu"), devices={"gpu": 4, "tpu": 0})
+    assert env["CUDA_VISIBLE_DEVICES"] == ""  # the GPUs belong to GPU jobs
 
 
 def test_gpu_job_really_runs_on_cpu_here(config, backend, caplog) -> None:

@@ -22,9 +22,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_kinetic.core.backends import local_presence, local_venv
+from airflow_provider_kinetic.core.accelerators import Accelerator
+from airflow_provider_kinetic.core.backends import local_gpus, local_presence, local_venv
 from airflow_provider_kinetic.core.backends.base import Backend
-from airflow_provider_kinetic.core.backends.supervise import SECRETS_FILE, TMPDIR_FILE
+from airflow_provider_kinetic.core.backends.supervise import GPUS_FILE, SECRETS_FILE, TMPDIR_FILE
 from airflow_provider_kinetic.core.backends.supervise import write_atomic as _write_atomic
 from airflow_provider_kinetic.core.data.locallinks import LOCAL_MOUNTS_ENV
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
@@ -46,11 +47,11 @@ _WAKE_S = 0.02
 
 
 def local_devices() -> dict[str, int]:
-    """Accelerators visible on this machine (what the local process can really use)."""
+    """Accelerators visible on this machine (what the local process can really use);
+    GPUs as ``local_gpus`` finds them (injected list, NVML, ``/dev/nvidiaN``)."""
     names = os.listdir("/dev") if os.path.isdir("/dev") else []
-    gpus = [n for n in names if n.startswith("nvidia") and n[len("nvidia") :].isdigit()]
     tpus = [n for n in names if n.startswith("accel") and n[len("accel") :].isdigit()]
-    return {"gpu": len(gpus), "tpu": len(tpus)}
+    return {"gpu": len(local_gpus.machine_gpus()), "tpu": len(tpus)}
 
 
 def local_command(spec: JobSpec, python: str | None = None) -> list[str]:
@@ -68,17 +69,10 @@ def local_env(spec: JobSpec, devices: dict[str, int] | None = None) -> tuple[dic
     env[LOCAL_MOUNTS_ENV] = "1"  # the runner links volumes instead of writing host paths
     devices = local_devices() if devices is None else devices
     accel = spec.accelerator
-    note = f"running {accel.canonical} job on this machine's CPU"
-    if accel.kind == "gpu":
-        if devices["gpu"]:
-            use = min(devices["gpu"], accel.count)
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(use))
-            env["JAX_PLATFORMS"] = "cuda"
-            note = f"running {accel.canonical} job on {use} local GPU(s) of {devices['gpu']}"
-        else:
-            env["JAX_PLATFORMS"] = "cpu"
-            note = f"no GPU on this machine: running {accel.canonical} job on the CPU"
-    elif accel.kind == "tpu":
+    gpu_env, gpu_note = local_gpus.gpu_env(accel, devices["gpu"])
+    env.update(gpu_env)
+    note = gpu_note or f"running {accel.canonical} job on this machine's CPU"
+    if accel.kind == "tpu":
         if devices["tpu"]:
             note = f"running {accel.canonical} job on {devices['tpu']} local TPU device(s)"
         else:
@@ -97,6 +91,14 @@ class LocalBackend(Backend):
         self.root = os.path.abspath(root)
 
     # ---- the kind ---------------------------------------------------------------
+    @classmethod
+    def preflight(cls, accelerator: Accelerator, requested: str | None = None) -> None:
+        """A GPU job must fit this machine's GPUs (model and count), before anything
+        is uploaded; ``requested`` (the string as written) lets a bare count take any
+        model.  A machine without GPUs runs GPU jobs on the CPU, as it always did."""
+        any_model = requested is not None and local_gpus.is_bare(requested)
+        local_gpus.plan_gpus(accelerator, any_model=any_model)
+
     @classmethod
     def validate_config(cls, config: KineticSettings) -> None:
         if not config.root:
@@ -120,6 +122,9 @@ class LocalBackend(Backend):
     def manifest(cls, spec: JobSpec) -> dict[str, Any]:
         env, note = local_env(spec)
         manifest = {"kind": "LocalProcess", "argv": local_command(spec), "env": env, "note": note}
+        gpus = local_gpus.plan_gpus(spec.accelerator, fallback=True)
+        if gpus is not None:
+            manifest["gpus"] = gpus.request(local_gpus.lock_dir())
         if spec.secrets:  # names only: the values travel in a 0600 file
             manifest["secret_env"] = {name: SECRETS_FILE for name in sorted(spec.secrets)}
         return manifest
@@ -129,6 +134,8 @@ class LocalBackend(Backend):
 
     # ---- submit ---------------------------------------------------------------
     def submit(self, spec: JobSpec) -> None:
+        # What the preflight checked, again for callers that skip it: before job state.
+        gpus = local_gpus.plan_gpus(spec.accelerator, fallback=True)
         # The image's stand-in first: a requirement uv cannot install fails the submit
         # (as the image build would), before any job state exists.
         venv = local_venv.ensure_venv(self.root, spec.requirements) if spec.requirements else None
@@ -143,6 +150,9 @@ class LocalBackend(Backend):
         log.info("local backend: %s", note)
         with _private(os.path.join(jdir, "spec.json")) as f:
             json.dump({"argv": argv, "env": overlay, "name": spec.name}, f, indent=2)
+        if gpus is not None:  # locked by the supervisor for the job's whole life
+            with _private(os.path.join(jdir, GPUS_FILE)) as f:
+                json.dump(gpus.request(local_gpus.lock_dir()), f)
         if spec.secrets:  # read (and deleted at the end) by the supervisor
             with _private(os.path.join(jdir, SECRETS_FILE)) as f:
                 json.dump(spec.secrets, f)
@@ -191,8 +201,8 @@ class LocalBackend(Backend):
         pid = _read(os.path.join(jdir, "pid"))
         if pid is None:
             return StatusReport(JobStatus.PENDING, "starting")
-        if _alive(int(pid), jdir):
-            return StatusReport(JobStatus.RUNNING)
+        if _alive(int(pid), jdir):  # PENDING while it waits for its GPUs
+            return local_gpus.queued_report(jdir) or StatusReport(JobStatus.RUNNING)
         # Re-read: the supervisor may have written its exit code as it exited.
         code = _read(os.path.join(jdir, "exit_code"))
         if code is not None:

@@ -10,11 +10,19 @@ The child gets a temp dir of its own (``TMPDIR``, named in ``{job dir}/tmpdir``)
 the supervisor removes when the child ends, however it ended (``os._exit``, a signal,
 a segfault): the runner's work dir and whatever the function left in temp go with it.
 If the supervisor itself is killed, the local backend's ``release`` removes the dir.
+
+A GPU job (``gpus.json``, from ``local_gpus``) first locks its devices: ``flock`` on
+one file per device in a machine-wide dir, all or none under a short-held allocation
+lock, retried with a bounded backoff while too few are free (the job is then
+"queued": ``queued`` says what it waits for).  The lock fds go to the child too, so
+the devices stay taken while either process lives and are freed by the kernel
+however both end; the child sees only them (``CUDA_VISIBLE_DEVICES``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -22,6 +30,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 
 SECRETS_FILE = "secrets.json"
 #: The file in the job dir that names the child's temp dir.
@@ -31,6 +41,14 @@ TMPDIR_FILE = "tmpdir"
 HOST_TMPDIR_ENV = "KINETIC_HOST_TMPDIR"
 #: Shorter values are not masked (as Airflow's masker, which skips very short secrets).
 MIN_MASK = 5
+#: A GPU job's request: ``count`` of the devices ``indices``, locked in ``lock_dir``.
+GPUS_FILE = "gpus.json"
+#: What a GPU job waits for while too few devices are free (its status message).
+QUEUED_FILE = "queued"
+#: The devices a GPU job got (its ``CUDA_VISIBLE_DEVICES``), written before it starts.
+ASSIGNED_FILE = "gpus-assigned"
+#: First and longest pause between tries for free GPUs (doubling in between).
+GPU_RETRY_S = (0.05, 0.5)
 
 
 def main(argv: list[str]) -> int:
@@ -47,13 +65,22 @@ def main(argv: list[str]) -> int:
         env.update(secrets)
     # Secret values never reach the job's log file: the output is masked line by line.
     masks = sorted({v.encode() for v in secrets.values() if len(v) >= MIN_MASK}, key=len)[::-1]
+    held: list[int] = []  # lock fds, before the umask: other users' jobs open them too
+    if os.path.exists(os.path.join(jdir, GPUS_FILE)):
+        with open(os.path.join(jdir, GPUS_FILE)) as f:
+            devices, held = acquire_gpus(jdir, json.load(f))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
     os.umask(0o077)  # whatever the job writes (result, downloads) is owner-only
     tmp_dir = tempfile.mkdtemp(prefix=f"kinetic-job-{os.path.basename(jdir)}-")
     write_atomic(os.path.join(jdir, TMPDIR_FILE), tmp_dir)
     env[HOST_TMPDIR_ENV] = tempfile.gettempdir()  # what jobs share (volume link counts)
     env["TMPDIR"] = tmp_dir
     child = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE if masks else None, stderr=subprocess.STDOUT
+        command,
+        env=env,
+        stdout=subprocess.PIPE if masks else None,
+        stderr=subprocess.STDOUT,
+        pass_fds=held,
     )
 
     def forward(signum: int, _frame: object) -> None:
@@ -68,12 +95,86 @@ def main(argv: list[str]) -> int:
             out.write(line)
             out.flush()
     code = child.wait()
+    for fd in held:  # the next queued job need not wait for the clean-up below
+        os.close(fd)
     with contextlib.suppress(FileNotFoundError):
         os.remove(secrets_path)
     # Before the exit code: a reader that sees the job ended sees its temp files gone.
     shutil.rmtree(tmp_dir, ignore_errors=True)
     write_atomic(os.path.join(jdir, "exit_code"), str(code))
     return code
+
+
+def acquire_gpus(jdir: str, request: dict) -> tuple[list[int], list[int]]:
+    """Lock ``count`` of the request's devices, waiting while too few are free;
+    returns the device indices and the lock fds that hold them."""
+    count, indices, lock_dir = request["count"], request["indices"], request["lock_dir"]
+    _make_lock_dir(lock_dir)
+    delay, said = GPU_RETRY_S[0], ""
+    while True:
+        held, free = _try_lock(lock_dir, indices, count)
+        if held:
+            break
+        what = " ".join(filter(None, [str(count), "free", request.get("what"), "GPU"]))
+        message = f"waiting for {what}{'s' * (count > 1)} ({free} of {len(indices)} free)"
+        if message != said:
+            write_atomic(os.path.join(jdir, QUEUED_FILE), message)
+            if not said:
+                print(f"kinetic: queued: {message}", flush=True)
+            said = message
+        time.sleep(delay)
+        delay = min(delay * 2, GPU_RETRY_S[1])
+    devices = [index for index, _ in held]
+    write_atomic(os.path.join(jdir, ASSIGNED_FILE), ",".join(map(str, devices)))
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(jdir, QUEUED_FILE))
+    print(f"kinetic: GPU(s) {devices} assigned: CUDA_VISIBLE_DEVICES set", flush=True)
+    return devices, [fd for _, fd in held]
+
+
+def _try_lock(lock_dir: str, indices: list[int], count: int) -> tuple[list[tuple[int, int]], int]:
+    """All ``count`` devices or none (so two jobs never each hold half of what both
+    need), under the allocation lock; returns (index, fd) pairs and how many were free."""
+    with _flocked(os.path.join(lock_dir, "alloc.lock")):
+        held: list[tuple[int, int]] = []
+        for index in indices:
+            fd = _open_lock(os.path.join(lock_dir, f"gpu-{index}.lock"))
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            held.append((index, fd))
+            if len(held) == count:
+                return held, count
+        for _, fd in held:
+            os.close(fd)
+        return [], len(held)
+
+
+@contextlib.contextmanager
+def _flocked(path: str) -> Iterator[None]:
+    fd = _open_lock(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held for one scan only, never while waiting
+        yield
+    finally:
+        os.close(fd)
+
+
+def _open_lock(path: str) -> int:
+    """Read-only is enough to flock, so a lock file any user made serves every user."""
+    return os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+
+
+def _make_lock_dir(path: str) -> None:
+    """The machine-wide dir, made like /tmp (every user's jobs add lock files)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return
+    os.chmod(path, 0o1777)
 
 
 def write_atomic(path: str, text: str) -> None:
