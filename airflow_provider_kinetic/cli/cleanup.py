@@ -7,7 +7,8 @@ with sizes, never silently:
 - ``jobs cleanup --older-than AGE``: every finished job submitted longer ago;
 - ``jobs cleanup`` alone: the retention the policy promises: artifacts of jobs that
   failed more than ``[kinetic] failed_retention_days`` ago, and history entries of
-  jobs that ended more than ``[kinetic] history_retention_days`` ago.
+  jobs that ended more than ``[kinetic] history_retention_days`` ago, and checkpoints
+  (``core.jobs.checkpoint``) not written for ``failed_retention_days``.
 
 Artifacts that an XCom still needs (``cli.xcomrefs``: a handle a waiting sensor
 reads, a result reference of a recent run) are kept unless ``--force``.  History is
@@ -27,6 +28,7 @@ from airflow_provider_kinetic.cli import inventory, xcomrefs
 from airflow_provider_kinetic.cli.common import CliError, command, output_format
 from airflow_provider_kinetic.cli.output import emit, human_bytes
 from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.checkpoint import stale_checkpoints
 from airflow_provider_kinetic.core.jobs.cleanup import FAILED_RETENTION_DAYS, left_behind
 from airflow_provider_kinetic.core.spec.handles import StatusReport
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
@@ -162,6 +164,12 @@ def _retention(cleaner: Cleaner) -> None:
             cleaner.artifacts(entry["job_id"], entry)
     for entry in history.expired(entries, keep_s, cleaner.now):
         cleaner.history(entry)
+    for prefix, objects, size in stale_checkpoints(cleaner.store, failed_s, cleaner.now):
+        if not cleaner.args.dry_run:
+            cleaner.store.delete_prefix(prefix)
+        action = "would delete" if cleaner.args.dry_run else "deleted"
+        left = {"objects": objects, "bytes": size}
+        cleaner.rows.append(_row("checkpoints", cleaner.store.uri(prefix), None, left, action))
 
 
 @command

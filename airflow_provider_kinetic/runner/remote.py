@@ -9,8 +9,9 @@ exits 0 only when the function succeeded and its result was stored.
 Here: :func:`main` and :func:`run` (what ``python -m airflow_provider_kinetic.runner``
 and the image's ``remote_runner.py`` call), calling the function and writing its
 signed result.  Beside it: the command line (``invocation.py``), the phases that
-prepare the job's workspace (``workspace.py``) and the LeaderWorkerSet outcome
-markers (``lws.py``), whose names this module re-exports.
+prepare the job's workspace (``workspace.py``), the attempt number and checkpoints
+(``resume.py`` on ``checkpoint.py``) and the LeaderWorkerSet outcome markers
+(``lws.py``), whose names this module re-exports.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from airflow_provider_kinetic.runner.lws import (
     lws_earlier_outcome,
     lws_record_outcome,
 )
+from airflow_provider_kinetic.runner.resume import Resume
 from airflow_provider_kinetic.runner.workspace import (
     PhaseError,
     clean_up,
@@ -97,30 +99,44 @@ def run(argv: list[str]) -> int:
     result_key = os.environ.pop(RESULT_KEY_ENV, None)
     workdir = tempfile.mkdtemp(prefix="kinetic-run-")
     links: list[tuple[str, str]] = []
+    resume = Resume(ns.result_gcs, workdir, host_index())
 
     def cancelled(_signum: int, _frame: Any) -> None:
-        # A cancel sends SIGTERM: clean up and leave at once, writing no result (the
-        # backend reports the job cancelled); Python's default would skip the cleanup.
+        # A cancel or GKE's preemption notice sends SIGTERM: save the checkpoints
+        # (within the grace period), clean up and leave at once, writing no result
+        # (the backend reports the job cancelled or preempted); Python's default would
+        # skip both.  A second SIGTERM (the local backend signals the whole process
+        # group) must not start it all again.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        resume.on_sigterm()
         clean_up(workdir, links)
         os._exit(143)
 
     signal.signal(signal.SIGTERM, cancelled)
     try:
-        return _run(ns, workdir, result_key, links)
+        return _run(ns, workdir, result_key, links, resume)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         clean_up(workdir, links)
 
 
 def _run(
-    ns: argparse.Namespace, workdir: str, result_key: str | None, links: list[tuple[str, str]]
+    ns: argparse.Namespace,
+    workdir: str,
+    result_key: str | None,
+    links: list[tuple[str, str]],
+    resume: Resume,
 ) -> int:
     index = host_index()
     log.info("kinetic runner starting (host %d, pid %d)", index, os.getpid())
     try:
+        resume.begin()  # before any download: the start record and the attempt number
         func, args, kwargs = prepare(ns, workdir, links)
-        log.info("calling %s", getattr(func, "__qualname__", repr(func)))
+        resume.restore()
+        log.info("calling %s (attempt %d)", getattr(func, "__qualname__", repr(func)),
+                 resume.attempt)  # fmt: skip
         result = _execute(func, args, kwargs, index)
+        resume.finish()
     except PhaseError as err:
         log.error("%s", err)
         result = make_result(
