@@ -8,14 +8,14 @@ before the provider is installed as a distribution, and the two entry points can
 drift apart.
 
 Actions are loaded lazily (``lazy_load_command``): ``airflow --help`` imports nothing
-of the backends.  They live by group: ``jobs``, ``data`` and ``catalog`` (the
-``accelerators`` command), on the shared plumbing in ``common``.
+of the backends.  They live by group: ``jobs``, ``data``, ``catalog`` (the
+``accelerators`` command) and ``usage``, on the shared plumbing in ``common``.
 
-Read-only commands (``jobs list/status/logs/result``, ``data ls``, ``accelerators``)
-run inside ``hooks.kinetic.reading_only()``: without a ``kinetic_default`` connection
-they read the local store without the "jobs run ON THIS MACHINE" warning, which is
-about running jobs (commands that cancel or delete keep it: it names the store they
-change).
+Read-only commands (``jobs list/status/logs/result``, ``data ls``, ``accelerators``,
+``usage``) run inside ``hooks.kinetic.reading_only()``: without a ``kinetic_default``
+connection they read the local store without the "jobs run ON THIS MACHINE" warning,
+which is about running jobs (commands that cancel or delete keep it: it names the
+store they change).
 """
 
 from __future__ import annotations
@@ -58,6 +58,13 @@ def get_kinetic_cli_commands() -> list[Any]:
     )
     job = Arg(("job_id",), help="Job id (job-xxxxxxxx)", metavar="JOB")
     common = (conn, output)
+    dag_id = Arg(("--dag-id",), help="Only jobs of this DAG")
+    since = Arg(
+        ("--since",),
+        help="Only jobs submitted within AGE (e.g. 7d, 12h) or since a UTC date "
+        "(2026-11-24 or 2026-11-24T06:00:00Z)",
+        metavar="AGE|DATE",
+    )
 
     def action(name: str, helptext: str, func: str, *args: Any, read_only: bool = False) -> Any:
         loaded = lazy_load_command(_ACTIONS + func)
@@ -76,18 +83,13 @@ def get_kinetic_cli_commands() -> list[Any]:
                 "list",
                 "List jobs from the store's job history (it outlives cleanup), newest first",
                 "jobs.jobs_list",
-                Arg(("--dag-id",), help="Only jobs of this DAG"),
+                dag_id,
                 Arg(
                     ("--state",),
                     help="Only jobs in this state (SUBMITTED, PENDING, RUNNING, SUCCEEDED, "
                     "FAILED, CANCELLED, PREEMPTED, NOT_FOUND)",
                 ),
-                Arg(
-                    ("--since",),
-                    help="Only jobs submitted within AGE (e.g. 7d, 12h) or since a UTC date "
-                    "(2026-11-24 or 2026-11-24T06:00:00Z)",
-                    metavar="AGE|DATE",
-                ),
+                since,
                 Arg(
                     ("--limit",), help="At most this many jobs (default 100)", type=int, default=100
                 ),
@@ -183,10 +185,25 @@ def get_kinetic_cli_commands() -> list[Any]:
         "catalog.accelerators",
         read_only=True,
     )
+    usage = action(
+        "usage",
+        "Sum what jobs held (chip-hours, run hours, queued time, preemptions; an "
+        "estimated cost with [kinetic] price_table) from the job history",
+        "usage.usage",
+        dag_id,
+        since,
+        Arg(
+            ("--by",),
+            help="Sum per dag (default), task, accelerator or capacity",
+            choices=("dag", "task", "accelerator", "capacity"),
+            default="dag",
+        ),
+        read_only=True,
+    )
     return [
         GroupCommand(
             name="kinetic",
-            help="Kinetic jobs, data cache and accelerators",
-            subcommands=(jobs, data, catalog),
+            help="Kinetic jobs, data cache, accelerators and usage",
+            subcommands=(jobs, data, catalog, usage),
         )
     ]

@@ -6,7 +6,11 @@ a stored ``handle.json`` no further than the CLI does (job id and backend kind o
 A job whose value was delivered has no ``handle.json`` any more (``cleanup=
 "artifacts"`` deletes ``{job_id}/``), but its task's sealed record still holds its
 handle: such jobs are listed and opened from the record, so the task's job link
-keeps working.  Nothing here renders HTML or knows about HTTP.
+keeps working.  Usage (``core.jobs.usage``: capacity, queued and run time, chip-hours,
+an estimated cost with ``[kinetic] price_table``) comes from each row's history entry
+in the list (the usage frozen when the job ended; a job whose end the history has not
+seen is measured from its artifacts, as the job page measures every job).  Nothing
+here renders HTML or knows about HTTP.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import re
 import urllib.parse
 from dataclasses import dataclass, field
+from typing import Any
 
 from airflow_provider_kinetic.attached import AttachedJob, attach
 from airflow_provider_kinetic.cli import inventory
@@ -21,6 +26,7 @@ from airflow_provider_kinetic.cli.jobs import JobStatuses, history_rows
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC
+from airflow_provider_kinetic.core.jobs.usage import PriceTable, job_usage, summary_line, total
 from airflow_provider_kinetic.core.spec.handles import (
     InvalidHandleError,
     JobHandle,
@@ -30,6 +36,7 @@ from airflow_provider_kinetic.core.spec.handles import (
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.core.storage.stat import stat_objects
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
+from airflow_provider_kinetic.hooks.prices import load_price_table
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 
 #: Job ids are one path segment (``job-...``); anything else never reaches the store.
@@ -55,6 +62,8 @@ class JobRow:
     ended: str = ""
     #: A batch's history entry (its page is the batch's children), not one job.
     batch: bool = False
+    #: ``core.jobs.usage.total`` of this one job or batch (None: no history entry).
+    usage: dict[str, Any] | None = None
 
     @property
     def job_id(self) -> str:
@@ -82,6 +91,8 @@ class JobDetail:
     artifacts: str
     files: list[OutputFile] = field(default_factory=list)
     files_truncated: bool = False
+    #: The usage line (``core.jobs.usage.summary_line``), when the history knows the job.
+    usage_line: str = ""
 
 
 def _with_task(entry: inventory.JobEntry, index: inventory.TaskIndex) -> inventory.JobEntry:
@@ -154,6 +165,14 @@ def _history_row(row: dict, store: ObjectStore) -> JobRow:
     )  # fmt: skip
 
 
+def usage_of(
+    store: ObjectStore, entry: dict | None, prices: PriceTable | None, *, live: bool
+) -> dict[str, Any] | None:
+    """One job's (or batch's) usage summed as a task's is, so the page shows the same
+    fields as the ``kinetic_usage`` XCom; None without a history entry."""
+    return None if entry is None else total([job_usage(store, entry, live=live)], prices)
+
+
 def list_rows(conn_id: str, group: str | None = None, limit: int = LIST_LIMIT) -> list[JobRow]:
     """The newest jobs (and batches) of a connection's store from its history, with
     the live status of those that have not ended; with ``group``, that batch's
@@ -162,7 +181,15 @@ def list_rows(conn_id: str, group: str | None = None, limit: int = LIST_LIMIT) -
     store = statuses.store
     if group is None:
         found = history_rows(statuses, history.Filter())
-        return [_history_row(row, store) for row in found[:limit]]
+        rows = [_history_row(row, store) for row in found[:limit]]
+        prices = load_price_table(strict=False)
+        for row in rows:
+            # Measured from its artifacts only while the history has not seen its end
+            # (the page asks its backend then anyway); else the entry alone.
+            entry = history.read(store, row.job_id)
+            live = entry is not None and entry.get("state") not in history.ENDED
+            row.usage = usage_of(store, entry, prices, live=live)
+        return rows
     index = inventory.task_index(store, deployment_secret())
     entries = inventory.list_jobs(store, deployment_secret(), index)
     entries += _collected(index, {e.handle.job_id for e in entries})
@@ -244,7 +271,9 @@ def detail(found: OpenJob) -> JobDetail:
                found.index)  # fmt: skip
     if entry is not None:
         row.ended = row.ended or entry.get("ended_at") or ""
+    row.usage = usage_of(store, entry, load_price_table(strict=False), live=True)
     out = JobDetail(row, job.handle.output_dir, store.uri(f"{job.job_id}/"))
+    out.usage_line = summary_line(row.usage) if row.usage else ""
     prefix = output_prefix(store, job.handle.output_dir)
     if prefix:
         objects = stat_objects(store, prefix)

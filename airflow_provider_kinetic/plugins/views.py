@@ -4,13 +4,17 @@ Plain string templates (no template engine, no JavaScript build): a page is a ta
 or two, and the live log is a small fetch loop that appends text with
 ``textContent`` (never ``innerHTML``).  Links are built from the mount point the
 API server gave the app (``base``), so the pages work under a base URL path too.
+Usage (``core.jobs.usage``) comes after a job's own columns and facts, so the list
+reads as before with the usage on its right.
 """
 
 from __future__ import annotations
 
 import urllib.parse
 from html import escape
+from typing import Any
 
+from airflow_provider_kinetic.cli.output import human_age
 from airflow_provider_kinetic.plugins.jobs import JobDetail, JobRow
 
 STYLE = """
@@ -92,14 +96,78 @@ def _state(row: JobRow) -> str:
     return f"<span class='state {escape(state)}'>{escape(state + reason)}</span>"
 
 
+#: The list's columns: the job's own, then its usage (an estimated cost last, if priced).
+JOB_COLUMNS = ("Job", "Status", "Accelerator", "Backend", "DAG / run / task", "Start", "End")
+USAGE_COLUMNS = ("Capacity", "Queued", "Run", "Chip-hours")
+
+
+def _hours(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.2f}" if value >= 1 else f"{value:.3g}"
+
+
+def _usage_cells(usage: dict[str, Any] | None, priced: bool) -> dict[str, str]:
+    """Usage as the page shows it, by column: capacity, queued, run, chip-hours (and
+    the estimated cost, ``priced``); empty where the history knows nothing."""
+    if not usage:
+        return dict.fromkeys(USAGE_COLUMNS + (("Est. cost",) if priced else ()), "")
+    first = (usage.get("attempts_detail") or [{}])[0]
+    queued = first.get("queued_s")
+    if usage["jobs"] and usage["unmeasured_jobs"] >= usage["jobs"]:
+        run = "unknown"
+    else:
+        run = human_age(usage["run_s"]) or "0s"
+        run += f" over {usage['jobs']} jobs" if first.get("kind") == "batch" else ""
+        run += " (running)" if usage["running"] else ""
+    chips = "no chips" if usage.get("family") is None else _hours(usage["chip_hours"])
+    cells = {
+        "Capacity": str(usage.get("capacity") or ""),
+        "Queued": "" if queued is None else human_age(queued) or "0s",
+        "Run": run,
+        "Chip-hours": chips,
+    }
+    if priced:  # CPUs have no chips: never priced
+        cost, unpriced = usage.get("cost"), usage.get("unpriced_chip_hours")
+        cells["Est. cost"] = (
+            "" if usage.get("family") is None
+            else "not in the price table" if unpriced
+            else f"${cost or 0:,.2f}"
+        )  # fmt: skip
+    return cells
+
+
+def _usage_values(usage: dict[str, Any] | None) -> dict[str, float]:
+    """The numbers behind the usage cells (seconds, chip-hours, USD), for scripts and
+    tests reading the page: only those the cells show."""
+    if not usage:
+        return {}
+    first = (usage.get("attempts_detail") or [{}])[0]
+    values = {
+        "Queued": first.get("queued_s"),
+        "Run": usage["run_s"],
+        "Est. cost": usage.get("cost"),
+    }
+    if usage.get("family") is not None:
+        values["Chip-hours"] = usage["chip_hours"]
+    if usage["jobs"] and usage["unmeasured_jobs"] >= usage["jobs"]:
+        del values["Run"]
+    return {name: float(v) for name, v in values.items() if v is not None}
+
+
+def _usage_cell(name: str, text: str, values: dict[str, float]) -> str:
+    value = f" data-value='{values[name]!r}'" if name in values else ""
+    return f"<td class='usage' data-usage='{escape(name.lower())}'{value}>{escape(text)}</td>"
+
+
 def jobs_page(rows: list[JobRow], base: str, conn_id: str, group: str | None) -> str:
-    """The jobs list: newest first, one row per job, each linking to its page."""
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in ("Job", "Status", "Accelerator", "Backend", "DAG / run / task", "Start", "End")
-    )
+    """The jobs list: newest first, one row per job, each linking to its page, with its
+    usage (an estimated cost column only when a price table priced something)."""
+    priced = any(row.usage and "cost" in row.usage for row in rows)
+    usage_heads = USAGE_COLUMNS + (("Est. cost",) if priced else ())
+    head = "".join(f"<th>{h}</th>" for h in (*JOB_COLUMNS, *usage_heads))
     body = []
     for row in rows:
+        cells, values = _usage_cells(row.usage, priced), _usage_values(row.usage)
+        usage = "".join(_usage_cell(name, cells[name], values) for name in usage_heads)
         href = (
             _link(base, "/", conn_id, group=row.job_id)  # a batch: its children
             if row.batch
@@ -110,7 +178,7 @@ def jobs_page(rows: list[JobRow], base: str, conn_id: str, group: str | None) ->
             f"<td><a href='{escape(href)}'>{escape(row.job_id)}</a></td>"
             f"<td>{_state(row)}</td><td>{escape(row.handle.accelerator)}</td>"
             f"<td>{escape(row.handle.backend)}</td><td>{escape(_task(row))}</td>"
-            f"<td>{escape(row.started)}</td><td>{escape(row.ended)}</td></tr>"
+            f"<td>{escape(row.started)}</td><td>{escape(row.ended)}</td>{usage}</tr>"
         )
     title = "Kinetic jobs" + (f" of batch {group}" if group else "")
     empty = "" if rows else "<p id='no-jobs'>No kinetic jobs in this store.</p>"
@@ -120,6 +188,21 @@ def jobs_page(rows: list[JobRow], base: str, conn_id: str, group: str | None) ->
         f"<table id='jobs'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody>"
         f"</table>{empty}",
     )
+
+
+def _usage_facts(info: JobDetail) -> list[tuple[str, str]]:
+    """The job page's usage rows: the task log's line, then each figure."""
+    usage = info.row.usage
+    if not usage:
+        return []
+    cells = _usage_cells(usage, "cost" in usage)
+    first = (usage.get("attempts_detail") or [{}])[0]
+    if first.get("admission_wait_s") is not None:
+        admission = human_age(first["admission_wait_s"]) or "0s"
+        start = human_age(first["start_wait_s"]) or "0s"
+        cells["Queued"] += f" ({admission} for admission, {start} to start)"
+    facts = [("Usage", f"<span id='usage'>{escape(info.usage_line)}</span>")]
+    return facts + [(name, escape(value)) for name, value in cells.items()]
 
 
 def job_page(info: JobDetail, base: str, conn_id: str, *, can_cancel: bool = False) -> str:
@@ -136,6 +219,7 @@ def job_page(info: JobDetail, base: str, conn_id: str, *, can_cancel: bool = Fal
         ("DAG / run / task", escape(_task(row))),
         ("Start", escape(row.started)),
         ("End", escape(row.ended)),
+        *_usage_facts(info),
         ("Batch", escape(row.handle.group_id or "")),
         ("Output dir", f"<code>{escape(info.output_dir or '')}</code>"),
         ("Artifacts", f"<code>{escape(info.artifacts)}</code>"),

@@ -141,6 +141,10 @@ def test_task_link_opens_the_kinetic_page_with_the_job_and_its_log(server, page)
     assert [f"kinetic browser line {i}" in log for i in range(5)] == [True] * 5, log
     expect(page.locator("#files")).to_contain_text("summary.txt")
     expect(page.locator("#cancel")).to_have_count(0)  # nothing to cancel once finished
+    # Its usage: the task log's line (a CPU job counts hours, not chip-hours).
+    expect(page.locator("#usage")).to_have_text(
+        re.compile(r"^cpu on on-demand: \S+ hours over 1 attempt, .* queued")
+    )
     shot(page, "kinetic-job")
 
     page.get_by_role("link", name="All kinetic jobs").click()
@@ -150,6 +154,8 @@ def test_task_link_opens_the_kinetic_page_with_the_job_and_its_log(server, page)
     expect(row.locator("td").nth(2)).to_have_text("cpu")
     expect(row.locator("td").nth(3)).to_have_text("local")
     expect(row.locator("td").nth(6)).to_have_text(re.compile(r"^\d{4}-\d\d-\d\dT.*Z$"))
+    expect(row.locator("td[data-usage='capacity']")).to_have_text("on-demand")
+    expect(row.locator("td[data-usage='chip-hours']")).to_have_text("no chips")
     shot(page, "kinetic-jobs")
 
     # The same list inside the UI: the plugin's Browse entry (an external view).

@@ -20,6 +20,11 @@ from tests.integration.test_operator_lifecycle import TI
 
 CONN = "kn_plugin"
 NASTY = "<i>&\"x'.txt"  # an output file name that must come out escaped
+#: The list's usage cells after a job's End (``plugins/views.py``), without a price table.
+USAGE_CELLS = "".join(
+    rf"<td class='usage' data-usage='{name}'[^>]*>[^<]*</td>"
+    for name in ("capacity", "queued", "run", "chip-hours")
+)
 
 
 def chatty(lines: int, name: str) -> int:
@@ -152,12 +157,16 @@ def check_pages(conn: str, clients: Any, done: dict, collected: dict, running: d
     )
     cells = dict(rows)[done["job_id"]]
     assert "SUCCEEDED" in cells and "d / manual__1 / chatty" in cells and ">local<" in cells
-    assert re.search(r"<td>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ</td></tr>$", cells + "</tr>")
+    assert re.search(r"<td>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ</td>" + USAGE_CELLS, cells)
+    # Its usage, after its end: measured from its start record and result (cpu: no chips).
+    usage = dict(re.findall(r"data-usage='([^']+)'[^>]*>([^<]*)</td>", cells))
+    assert usage["capacity"] == "on-demand" and usage["chip-hours"] == "no chips"
+    assert re.fullmatch(r"\d+s|\d+\.\dm", usage["run"]) and usage["queued"]
     assert re.search("RUNNING|PENDING", dict(rows)[running["job_id"]])
     # Listed and shown from its sealed task record (the task's job link keeps working).
     cells = dict(rows)[collected["job_id"]]
     assert "SUCCEEDED" in cells and "d / manual__1 / collected" in cells
-    assert re.search(r"<td>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ</td>$", cells)
+    assert re.search(r"<td>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ</td>" + USAGE_CELLS + "$", cells)
     shown = viewer.get(f"/kinetic/jobs/{collected['job_id']}", params=q)
     assert shown.status_code == 200 and "b.txt</a>" in shown.text
     assert (
@@ -216,3 +225,73 @@ def check_pages(conn: str, clients: Any, done: dict, collected: dict, running: d
 
     group = viewer.get("/kinetic/", params={**q, "group": "grp-none"})
     assert "id='no-jobs'" in group.text and "<tr data-job-id" not in group.text
+
+
+def train(steps: int) -> int:
+    return steps * 2
+
+
+def usage_cells(page: str, job_id: str) -> dict[str, tuple[str, str | None]]:
+    """A list row's usage cells: ``{column: (text, data-value or None)}``."""
+    (cells,) = re.findall(rf"<tr data-job-id='{job_id}'>(.*?)</tr>", page)
+    found = re.findall(r"data-usage='([^']+)'(?: data-value='([^']+)')?>([^<]*)</td>", cells)
+    return {name: (text, value or None) for name, value, text in found}
+
+
+def test_usage_on_the_list_and_the_job_page_with_a_price_table(
+    conn, clients, tmp_path: Path, monkeypatch
+):
+    """A TPU job the local backend ran: chip-hours and queued time from its runner's
+    start record and result, the same on the list and on its page; the estimated cost
+    only once a price table is set; a capacity from the (unsigned) history escaped."""
+    from airflow_provider_kinetic.core.jobs import history
+    from airflow_provider_kinetic.core.jobs.checkpoint import read_started
+    from airflow_provider_kinetic.core.storage import LocalStore
+
+    _, viewer, _ = clients
+    ti = TI()
+    ti.task_id = "train"
+    op = KineticRunOperator(task_id="train", python_callable=train, op_args=[3],
+                            accelerator="tpu-v6e-8", kinetic_conn_id=conn,
+                            wait_for_completion=False)  # fmt: skip
+    job_id = op.execute({"ti": ti})["job_id"]
+    assert attach(job_id, conn_id=conn).result(timeout=120, poll_interval=0.05) == 6
+    store = LocalStore(str(tmp_path / "kinetic"))
+    start = read_started(store, f"{job_id}/")["started_at"]
+    run_s = round((tmp_path / "kinetic" / job_id / "result.pkl.sig").stat().st_mtime - start, 3)
+    submitted = history.iso_epoch(history.read(store, job_id)["submitted_at"])
+    evil = "<img src=x onerror=alert(1)>"
+    history.submitted(store, "job-evil", {"dag_id": "d", "task_id": "t", "run_id": "r"},
+                      backend="local", accelerator="tpu-v6e-8", func="f", output_dir=None,
+                      capacity=evil)  # fmt: skip
+    history.update(store, "job-evil", "FAILED")
+    q = {"conn_id": conn}
+
+    page = viewer.get("/kinetic/", params=q).text
+    assert "<th>Est. cost</th>" not in page  # no price table: no cost anywhere
+    cells = usage_cells(page, job_id)
+    assert cells["capacity"] == ("on-demand", None)
+    assert float(cells["chip-hours"][1]) == 8 * run_s / 3600
+    assert float(cells["run"][1]) == run_s
+    assert float(cells["queued"][1]) == round(start - submitted, 3)
+    assert evil not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert usage_cells(page, "job-evil")["run"] == ("unknown", None)  # nobody saw it start
+
+    job_page = viewer.get(f"/kinetic/jobs/{job_id}", params=q).text
+    line = re.search(r"<span id='usage'>([^<]*)</span>", job_page).group(1)
+    assert re.fullmatch(r"tpu-v6e-8 on on-demand: \S+ chip-hours over 1 attempt, \d+ s queued",
+                        line), line  # fmt: skip
+    assert "Est. cost" not in job_page
+
+    prices = tmp_path / "prices.csv"
+    prices.write_text("accelerator,capacity,usd_per_chip_hour\nv6e,on-demand,2.5\n")
+    monkeypatch.setenv("AIRFLOW__KINETIC__PRICE_TABLE", str(prices))
+    page = viewer.get("/kinetic/", params=q).text
+    assert "<th>Est. cost</th>" in page
+    text, value = usage_cells(page, job_id)["est. cost"]
+    assert float(value) == round(8 * run_s / 3600 * 2.5, 4) and text.startswith("$")
+    job_page = viewer.get(f"/kinetic/jobs/{job_id}", params=q).text
+    assert re.search(r"<span id='usage'>[^<]*, est\. \$\d+\.\d\d</span>", job_page)
+    prices.write_text("accelerator,capacity,usd_per_chip_hour\nv6e,on-demand,cheap\n")
+    page = viewer.get("/kinetic/", params=q)  # a bad table: the page still shows, no cost
+    assert page.status_code == 200 and "<th>Est. cost</th>" not in page.text
