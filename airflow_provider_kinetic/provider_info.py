@@ -101,6 +101,14 @@ CONFIG = {
         "float",
         "64",
     ),
+    "price_table": _option(
+        "Path to a CSV file of USD per chip-hour (columns accelerator,capacity,"
+        "usd_per_chip_hour; e.g. tpu-v6e,spot,1.10): task usage lines, the kinetic_usage "
+        "XCom, the Kinetic page and `airflow kinetic usage` then show an estimated cost. "
+        "Empty: no cost is shown anywhere.",
+        "string",
+        "",
+    ),
 }
 
 _S, _N, _B = "string", "number", "boolean"
@@ -143,6 +151,9 @@ FORM: dict[str, tuple[str, str, str, str]] = {
                            "be pulled for this long."),
     "schedule_timeout_s": ("Scheduling timeout (s)", _N, "1800", "Fail a job whose pod cannot "
                            "be scheduled (no TPU/GPU capacity) for this long."),
+    "capacity": ("Capacity", _S, "reservation:my-res, spot", "Default capacity of tasks that "
+                 "give none: on-demand, spot, flex-start, reservation:NAME, queue:NAME, "
+                 "class:NAME, or steps tried in order, comma-separated."),
     "create_grace_s": ("Create grace (s)", _N, "180", "Fail a Job that has no pod after this "
                        "long (quota, admission)."),
     "ttl_seconds_after_finished": ("Finished Job TTL (s)", _N, "600", "Backstop TTL of a "

@@ -33,4 +33,7 @@ exec "$VENV/bin/pytest" -q -p no:cacheprovider \
   "tests/integration/test_history.py::test_every_path_leaves_what_the_policy_says_and_the_history_shows_it[on_success]" \
   tests/integration/test_history.py::test_cleanup_keeps_what_xcoms_need_then_applies_the_retention \
   tests/integration/test_faults_keys.py \
+  tests/unit/test_capacity_options.py \
+  tests/integration/test_capacity_fallback.py \
+  tests/integration/test_checkpoint_resume.py \
   "$@"

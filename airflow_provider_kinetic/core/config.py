@@ -18,7 +18,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_kinetic.core.accelerators import Accelerator
+from airflow_provider_kinetic.core.accelerators import Accelerator, parse_accelerator
 from airflow_provider_kinetic.core.backends import registry
 from airflow_provider_kinetic.core.runtime.images import check_image_setting
 from airflow_provider_kinetic.core.settings import (
@@ -102,11 +102,15 @@ class KineticConfig(KineticSettings):
         """The store root: a bucket, or the local backend's directory."""
         return registry.backend_class(registry.store_kind(self.backend)).bucket_for(self)
 
-    def backend_kind(self, accelerator: Accelerator | None) -> str:
-        """The concrete backend for a job (``auto`` resolved by preflight).
+    def backend_kind(self, accelerator: Accelerator | str | None) -> str:
+        """The concrete backend for a job (``auto`` resolved by preflight); given the
+        accelerator string as written, a backend may read it too (the local one lets
+        a bare ``gpu:N`` take any GPU model the machine has).
 
         Raises before anything is uploaded when the choice cannot run the job.
         """
+        if isinstance(accelerator, str):
+            return registry.resolve_kind(self.backend, parse_accelerator(accelerator), accelerator)
         return registry.resolve_kind(self.backend, accelerator)
 
     def store(self) -> ObjectStore:

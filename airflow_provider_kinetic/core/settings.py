@@ -160,6 +160,9 @@ class KineticSettings:
     create_grace_s: float = 180.0
     #: Backstop TTL of a finished Job (it is deleted as soon as its result is collected).
     ttl_seconds_after_finished: int = 600
+    #: Default ``capacity=`` of tasks that give none (``core.capacity``): one kind or a
+    #: list of steps; None: on-demand.
+    capacity: str | list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 from airflow.providers.common.compat.sdk import AirflowNotFoundException, conf
 
 from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.capacity import InvalidCapacityError, parse_chain
 from airflow_provider_kinetic.core.config import KineticConfig, KineticConfigError
 from airflow_provider_kinetic.core.jobs.polling import STORE_OUTAGE_WINDOW_S
 
@@ -58,6 +59,7 @@ _EXTRA_FIELDS = (
     "artifact_registry_repository",
     "service_account",
     "runner_command",
+    "capacity",
 )
 
 
@@ -136,6 +138,13 @@ def config_from_extras(extras: dict[str, Any], conn_id: str | None = None) -> Ki
         value = extras.get(name, extras.get(f"{_FORM_PREFIX}{name}"))
         if value not in (None, ""):
             values[name] = value
+    if isinstance(values.get("capacity"), str) and "," in values["capacity"]:
+        values["capacity"] = [step.strip() for step in values["capacity"].split(",")]
+    if "capacity" in values:
+        try:
+            parse_chain(values["capacity"])
+        except InvalidCapacityError as exc:
+            raise KineticConfigError(f"extra 'capacity' of {where}: {exc}") from None
     if isinstance(values.get("runner_command"), str):
         values["runner_command"] = values["runner_command"].split()
     if isinstance(values.get("endpoint"), str):  # the UI stores extras as strings

@@ -11,7 +11,9 @@ from typing import Any
 from airflow.providers.common.compat.sdk import BaseOperator, XCom, conf, mask_secret
 
 from airflow_provider_kinetic.core.accelerators import parse_accelerator, with_spot
+from airflow_provider_kinetic.core.capacity import DEFAULT_CAPACITY_WAIT_S
 from airflow_provider_kinetic.core.data.schemes import scheme_for
+from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S, validate_sync_s
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY, POLICIES
 from airflow_provider_kinetic.core.jobs.cleanup import policy as cleanup_policy
 from airflow_provider_kinetic.core.jobs.pack import DEFAULT_MAX_PAYLOAD_MB
@@ -23,6 +25,8 @@ from airflow_provider_kinetic.core.runtime.requirements import check_spec as che
 from airflow_provider_kinetic.core.spec.handles import artifact_key
 from airflow_provider_kinetic.core.spec.identity import task_key
 from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.operators.capacity import check_options as check_capacity
+from airflow_provider_kinetic.operators.capacity import request_fields as capacity_fields
 
 XCOM_JOB = "kinetic_job"
 XCOM_BATCH = "kinetic_batch"
@@ -240,9 +244,20 @@ class KineticOperatorBase(BaseOperator):
         context_excludes: list[str] | None = None,
         container_image: str | None = None,
         requirements: list[str] | str | None = None,
+        capacity: str | list[str] | None = None,
+        capacity_wait: Any = DEFAULT_CAPACITY_WAIT_S,
+        priority_class: str | None = None,
+        max_run_duration: Any = None,
+        checkpoint_sync_s: float = DEFAULT_SYNC_S,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        check_capacity(accelerator, spot, capacity, capacity_wait, max_run_duration)
+        self.capacity = capacity
+        self.capacity_wait = capacity_wait
+        self.priority_class = priority_class
+        self.max_run_duration = max_run_duration
+        self.checkpoint_sync_s = validate_sync_s(checkpoint_sync_s)  # fails at parse time
         self.cleanup = cleanup_policy(cleanup)  # a bad value fails at parse time
         # Checked here (not templated): a bad pattern fails at parse time, not in the pod.
         self.context_excludes = check_patterns(context_excludes)
@@ -305,6 +320,10 @@ class KineticOperatorBase(BaseOperator):
             context_excludes=list(self.context_excludes),
             container_image=self.container_image,
             requirements=self.requirements,
+            **capacity_fields(
+                self.capacity, self.capacity_wait, self.priority_class, self.max_run_duration
+            ),
+            checkpoint_sync_s=self.checkpoint_sync_s,
             max_context_mb=conf.getfloat(
                 "kinetic", "max_context_mb", fallback=DEFAULT_MAX_CONTEXT_MB
             ),
@@ -321,7 +340,7 @@ class KineticOperatorBase(BaseOperator):
         anything of the job is uploaded (``hooks/image_build.py``)."""
         from airflow_provider_kinetic.hooks.image_build import prepare_image
 
-        plan = plan_for_request(request, config, config.backend_kind(self.parsed_accelerator()))
+        plan = plan_for_request(request, config, config.backend_kind(self.accelerator_spec()))
         if build:
             prepare_image(plan, config, store)
             self.log.info("kinetic: %s", plan.describe())

@@ -33,6 +33,7 @@ from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 from airflow_provider_kinetic.links import KineticBatchLink, batch_url
+from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
     XCOM_BATCH,
     XCOM_OUTPUT_DIR,
@@ -97,6 +98,7 @@ class KineticMapOperator(MapTriesBase):
         "accelerator",
         "capture_env_vars",
         "requirements",
+        *CAPACITY_TEMPLATE_FIELDS,
     )
     ui_color = "#d2e3fc"
     operator_extra_links = (KineticBatchLink(),)

@@ -39,6 +39,7 @@ from airflow_provider_kinetic.operators.common import (
     task_identity,
     xcom_value,
 )
+from airflow_provider_kinetic.operators.usage import report_usage
 
 
 class MapTriesBase(KineticOperatorBase):
@@ -62,7 +63,7 @@ class MapTriesBase(KineticOperatorBase):
             supersede_record(store, identity, record, secret)
             return None
         config = hook.get_config()
-        backend = hook.get_backend(config.backend_kind(self.parsed_accelerator()))
+        backend = hook.get_backend(config.backend_kind(self.accelerator_spec()))
         changed = other_work(record, work)
         try:
             state = resume_batch(
@@ -114,6 +115,8 @@ class MapTriesBase(KineticOperatorBase):
         self._state = None
         if failures and not self.return_exceptions:
             self._batch_ended(state, store, set(), delivered=False)
+            if context is not None:
+                report_usage(self, context, store, [state.group_id])
             raise KineticBatchFailed(
                 batchlogs.failure_summary(state, failures),
                 group_id=state.group_id,
@@ -132,6 +135,8 @@ class MapTriesBase(KineticOperatorBase):
             push_value(self, context, result)  # Airflow has it before anything is deleted
             self._write_record(context, store, state, delivered=True)
         self._batch_ended(state, store, result_ref_uris(values), delivered=True)
+        if context is not None:
+            report_usage(self, context, store, [state.group_id])
         return result
 
     def _batch_ended(

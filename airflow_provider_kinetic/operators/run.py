@@ -21,6 +21,7 @@ from airflow_provider_kinetic.core.backends.manifests import to_yaml
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.cleanup import after_job
+from airflow_provider_kinetic.core.jobs.fallback import describe_step
 from airflow_provider_kinetic.core.jobs.submit import PlannedJob, plan_job
 from airflow_provider_kinetic.core.jobs.taskrecord import (
     Step,
@@ -33,6 +34,7 @@ from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key
 from airflow_provider_kinetic.links import KineticJobLink, KineticLogsLink, KineticOutputLink
+from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
     deadline,
     defer_grace_s,
@@ -55,6 +57,10 @@ class KineticRunOperator(RunDeferredWait):
         op_args / op_kwargs: its arguments (templated; ``Data`` may sit at any depth).
         accelerator: ``"cpu"``, ``"gpu-l4"``, ``"tpu-v5e-4"``, ``"tpu-v6e-2x4"``, ...
         spot: run on spot VMs (the same as a ``:spot`` suffix on ``accelerator``).
+        capacity: how the pods get accelerators on GKE (``core.capacity``): "on-demand",
+            "spot", "flex-start", "reservation:NAME", "queue:NAME", "class:NAME", or a
+            list tried in order; ``capacity_wait`` per step (default 15 min);
+            ``priority_class`` (Kueue) and ``max_run_duration`` (flex-start, Kueue).
         volumes: ``{"/abs/mount/path": Data(...)}`` (templated).
         output_dir: URI exported as ``KINETIC_OUTPUT_DIR`` (templated); default is
             deterministic per (dag_id, run_id, task_id, map_index) under ``outputs/``.
@@ -88,6 +94,7 @@ class KineticRunOperator(RunDeferredWait):
         "accelerator",
         "capture_env_vars",
         "requirements",
+        *CAPACITY_TEMPLATE_FIELDS,
     )
     template_fields_renderers = {"op_args": "py", "op_kwargs": "py"}
     ui_color = "#e8f0fe"
@@ -123,7 +130,7 @@ class KineticRunOperator(RunDeferredWait):
         hook = KineticHook(self.kinetic_conn_id)
         config = hook.get_config()
         store = hook.get_store()
-        backend = hook.get_backend(config.backend_kind(self.parsed_accelerator()))
+        backend = hook.get_backend(config.backend_kind(self.accelerator_spec()))
         self._backend, self._store = backend, store
         planned = self._plan(context, config, store)  # bad input fails here, before anything
         record = self._read_record(context, store)
@@ -159,6 +166,10 @@ class KineticRunOperator(RunDeferredWait):
             report, offset = self._wait(backend, handle, deadline_ts, give_up)
             if report is None:
                 return self._defer(config, handle, deadline_ts, attempt=0, log_offset=offset)
+            fallback = self._next_capacity(context, config, backend, store, handle, report)
+            if fallback is not None:
+                handle = fallback
+                continue
             if not self._preempted(context, store, handle, report):
                 return self._finish(context, store, backend, handle, report, offset)
             handle = self._resubmit_preempted(context, config, backend, store, handle, report)
@@ -198,7 +209,18 @@ class KineticRunOperator(RunDeferredWait):
         planned = plan_job(request, config, store, "job-dryrun00", deployment_secret())
         manifest = backend_class(planned.template.backend).manifest(planned.spec)
         print("\n".join(self.image_report(image, config)))
-        print(to_yaml(manifest))
+        chain = planned.template.capacity
+        for step in range(len(chain)):  # a fallback chain: what each step would send
+            job = (
+                planned
+                if step == 0
+                else plan_job(
+                    request, config, store, f"job-dryrun{step:02d}", deployment_secret(), step
+                )
+            )
+            if len(chain) > 1:
+                print(("---\n" if step else "") + f"# capacity: {describe_step(chain, step)}")
+            print(to_yaml(backend_class(job.template.backend).manifest(job.spec)))
         return manifest
 
     def on_kill(self) -> None:

@@ -74,6 +74,9 @@ class RunDeferredWait(RunSyncWait):
         # The trigger showed the job's log up to here while the task was deferred.
         offset = int(event.get("log_offset") or 0)
         if report.status.is_terminal:
+            fallback = self._next_capacity(context, config, backend, store, handle, report)
+            if fallback is not None:
+                return self._defer(config, fallback, event.get("deadline"), 0)
             if self._preempted(context, store, handle, report):
                 handle = self._resubmit_preempted(context, config, backend, store, handle, report)
                 return self._defer(config, handle, event.get("deadline"), 0)

@@ -11,23 +11,32 @@ import time
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.backends.k8s_status import REASON_NOT_ADMITTED
 from airflow_provider_kinetic.core.jobs import history
-from airflow_provider_kinetic.core.jobs.cleanup import after_job
+from airflow_provider_kinetic.core.jobs.checkpoint import remove_checkpoints
+from airflow_provider_kinetic.core.jobs.cleanup import after_job, deletes
 from airflow_provider_kinetic.core.jobs.polling import StoreOutage, poll_delays
 from airflow_provider_kinetic.core.jobs.results import collect_with_blob
-from airflow_provider_kinetic.core.jobs.taskrecord import cancel_requested, request_cancel
+from airflow_provider_kinetic.core.jobs.taskrecord import (
+    cancel_requested,
+    read_record,
+    request_cancel,
+)
+from airflow_provider_kinetic.core.jobs.usage import note_admitted
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.exceptions import KineticJobCancelled, KineticJobFailed
 from airflow_provider_kinetic.hooks.connection import store_outage_window_s
-from airflow_provider_kinetic.hooks.signing import result_key
+from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key
 from airflow_provider_kinetic.operators.common import (
     describe_failure,
     push_value,
     result_ref_uris,
+    task_identity,
     xcom_value,
 )
 from airflow_provider_kinetic.operators.run_tries import RunTriesBase
+from airflow_provider_kinetic.operators.usage import report_usage
 
 
 class RunSyncWait(RunTriesBase):
@@ -42,7 +51,7 @@ class RunSyncWait(RunTriesBase):
     ) -> tuple[StatusReport | None, int]:
         """Poll until the job ends (its report) or, with ``give_up`` (a monotonic
         time), until then (``None``: the caller defers); the log offset shown so far."""
-        offset, last = 0, None
+        offset, last, admitting = 0, None, False
         delays = poll_delays(self.poll_interval, backend.first_poll_s)
         outage = StoreOutage(store_outage_window_s())
         while True:
@@ -57,6 +66,9 @@ class RunSyncWait(RunTriesBase):
             offset = self._show_logs(backend, handle, offset)
             if report.describe() != last:
                 self.log.info("kinetic job %s: %s", handle.job_id, report.describe())
+                if admitting and report.reason != REASON_NOT_ADMITTED:  # Kueue let it in
+                    note_admitted(self._store, handle.job_id, time.time())
+                admitting = report.reason == REASON_NOT_ADMITTED
                 last = report.describe()
                 if report.status is JobStatus.RUNNING:
                     history.update(self._store, handle.job_id, report.status.value, report.reason)
@@ -109,6 +121,7 @@ class RunSyncWait(RunTriesBase):
                 self._ended(store, backend, handle, report, describe_failure(exc))
             finally:
                 self._delete_job(backend, handle)
+            self._usage(context, store, handle)
             raise KineticJobFailed(
                 f"kinetic job {handle.job_id} failed: {describe_failure(exc)}",
                 job_id=handle.job_id,
@@ -121,7 +134,22 @@ class RunSyncWait(RunTriesBase):
             self._ended(store, backend, handle, report, None, result_ref_uris(delivered))
         finally:
             self._delete_job(backend, handle)
+        self._usage(context, store, handle)
+        if deletes(self.cleanup, True):  # done for good: nothing will resume from them
+            try:
+                remove_checkpoints(store, task_identity(context))
+            except Exception as exc:  # noqa: BLE001 - the value is delivered already
+                self.log.warning("could not delete the task's checkpoints: %s", exc)
         return delivered
+
+    def _usage(self, context: Any, store: ObjectStore, handle: JobHandle) -> None:
+        """The task's usage over every job its run had (the record's attempts)."""
+        try:
+            record = read_record(store, task_identity(context), deployment_secret())
+        except Exception:  # noqa: BLE001 - then this job alone
+            record = None
+        attempts = record.attempts if record is not None and record.attempts else []
+        report_usage(self, context, store, attempts or [handle.job_id])
 
     def _delete_job(self, backend: Backend, handle: JobHandle) -> None:
         """Collected (value or error): the Job / LeaderWorkerSet goes now, whatever the

@@ -15,9 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.capacity import parse_capacity, parse_chain
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.cleanup import after_job
+from airflow_provider_kinetic.core.jobs.fallback import describe_step, next_step
 from airflow_provider_kinetic.core.jobs.results import is_preemption
 from airflow_provider_kinetic.core.jobs.submit import PlannedJob, plan_job, submit_planned
 from airflow_provider_kinetic.core.jobs.taskrecord import (
@@ -32,6 +34,7 @@ from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport, 
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 from airflow_provider_kinetic.links import job_links
+from airflow_provider_kinetic.operators.capacity import request_fields as capacity_fields
 from airflow_provider_kinetic.operators.common import (
     XCOM_JOB,
     XCOM_OUTPUT_DIR,
@@ -58,12 +61,15 @@ class RunTriesBase(KineticOperatorBase):
     _backend: Backend | None
     _store: ObjectStore | None
 
-    def _plan(self, context: Any, config: KineticConfig, store: ObjectStore) -> PlannedJob:
-        """This try's job, validated and packed under a new id; nothing uploaded or
-        built.  Its work digest is what an earlier try's job is compared with."""
+    def _plan(
+        self, context: Any, config: KineticConfig, store: ObjectStore, step: int = 0
+    ) -> PlannedJob:
+        """This try's job (for capacity step ``step``), validated and packed under a new
+        id; nothing uploaded or built.  Its work digest is what an earlier try's job is
+        compared with."""
         request = self.build_request(task_identity(context), store.uri, context)
         self.resolve_image(request, config, store, build=False)
-        planned = plan_job(request, config, store, new_job_id(), deployment_secret())
+        planned = plan_job(request, config, store, new_job_id(), deployment_secret(), step)
         self._work = planned.work
         return planned
 
@@ -158,6 +164,56 @@ class RunTriesBase(KineticOperatorBase):
         for key, url in self.published_links.items():
             ti.xcom_push(key=key, value=url)
         self.log.info("kinetic job %s: output dir %s", handle.job_id, handle.output_dir)
+        if handle.capacity:
+            what = parse_capacity(handle.capacity).describe
+            self.log.info("kinetic job %s asks for capacity: %s", handle.job_id, what)
+
+    # ---- capacity fallback ---------------------------------------------------------
+    def _capacity_chain(self, config: KineticConfig) -> list[str]:
+        """The task's capacity steps as rendered (the connection's default when the
+        task names none): the same chain the task's jobs were planned with."""
+        fields = capacity_fields(
+            self.capacity, self.capacity_wait, self.priority_class, self.max_run_duration
+        )
+        value = fields["capacity"]
+        if value is None:
+            value = config.capacity
+        spot = self.parsed_accelerator().spot
+        return [str(step) for step in parse_chain(value, spot=spot)]
+
+    def _next_capacity(
+        self,
+        context: Any,
+        config: KineticConfig,
+        backend: Backend,
+        store: ObjectStore,
+        handle: JobHandle,
+        report: StatusReport,
+    ) -> JobHandle | None:
+        """The job of the next capacity step, when ``handle``'s step found no capacity
+        and nothing of it ever started (``core.jobs.fallback``); None otherwise."""
+        chain = self._capacity_chain(config)
+        step = next_step(chain, handle, report, store)
+        if step is None:
+            return None
+        self.log.warning(
+            "kinetic job %s: giving up %s: %s; trying %s",
+            handle.job_id,
+            describe_step(chain, step - 1),
+            report.message,
+            describe_step(chain, step),
+        )
+        history.update(
+            store, handle.job_id, history.CANCELLED, f"{report.reason}: {report.message}"
+        )
+        backend.cancel(handle)  # delete the Job that never ran (its pods never started)
+        after_job(store, backend, [handle], succeeded=False, mode=self.cleanup, log_=self.log)
+        new = self._submit(
+            context, config, backend, store, self._plan(context, config, store, step)
+        )
+        self._write_record(context, store, new)
+        self._publish(context, new)
+        return new
 
     # ---- the task's record ----------------------------------------------------------
     def _read_record(self, context: Any, store: ObjectStore) -> TaskRecord | None:
@@ -188,12 +244,14 @@ class RunTriesBase(KineticOperatorBase):
         identity = task_identity(context)
         secret = deployment_secret()
         work = getattr(self, "_work", None)
-        if preemptions is None or work is None:
-            old = read_record(store, identity, secret)
-            if preemptions is None:
-                preemptions = self._preemptions(old)
-            if work is None and old is not None and old.job and old.job.job_id == handle.job_id:
-                work = old.work
+        old = read_record(store, identity, secret)
+        if preemptions is None:
+            preemptions = self._preemptions(old)
+        if work is None and old is not None and old.job and old.job.job_id == handle.job_id:
+            work = old.work
+        attempts = list(old.attempts) if old is not None and old.kind == "job" else []
+        if handle.job_id not in attempts:
+            attempts.append(handle.job_id)
         record = TaskRecord(
             kind="job",
             mode=DEFERRED if self.deferrable else SYNC,
@@ -202,6 +260,7 @@ class RunTriesBase(KineticOperatorBase):
             delivered=delivered,
             preemptions=preemptions,
             work=work,
+            attempts=attempts,
         )
         write_record(store, identity, record, secret)
         state = context.get("task_state_store")

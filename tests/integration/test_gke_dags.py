@@ -36,6 +36,7 @@ from airflow_provider_kinetic.core.backends import k8s_status as ks
 from airflow_provider_kinetic.core.backends.local import RUNNER_MODULE
 from airflow_provider_kinetic.core.backends.manifests import job_manifest
 from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.checkpoint import checkpoint_env
 from airflow_provider_kinetic.core.jobs.signing import job_key
 from airflow_provider_kinetic.core.runtime.context import build_context
 from airflow_provider_kinetic.core.spec.identity import key_part
@@ -132,9 +133,12 @@ class Kubelet(threading.Thread):
 
     def play(self) -> None:
         posts = self.until("the Job", lambda d: by_code_under_test(d.sent("POST", JOBS)))
-        if not posts:
-            return
-        self.job = json.loads(posts[0].body)
+        if posts:
+            self.play_job(json.loads(posts[0].body))
+
+    def play_job(self, job: dict[str, Any]) -> None:
+        """Be the Job controller and the node for ``job`` (as sent to the API)."""
+        self.job = job
         name, template = self.job["metadata"]["name"], self.job["spec"]["template"]
         self.pod = f"{name}-x7k2p"
         pod_path = f"{PODS}/{self.pod}"
@@ -222,6 +226,13 @@ def expected_job(bucket: str, job_id: str, dr: Any, task_id: str) -> dict[str, A
     dags = os.environ["AIRFLOW__CORE__DAGS_FOLDER"]
     context = build_context(os.path.join(dags, "kinetic_gke_dags.py"), ceilings=[dags])
     assert store.read_bytes(context.key) == context.data
+    identity = {
+        "dag_id": dr.dag_id,
+        "task_id": task_id,
+        "run_id": dr.run_id,
+        "map_index": -1,
+        "try_number": 1,
+    }
     spec = build_job_spec(
         SpecInputs(
             job_id=job_id,
@@ -235,13 +246,9 @@ def expected_job(bucket: str, job_id: str, dr: Any, task_id: str) -> dict[str, A
             image=IMAGE,
             output_dir=f"gs://{bucket}/outputs/{dr.dag_id}/{run}/{task_id}/-1",
             namespace=NS,
-            identity={
-                "dag_id": dr.dag_id,
-                "task_id": task_id,
-                "run_id": dr.run_id,
-                "map_index": -1,
-                "try_number": 1,
-            },  # fmt: skip
+            identity=identity,
+            # The task run's checkpoint slot (core.jobs.checkpoint), stable across tries.
+            env=checkpoint_env(store, identity, job_id),
             # Only a reference reaches the manifest; the value is in the Secret.
             secrets={"KINETIC_RESULT_KEY": job_key(deployment_secret(), job_id)},
         )

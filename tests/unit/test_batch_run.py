@@ -103,3 +103,26 @@ def test_gather_order_and_failures(tmp_path, ordered):
     assert values == expected
     described = batchrun.describe_exception(failures[1])
     assert described["type"] == "ValueError" and described["traceback"].endswith("tb")
+
+
+def test_a_child_without_capacity_moves_to_the_next_step_apart_from_retries(tmp_path):
+    from airflow_provider_kinetic.core.jobs.checkpoint import STARTED_NAME
+    from airflow_provider_kinetic.core.spec.handles import REASON_NO_CAPACITY
+
+    store, backend = LocalStore(str(tmp_path)), Recorder()
+    s = state(2, {0: "job-r0", 1: "job-r1"}, retries=0)
+    s.template.capacity = ["reservation:r1", "spot"]
+    s.active = {i: handle(f"job-r{i}", capacity="reservation:r1") for i in (0, 1)}
+    no_capacity = StatusReport(JobStatus.FAILED, REASON_NO_CAPACITY, "nothing started")
+    # Child 1's runner did start (its start record is there): it must not run again.
+    store.write_bytes(f"job-r1/{STARTED_NAME}", b"{}")
+    assert batchrun.observe(s, {"job-r0": no_capacity, "job-r1": no_capacity}, backend, store) == [
+        1
+    ]
+    assert s.queue[0] == 0 and s.steps == {0: 1} and s.attempts[0] == 0  # not a retry
+    assert s.done == {1: "FAILED"}
+    # The next job of input 0 is made for spot; the counts say which kinds ended children.
+    s.active[0], s.attempts[0] = handle("job-s0", capacity="spot"), 1
+    result(store, "job-s0", True, 5)
+    assert batchrun.observe(s, {"job-s0": StatusReport(JobStatus.SUCCEEDED)}, backend, store) == [0]
+    assert batchrun.counts(s)["capacity"] == {"spot": 1, "reservation": 1}

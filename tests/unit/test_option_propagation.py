@@ -25,6 +25,8 @@ from airflow_provider_kinetic.core.spec.pod import JobSpec
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 
+#: Handles planned so far (the newest last): what a job carries beside its spec.
+_HANDLES: list[Any] = []
 IDENTITY = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 1}
 CHILD = 2
 
@@ -57,6 +59,7 @@ def planned(op: Any) -> tuple[JobSpec, dict[str, Any], str]:
         plan = plan_job(request, config, store, "job-0000000a", deployment_secret())
         spec, handle, blob = plan.spec, plan.handle, plan.packed.payload
     assert handle.job_id == spec.job_id and handle.image_uri == spec.container["image"]
+    _HANDLES.append(handle)
     return spec, cloudpickle.loads(blob), handle.accelerator
 
 
@@ -171,6 +174,40 @@ CASES: dict[str, tuple[Callable[[Path], dict], Callable[..., bool]]] = {
                 "/job-0000000a/requirements.txt" if not child else ".requirements.txt"
             )
             and s.args[4:6] == ["--result-gcs", s.args[5]]  # kinetic's flag order
+        ),
+    ),
+    "capacity": (
+        lambda p: {"accelerator": "tpu-v5e-4", "capacity": ["reservation:r1", "spot"]},
+        lambda s, pl, acc, child: (
+            s.pod["nodeSelector"]["cloud.google.com/reservation-name"] == "r1"
+            and "cloud.google.com/gke-spot" not in s.pod["nodeSelector"]
+            and acc == "tpu-v5e-4"
+        ),
+    ),
+    "capacity_wait": (
+        lambda p: {"capacity": ["reservation:r1", "spot"], "capacity_wait": "2h"},
+        lambda s, pl, acc, child: _HANDLES[-1].capacity_wait_s == 7200.0,
+    ),
+    "priority_class": (
+        lambda p: {"capacity": "queue:team-a", "priority_class": "urgent"},
+        lambda s, pl, acc, child: (
+            s.capacity.owner_labels
+            == {"kueue.x-k8s.io/queue-name": "team-a", "kueue.x-k8s.io/priority-class": "urgent"}
+            and s.capacity.suspend
+        ),
+    ),
+    "max_run_duration": (
+        lambda p: {"accelerator": "gpu-l4", "capacity": "flex-start", "max_run_duration": "1d"},
+        lambda s, pl, acc, child: (
+            s.pod["activeDeadlineSeconds"] == 86400
+            and s.pod["nodeSelector"]["cloud.google.com/gke-flex-start"] == "true"
+        ),
+    ),
+    "checkpoint_sync_s": (
+        lambda p: {"checkpoint_sync_s": 2},
+        lambda s, pl, acc, child: (
+            s.env["KINETIC_CHECKPOINT_SYNC_S"] == "2.0"
+            and s.env["KINETIC_CHECKPOINT_URI"].endswith(f"/inputs/{CHILD}/" if child else "/job/")
         ),
     ),
     "kinetic_conn_id": (

@@ -72,7 +72,7 @@ class QueueBackend(LocalBackend):
     name = "queue"
 
     @classmethod
-    def preflight(cls, accelerator: Any) -> None:
+    def preflight(cls, accelerator: Any, requested: Any = None) -> None:
         if accelerator.kind != "cpu":
             raise ValueError(f"the queue backend runs CPU jobs only, not {accelerator.canonical}")
 

@@ -45,8 +45,9 @@ class Backend(abc.ABC):
 
     # ---- what a kind can tell without an instance --------------------------------
     @classmethod
-    def preflight(cls, accelerator: Accelerator) -> None:
-        """Raise ``ValueError`` naming why this backend cannot run ``accelerator``."""
+    def preflight(cls, accelerator: Accelerator, requested: str | None = None) -> None:
+        """Raise ``ValueError`` naming why this backend cannot run ``accelerator``
+        (``requested``: the accelerator string as the task wrote it)."""
         return None
 
     @classmethod

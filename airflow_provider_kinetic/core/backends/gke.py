@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kinetic.core.accelerators import Accelerator
-from airflow_provider_kinetic.core.backends import k8s_logs, k8s_status
+from airflow_provider_kinetic.core.backends import k8s_capacity, k8s_logs, k8s_status
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.gke_console import job_console_url, logging_url
 from airflow_provider_kinetic.core.backends.k8s_api import (
@@ -66,7 +66,7 @@ class GkeBackend(PlanDriver, Backend):
 
     # ---- the kind ---------------------------------------------------------------
     @classmethod
-    def preflight(cls, accelerator: Accelerator) -> None:
+    def preflight(cls, accelerator: Accelerator, requested: str | None = None) -> None:
         if accelerator.is_multi_host:
             raise ValueError(
                 f"accelerator {accelerator.canonical!r} spans {accelerator.num_nodes} hosts; "
@@ -247,12 +247,16 @@ class GkeBackend(PlanDriver, Backend):
         pods = yield from self._pods_plan(ns, name)
         now = datetime.now(UTC)
         report = k8s_status.job_status(job, pods, now=now, limits=self.limits)
-        if not self._wants_events(report, pods, now):
+        due = k8s_capacity.capacity_due(report, job, pods, now, handle.capacity_wait_s)
+        if not due and not self._wants_events(report, pods, now):
             return report
         pod = k8s_status.select_pod(pods)
         target = name if pod is None else pod["metadata"]["name"]
         events = yield from self._events_plan(ns, target)
-        return k8s_status.job_status(job, pods, events, now=now, limits=self.limits)
+        report = k8s_status.job_status(job, pods, events, now=now, limits=self.limits)
+        return k8s_capacity.capacity_verdict(
+            report, job, pods, now, handle.capacity_wait_s, self.limits, events
+        )
 
     def _wants_events(
         self, report: StatusReport, pods: list[dict[str, Any]], now: datetime
@@ -291,7 +295,10 @@ class GkeBackend(PlanDriver, Backend):
                     continue
                 mine = [p for p in pods if _labels(p).get("job-name") == name]
                 report = k8s_status.job_status(jobs[name], mine, now=now, limits=self.limits)
-                if self._wants_events(report, mine, now):
+                wait = handle.capacity_wait_s
+                if self._wants_events(report, mine, now) or k8s_capacity.capacity_due(
+                    report, jobs[name], mine, now, wait
+                ):
                     waiting.append((handle, name, mine))
                 else:
                     result[handle.job_id] = report
@@ -303,8 +310,11 @@ class GkeBackend(PlanDriver, Backend):
                     own = [
                         e for e in events if (e.get("involvedObject") or {}).get("name") in names
                     ]
-                    result[handle.job_id] = k8s_status.job_status(
+                    report = k8s_status.job_status(
                         jobs[name], mine, own, now=now, limits=self.limits
+                    )
+                    result[handle.job_id] = k8s_capacity.capacity_verdict(
+                        report, jobs[name], mine, now, handle.capacity_wait_s, self.limits, own
                     )
         return result
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_kinetic.core.capacity_gke import QUEUE_LABEL
 from airflow_provider_kinetic.core.spec.handles import (
     REASON_EVICTED,
     REASON_PREEMPTED,
@@ -43,6 +44,8 @@ REASON_NONZERO_EXIT = "NonZeroExit"
 REASON_POD_FAILED = "PodFailed"
 REASON_WORKER_FAILED = "WorkerFailed"
 REASON_JOB_FAILED = "JobFailed"
+#: A Kueue-queued Job not admitted yet (still suspended): waiting, not a failure.
+REASON_NOT_ADMITTED = "NotAdmitted"
 
 #: kubelet waiting reasons of an image that cannot be pulled, mapped to our reasons.
 IMAGE_PULL_REASONS = {
@@ -96,6 +99,12 @@ def job_status(
         detail = ": ".join(x for x in (cond.get("reason"), cond.get("message")) if x)
         return StatusReport(JobStatus.FAILED, REASON_JOB_FAILED, detail or "the Job failed")
     pod = select_pod(pods)
+    if pod is None and (job.get("spec") or {}).get("suspend"):
+        queue = ((job.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+        where = f"in queue {queue}" if queue else "(the Job is suspended)"
+        return StatusReport(
+            JobStatus.PENDING, REASON_NOT_ADMITTED, f"waiting for admission {where}"
+        )
     if pod is None:
         return _not_created(job, events, now, limits)
     report = pod_failure(pod)  # the Job controller has not counted it yet
@@ -211,6 +220,9 @@ def pod_pending(
 ) -> StatusReport | None:
     """A reason a not-yet-running pod is stuck: PENDING while in grace, FAILED after."""
     scheduled = _condition(pod, "PodScheduled")
+    if scheduled is not None and scheduled.get("reason") == "SchedulingGated":
+        # Kueue gates the pods of a queued LeaderWorkerSet until it is admitted.
+        return StatusReport(JobStatus.PENDING, REASON_NOT_ADMITTED, "waiting for admission")
     if scheduled is not None and scheduled.get("status") == "False":
         message = _schedule_hint(scheduled.get("message") or "no node fits the pod")
         age = _age(pod, now, None)

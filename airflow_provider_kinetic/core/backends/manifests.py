@@ -53,11 +53,19 @@ def job_manifest(spec: JobSpec) -> dict[str, Any]:
     result and outputs): a retry belongs to Airflow, which knows about it.
     """
     name = spec.name  # the builder's name: kinetic-{job_id}
+    labels = {**spec.labels, **spec.capacity.owner_labels}
+    queued = {"suspend": True} if spec.capacity.suspend else {}  # Kueue admits, unsuspends
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": spec.namespace, "labels": dict(spec.labels)},
+        "metadata": {
+            "name": name,
+            "namespace": spec.namespace,
+            "labels": labels,
+            **_annotations(spec),
+        },
         "spec": {
+            **queued,
             "backoffLimit": 0,
             "ttlSecondsAfterFinished": spec.ttl_seconds,
             # A deep copy, so a caller editing the manifest never edits the spec.
@@ -105,7 +113,9 @@ def lws_manifest(
         "metadata": {
             "name": name,
             "namespace": spec.namespace,
-            "labels": {**spec.labels, "app": "kinetic-pathways"},
+            # Kueue's LeaderWorkerSet integration reads the queue label here.
+            "labels": {**spec.labels, **spec.capacity.owner_labels, "app": "kinetic-pathways"},
+            **_annotations(spec),
         },
         "spec": {
             "replicas": 1,
@@ -117,6 +127,12 @@ def lws_manifest(
             },
         },
     }
+
+
+def _annotations(spec: JobSpec) -> dict[str, Any]:
+    """The owner object's annotations (a capacity step's, e.g. Kueue's run limit)."""
+    found = spec.capacity.owner_annotations
+    return {"annotations": dict(found)} if found else {}
 
 
 def secret_manifest(spec: JobSpec) -> dict[str, Any] | None:

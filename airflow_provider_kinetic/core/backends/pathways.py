@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_kinetic.core.accelerators import Accelerator
-from airflow_provider_kinetic.core.backends import k8s_status
+from airflow_provider_kinetic.core.backends import k8s_capacity, k8s_status
 from airflow_provider_kinetic.core.backends.gke import GkeBackend, KubernetesApiError
 from airflow_provider_kinetic.core.backends.k8s_api import Call, Plan, json_or_none
 from airflow_provider_kinetic.core.backends.manifests import (
@@ -39,7 +39,7 @@ class PathwaysBackend(GkeBackend):
     console_kind = "leaderworkerset"
 
     @classmethod
-    def preflight(cls, accelerator: Accelerator) -> None:
+    def preflight(cls, accelerator: Accelerator, requested: str | None = None) -> None:
         """Any accelerator: a single host is a group of one."""
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -94,21 +94,24 @@ class PathwaysBackend(GkeBackend):
         report = k8s_status.pathways_status(
             lws, pods, leader_name=leader, now=now, limits=self.limits
         )
-        if report.status is not JobStatus.PENDING:
+        wait = handle.capacity_wait_s
+        due = k8s_capacity.capacity_due(report, lws, pods, now, wait)
+        if report.status is not JobStatus.PENDING and not due:
             return report
         # Without a leader pod, the leader StatefulSet (named like the LWS) has the
         # FailedCreate events; a leader stuck starting may have FailedMount events.
         pod = next((p for p in pods if p["metadata"]["name"] == leader), None)
         if pod is None:
             target = name
-        elif k8s_status.needs_pod_events(pod, now, self.limits):
+        elif due or k8s_status.needs_pod_events(pod, now, self.limits):
             target = leader
         else:
             return report
         events = yield from self._events_plan(ns, target)
-        return k8s_status.pathways_status(
+        report = k8s_status.pathways_status(
             lws, pods, events, leader_name=leader, now=now, limits=self.limits
         )
+        return k8s_capacity.capacity_verdict(report, lws, pods, now, wait, self.limits, events)
 
     def _batch_plan(self, group_id: str, handles: list[JobHandle]) -> Plan[dict[str, StatusReport]]:
         """One status per LeaderWorkerSet (multi-host batches are small)."""

@@ -63,7 +63,9 @@ def auto_candidates() -> list[type[Backend]]:
     return [cls for cls in map(backend_class, list(_REGISTRY)) if cls.auto_candidate]
 
 
-def resolve_kind(configured: str, accelerator: Accelerator | None) -> str:
+def resolve_kind(
+    configured: str, accelerator: Accelerator | None, requested: str | None = None
+) -> str:
     """The concrete kind that runs a job on ``accelerator``.
 
     ``auto`` picks the first candidate whose preflight accepts the accelerator;
@@ -74,7 +76,7 @@ def resolve_kind(configured: str, accelerator: Accelerator | None) -> str:
         for cls in auto_candidates():
             try:
                 if accelerator is not None:
-                    cls.preflight(accelerator)
+                    cls.preflight(accelerator, requested)
             except ValueError as exc:
                 reasons.append(f"{cls.name}: {exc}")
                 continue
@@ -82,7 +84,7 @@ def resolve_kind(configured: str, accelerator: Accelerator | None) -> str:
         raise ValueError("no backend can run this job: " + "; ".join(reasons))
     cls = backend_class(configured)
     if accelerator is not None:
-        cls.preflight(accelerator)
+        cls.preflight(accelerator, requested)
     return cls.name
 
 

@@ -3,6 +3,7 @@ from the batch sensor (``core.jobs.cleanup`` is the policy)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -10,9 +11,12 @@ from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
 from airflow_provider_kinetic.core.jobs import history
-from airflow_provider_kinetic.core.jobs.cleanup import after_job
+from airflow_provider_kinetic.core.jobs.checkpoint import remove_checkpoints
+from airflow_provider_kinetic.core.jobs.cleanup import after_job, deletes
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import ObjectStore
+
+log = logging.getLogger(__name__)
 
 #: The children's outcomes a batch's history entry names in its reason.
 OUTCOMES = ("succeeded", "failed", "cancelled", "not_submitted")
@@ -57,8 +61,9 @@ def batch_ended(
         # the entry.
         child_jobs=ids,
         failed_jobs=[job_id for job_id in ids if job_id not in ok],
+        preemptions=sum(state.preemptions.values()),
     )
-    return after_job(
+    removed = after_job(
         store,
         backend,
         jobs,
@@ -68,3 +73,9 @@ def batch_ended(
         entry_id=state.group_id,
         log_=log_,
     )
+    if delivered and deletes(mode, True):  # done for good: nothing resumes from them
+        try:
+            remove_checkpoints(store, state.template.identity)
+        except Exception as exc:  # noqa: BLE001 - the values are delivered already
+            log.warning("could not delete the checkpoints of batch %s: %s", state.group_id, exc)
+    return removed

@@ -18,7 +18,6 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
@@ -35,7 +34,7 @@ from airflow_provider_kinetic.core.jobs.request import (
     plan_for_request,
     validate_data,
 )
-from airflow_provider_kinetic.core.jobs.submit import template_for
+from airflow_provider_kinetic.core.jobs.submit import template_for, use_default_capacity
 from airflow_provider_kinetic.core.jobs.work import template_options, work_digest
 from airflow_provider_kinetic.core.spec.handles import new_group_id, utc_now_iso
 from airflow_provider_kinetic.core.storage import ObjectStore
@@ -116,7 +115,8 @@ def plan_batch(
     """
     items = validate_options(inputs, input_mode, max_concurrent, retries)
     split = [split_input(item, input_mode, i) for i, item in enumerate(items)]
-    kind = config.backend_kind(parse_accelerator(request.accelerator_spec))
+    kind = config.backend_kind(request.accelerator_spec)
+    use_default_capacity(request, config)
     found = [(d, w) for i, (a, k) in enumerate(split) for d, w in find_data((a, k), f"inputs[{i}]")]
     validate_data(found)
     captured = capture_env(request.capture_env_vars)

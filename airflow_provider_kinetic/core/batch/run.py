@@ -28,6 +28,7 @@ from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data import cache as datacache
 from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.fallback import describe_step, next_step
 from airflow_provider_kinetic.core.jobs.results import collect, collect_with_blob, is_preemption
 from airflow_provider_kinetic.core.jobs.submit import create_job, make_private
 from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE
@@ -64,6 +65,7 @@ def start_batch(
         submitted_at=state.created_at,
         kind="batch",
         total=state.total,
+        capacity=state.template.capacity[0] if state.template.capacity else None,
     )
 
 
@@ -125,8 +127,10 @@ def child_spec(
     store: ObjectStore,
     signing_secret: bytes | None = None,
 ) -> JobSpec:
-    """The JobSpec of one child: the batch's template plus its input index."""
-    return state.template.spec(config, store, job_id, index, signing_secret)
+    """The JobSpec of one child: the batch's template plus its input index (for the
+    capacity step the input is on)."""
+    step = state.steps.get(index, 0)
+    return state.template.spec(config, store, job_id, index, signing_secret, step=step)
 
 
 def launch(
@@ -143,7 +147,7 @@ def launch(
         state.launches[index] = state.launches.get(index, 0) + 1
         job_id = child_job_id(state.group_id, index, state.launches[index])
         spec = child_spec(state, index, job_id, config, store, signing_secret)
-        handle = state.template.handle(config, store, spec, index)
+        handle = state.template.handle(config, store, spec, index, step=state.steps.get(index, 0))
         try:
             create_job(store, backend, spec, handle)
         except Exception as exc:  # noqa: BLE001 - recorded per index, never retried
@@ -175,8 +179,23 @@ def observe(
         # Its outcome is in the store (or it failed): delete the Job / LeaderWorkerSet
         # now, so no finished child holds a node (a stuck pod's Job goes before a retry).
         backend.cancel(handle)
+        state.capacity_used[index] = handle.capacity or "on-demand"
+        step = next_step(state.template.capacity, handle, report, store)
         if report.status is JobStatus.SUCCEEDED:
             state.done[index] = SUCCEEDED
+        elif step is not None:  # nothing of it ran: the next capacity step, not a retry
+            state.steps[index] = step
+            state.attempts[index] -= 1
+            log.warning(
+                "inputs[%d] (%s): giving up %s: %s; trying %s",
+                index,
+                handle.job_id,
+                describe_step(state.template.capacity, step - 1),
+                report.message,
+                describe_step(state.template.capacity, step),
+            )
+            state.queue.insert(0, index)
+            continue
         elif (
             is_preemption(report, store, handle)
             and state.preemptions.get(index, 0) < MAX_PREEMPTION_RETRIES
@@ -250,6 +269,8 @@ def counts(state: BatchState) -> dict[str, int]:
         "cancelled": done[CANCELLED],
         "not_submitted": done[NOT_SUBMITTED],
         "submitted": len(state.jobs),
+        # Ended children per capacity kind of the job that ended them ("spot": 3, ...).
+        "capacity": dict(Counter(s.partition(":")[0] for s in state.capacity_used.values())),
     }
 
 

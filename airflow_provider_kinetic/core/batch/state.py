@@ -43,6 +43,10 @@ class BatchState:
     #: child's deterministic job id, so a resumed batch finds every child again.
     launches: dict[int, int] = field(default_factory=dict)
     preemptions: dict[int, int] = field(default_factory=dict)
+    #: The capacity step (index into ``template.capacity``) each input's next job asks
+    #: for, and the step its latest job was made for (``core.capacity``).
+    steps: dict[int, int] = field(default_factory=dict)
+    capacity_used: dict[int, str] = field(default_factory=dict)
     #: Terminal outcome per input (SUCCEEDED, FAILED, CANCELLED, NOT_SUBMITTED).
     done: dict[int, str] = field(default_factory=dict)
     #: Input indices in the order they finished.
@@ -80,6 +84,8 @@ class BatchState:
         "attempts",
         "launches",
         "preemptions",
+        "steps",
+        "capacity_used",
         "done",
         "submit_errors",
         "log_offsets",

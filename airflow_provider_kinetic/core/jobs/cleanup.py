@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
-from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs import history, usage
 from airflow_provider_kinetic.core.spec.handles import JobHandle, artifact_key
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.storage.stat import stat_objects
@@ -108,6 +108,10 @@ def after_job(
     logging, one read per child would be too many).  Returns how many artifact objects
     were deleted."""
     logger = log_ or log
+    # What each job held and for how long, read from its start record and result
+    # before the policy may delete them (``core.jobs.usage``).
+    for job_id in [entry_id] if entry_id is not None else [h.job_id for h in handles]:
+        usage.record_usage(store, job_id)
     release(store, backend, handles, archive_logs)
     kept = set(kept_uris)
     removed, left = 0, {"objects": 0, "bytes": 0}

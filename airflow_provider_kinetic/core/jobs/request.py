@@ -16,8 +16,15 @@ from typing import Any
 
 from airflow_provider_kinetic.core.accelerators import parse_accelerator, with_spot
 from airflow_provider_kinetic.core.backends.registry import backend_class
+from airflow_provider_kinetic.core.capacity import (
+    DEFAULT_CAPACITY_WAIT_S,
+    Capacity,
+    check_chain,
+    parse_chain,
+)
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.mounts import FUSE_ROOT, check_mount_paths
+from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S, validate_sync_s
 from airflow_provider_kinetic.core.jobs.payload import underlying
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, plan_image
 
@@ -64,6 +71,14 @@ class JobRequest:
     extra_labels: dict[str, str] = field(default_factory=dict)
     #: Spot VMs; the same as a ``:spot`` suffix on ``accelerator`` (kinetic has both).
     spot: bool = False
+    #: ``capacity=``: one capacity kind or a fallback chain (``core.capacity``); None:
+    #: on-demand (spot with ``spot``/``:spot``).  ``capacity_wait_s``: per step.
+    capacity: Any = None
+    capacity_wait_s: float = DEFAULT_CAPACITY_WAIT_S
+    #: A Kueue WorkloadPriorityClass for ``queue:NAME`` steps.
+    priority_class: str | None = None
+    #: Flex-start VMs' run limit in seconds; None: GKE's limit (seven days).
+    max_run_duration_s: float | None = None
     #: The DAG file: its project directory becomes the job context (``core.runtime.context``);
     #: None (plain Python without a DAG) sends a plan-only context.
     entry_file: str | None = None
@@ -80,16 +95,28 @@ class JobRequest:
     requirements: list[str] | str | None = None
     #: The image plan the operator already resolved (and built); None: resolved here.
     image_plan: ImagePlan | None = None
+    #: Seconds between the runner's syncs of ``KINETIC_CHECKPOINT_DIR`` to the store
+    #: (``core.jobs.checkpoint``); it also syncs on SIGTERM and at exit.
+    checkpoint_sync_s: float = DEFAULT_SYNC_S
 
     def __post_init__(self) -> None:
         # One name is a list of one (a templated "{{ var.value.key_name }}" renders to a
         # string); iterating a string would forward single characters.
         self.capture_env_vars = names_option(self.capture_env_vars, "capture_env_vars") or None
+        self.checkpoint_sync_s = validate_sync_s(self.checkpoint_sync_s)
 
     @property
     def accelerator_spec(self) -> str:
         """``accelerator`` with ``:spot`` appended when ``spot`` asks for it."""
         return with_spot(self.accelerator, self.spot)
+
+    @property
+    def capacity_chain(self) -> tuple[Capacity, ...]:
+        """The capacity steps, checked against the accelerator (before any upload)."""
+        accel = parse_accelerator(self.accelerator_spec)
+        chain = parse_chain(self.capacity, spot=accel.spot)
+        check_chain(chain, accel, str(self.accelerator))
+        return chain
 
     @property
     def func_name(self) -> str:
@@ -166,7 +193,7 @@ def plan_for_request(request: JobRequest, config: Any, kind: str) -> ImagePlan:
         container_image=request.container_image,
         requirements=request.requirements,
         entry_file=request.entry_file,
-        category=parse_accelerator(request.accelerator_spec).category,
+        accelerator=parse_accelerator(request.accelerator_spec),
         local=not backend_class(kind).needs_cluster,
         config=config,
         ceilings=request.by_value_roots or (),

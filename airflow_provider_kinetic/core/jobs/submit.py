@@ -11,7 +11,6 @@ import hashlib
 import logging
 from dataclasses import dataclass
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import cache as datacache
@@ -110,7 +109,20 @@ def template_for(
         requirements_uri=requirements_uri
         if image is not None and image.needs_requirements_upload
         else None,
+        capacity=[str(step) for step in request.capacity_chain],
+        capacity_wait_s=request.capacity_wait_s,
+        priority_class=request.priority_class,
+        max_run_duration_s=request.max_run_duration_s,
+        checkpoint_sync_s=request.checkpoint_sync_s,
     )
+
+
+def use_default_capacity(request: JobRequest, config: KineticConfig) -> None:
+    """A request that names no capacity gets the connection's (``capacity`` extra);
+    either is checked against the accelerator here, before anything is packed."""
+    if request.capacity is None:
+        request.capacity = config.capacity
+    _ = request.capacity_chain  # raises InvalidCapacityError naming the value
 
 
 @dataclass
@@ -136,11 +148,13 @@ def plan_job(
     store: ObjectStore,
     job_id: str,
     signing_secret: bytes | None = None,
+    step: int = 0,
 ) -> PlannedJob:
     """Validate, pack and build the spec and handle of one job; uploads nothing
     (dry runs stop here).  With ``signing_secret`` the job signs its result (the
     Airflow layer always passes it; ``None`` is for kinetic's own runner)."""
-    kind = config.backend_kind(parse_accelerator(request.accelerator_spec))
+    kind = config.backend_kind(request.accelerator_spec)
+    use_default_capacity(request, config)
     output_uri = request.output_dir or store.uri(f"outputs/{job_id}")
     captured = capture_env(request.capture_env_vars)
     env_vars = {} if signing_secret is not None else dict(captured)  # secrets: not in payload
@@ -159,12 +173,12 @@ def plan_job(
         image=image,
         requirements_uri=store.uri(artifact_key(job_id, "requirements.txt")),
     )
-    spec = template.spec(config, store, job_id, signing_secret=signing_secret)
+    spec = template.spec(config, store, job_id, signing_secret=signing_secret, step=step)
     work = None
     if packed.call_sha256 is not None:
         options = template_options(template, request.capture_env_vars)
         work = work_digest(call=packed.call_sha256, options=options)
-    handle = template.handle(config, store, spec)
+    handle = template.handle(config, store, spec, step=step)
     return PlannedJob(packed, template, spec, handle, image, work)
 
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
@@ -94,6 +94,9 @@ class TaskRecord:
     work: str | None = None
     #: The task's exact ids (dag_id, run_id, task_id, map_index), for history listings.
     identity: dict[str, Any] | None = None
+    #: Every job id this task run's work has had (preemption re-submits, capacity
+    #: steps, tries), oldest first: what its usage sums (``core.jobs.usage``).
+    attempts: list[str] = field(default_factory=list)
 
     @property
     def job(self) -> JobHandle | None:

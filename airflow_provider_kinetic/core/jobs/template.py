@@ -16,12 +16,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
+from airflow_provider_kinetic.core.accelerators import parse_accelerator, with_spot
 from airflow_provider_kinetic.core.backends.manifests import GROUP_LABEL
 from airflow_provider_kinetic.core.backends.registry import backend_class
+from airflow_provider_kinetic.core.capacity import (
+    DEFAULT_CAPACITY,
+    DEFAULT_CAPACITY_WAIT_S,
+    Capacity,
+    parse_capacity,
+)
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data.mounts import FuseMount
 from airflow_provider_kinetic.core.jobs.batchwire import GROUP_INDEX_ENV
+from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S, checkpoint_env
 from airflow_provider_kinetic.core.jobs.signing import (
     AUTH_HMAC,
     AUTH_NONE,
@@ -85,6 +92,14 @@ class JobTemplate:
     requirements: list[str] = field(default_factory=list)
     #: Uploaded requirements the runner installs at start (``--requirements-gcs``).
     requirements_uri: str | None = None
+    #: Seconds between checkpoint syncs (``KINETIC_CHECKPOINT_SYNC_S`` when not 60).
+    checkpoint_sync_s: float = DEFAULT_SYNC_S
+    #: The capacity steps (``core.capacity``, text form), tried in order; a job is made
+    #: for one step (``spec(step=)``).  Spot is a step here, not part of ``accelerator``.
+    capacity: list[str] = field(default_factory=lambda: [DEFAULT_CAPACITY])
+    capacity_wait_s: float = DEFAULT_CAPACITY_WAIT_S
+    priority_class: str | None = None
+    max_run_duration_s: float | None = None
 
     # ---- per job ------------------------------------------------------------------
     def output_uri(self, index: int | None = None) -> str:
@@ -98,6 +113,7 @@ class JobTemplate:
         job_id: str,
         index: int | None = None,
         signing_secret: bytes | None = None,
+        step: int = 0,
     ) -> JobSpec:
         """The JobSpec of one job made from this template (no I/O).
 
@@ -112,13 +128,16 @@ class JobTemplate:
         if self.result_auth == AUTH_HMAC:
             secrets[RESULT_KEY_ENV] = job_key(signing_secret, job_id)
         env = dict(self.env)
+        # The checkpoint slot: per task run, and per input for a batch child.
+        env.update(checkpoint_env(store, self.identity, job_id, index, self.checkpoint_sync_s))
         labels = dict(self.labels)
         if index is not None:
             env[GROUP_INDEX_ENV] = str(index)
             labels[GROUP_INDEX_LABEL] = str(index)
         if self.group_id is not None:
             labels[GROUP_LABEL] = self.group_id
-        accel = parse_accelerator(self.accelerator)
+        capacity = self.capacity_step(step)
+        accel = parse_accelerator(with_spot(self.accelerator, capacity.kind == "spot"))
         spec = build_job_spec(
             SpecInputs(
                 job_id=job_id,
@@ -143,6 +162,9 @@ class JobTemplate:
                 memory_request=self.memory,
                 secrets=secrets,
                 ttl_seconds=config.ttl_seconds_after_finished,
+                capacity=capacity,
+                priority_class=self.priority_class,
+                max_run_duration_s=self.max_run_duration_s,
             )
         )
         spec.requirements = list(self.requirements)
@@ -150,10 +172,20 @@ class JobTemplate:
             spec.result_key_id = key_id(ring_of(signing_secret)[0])
         return spec
 
+    def capacity_step(self, step: int) -> Capacity:
+        """Step ``step`` of the capacity chain (the last one past its end)."""
+        chain = self.capacity or [DEFAULT_CAPACITY]
+        return parse_capacity(chain[min(step, len(chain) - 1)])
+
     def handle(
-        self, config: KineticConfig, store: ObjectStore, spec: JobSpec, index: int | None = None
+        self,
+        config: KineticConfig,
+        store: ObjectStore,
+        spec: JobSpec,
+        index: int | None = None,
+        step: int = 0,
     ) -> JobHandle:
-        """The JobHandle of a job about to be created from ``spec``."""
+        """The JobHandle of a job about to be created from ``spec`` (for ``step``)."""
         group: dict[str, Any] = {}
         if self.group_id is not None:
             group = {"group_id": self.group_id, "group_kind": "map", "group_index": index}
@@ -167,13 +199,15 @@ class JobTemplate:
             bucket_name=store.bucket,
             k8s_name=backend_class(self.backend).object_name(spec.job_id),
             image_uri=spec.container["image"],
-            accelerator=self.accelerator,
+            accelerator=with_spot(self.accelerator, self.capacity_step(step).kind == "spot"),
             func_name=self.func_name,
             display_name=f"kinetic-{self.func_name}-{spec.job_id}",
             created_at=utc_now_iso(),
             output_dir=self.output_uri(index),
             result_auth=self.result_auth,
             result_key_id=spec.result_key_id,
+            capacity=str(self.capacity_step(step)),
+            capacity_wait_s=self.capacity_wait_s if step + 1 < len(self.capacity) else None,
             **group,
         )
 

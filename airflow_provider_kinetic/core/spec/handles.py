@@ -65,6 +65,9 @@ class JobStatus(enum.StrEnum):
 REASON_EVICTED = "Evicted"
 REASON_PREEMPTED = "Preempted"
 PREEMPTION_REASONS = frozenset({REASON_PREEMPTED, REASON_EVICTED})
+#: A capacity step whose pods stayed unschedulable (or unadmitted) past its wait while
+#: nothing of the job started: the task goes on with its next step (``core.capacity``).
+REASON_NO_CAPACITY = "NoCapacity"
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,12 @@ class JobHandle:
     output_dir: str | None = None
     result_auth: str = "hmac-sha256"
     result_key_id: str | None = None
+    #: The capacity step this job was created with (``core.capacity``: "spot",
+    #: "reservation:r1", ...); None: a job from before capacity kinds (on-demand/spot).
+    capacity: str | None = None
+    #: Seconds this job may stay unschedulable (never started) before the task moves on
+    #: to its next capacity step; None: no step left (``schedule_timeout_s`` applies).
+    capacity_wait_s: float | None = None
     version: int = HANDLE_VERSION
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
@@ -134,6 +143,9 @@ class JobHandle:
         out["result_auth"] = self.result_auth
         if self.result_key_id is not None:
             out["result_key_id"] = self.result_key_id
+        for key in ("capacity", "capacity_wait_s"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         out["version"] = self.version
         for key, value in self.extra.items():
             out.setdefault(key, value)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_kinetic.core.accelerators import Accelerator
+from airflow_provider_kinetic.core.capacity import Capacity, CapacityFields, pod_fields
 from airflow_provider_kinetic.core.data.mounts import FuseMount
 
 #: kinetic image layout: the runner script sits at this path in the image.
@@ -69,6 +70,11 @@ class SpecInputs:
     secrets: dict[str, str] = field(default_factory=dict)
     #: Requirements the runner installs before the call (prebuilt images).
     requirements_uri: str | None = None
+    #: The capacity step the pod asks for (``core.capacity``); None: on-demand.
+    capacity: Capacity | None = None
+    #: Kueue WorkloadPriorityClass (``queue:`` steps) and flex-start's run limit.
+    priority_class: str | None = None
+    max_run_duration_s: float | None = None
 
 
 def secret_name(job_id: str) -> str:
@@ -95,6 +101,9 @@ class JobSpec:
     requirements: list[str] = field(default_factory=list)
     #: Id of the signing secret the job's result key came from (its handle keeps it).
     result_key_id: str | None = None
+    #: What the capacity step adds to the owning Job / LeaderWorkerSet (Kueue's queue
+    #: label, ``suspend``); the pod's own capacity fields are already in ``pod``.
+    capacity: CapacityFields = field(default_factory=CapacityFields)
 
     @property
     def command(self) -> list[str]:
@@ -188,10 +197,16 @@ def build_job_spec(inp: SpecInputs) -> JobSpec:
     if resources:
         container["resources"] = resources
     pod: dict[str, Any] = {"restartPolicy": "Never", "serviceAccountName": inp.service_account}
-    selector = inp.accelerator.node_selector()
+    capacity = pod_fields(
+        inp.capacity, priority_class=inp.priority_class, max_run_duration_s=inp.max_run_duration_s
+    )
+    own = {k: v for k, v in inp.accelerator.node_selector().items() if k not in capacity.replaces}
+    selector = {**own, **capacity.node_selector}
     if selector:
         pod["nodeSelector"] = selector
-    tolerations = inp.accelerator.tolerations()
+    if capacity.deadline_s:
+        pod["activeDeadlineSeconds"] = capacity.deadline_s
+    tolerations = inp.accelerator.tolerations() + capacity.tolerations
     if tolerations:
         pod["tolerations"] = tolerations
     if inp.fuse:
@@ -218,6 +233,7 @@ def build_job_spec(inp: SpecInputs) -> JobSpec:
         fuse=list(inp.fuse),
         ttl_seconds=inp.ttl_seconds,
         secrets=dict(inp.secrets),
+        capacity=capacity,
     )
 
 

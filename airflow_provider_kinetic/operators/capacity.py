@@ -1,0 +1,61 @@
+"""The operators' capacity options: ``capacity``, ``capacity_wait``, ``priority_class``
+and ``max_run_duration``, checked when the DAG is parsed (unless templated) and
+rendered into the request (``core.capacity`` does the checking)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_kinetic.core.accelerators import parse_accelerator, with_spot
+from airflow_provider_kinetic.core.capacity import (
+    DEFAULT_CAPACITY_WAIT_S,
+    check_chain,
+    parse_chain,
+    seconds,
+)
+from airflow_provider_kinetic.core.capacity_gke import FLEX_START_MAX_RUN_S
+
+#: Template fields of the capacity options (both operators render them).
+CAPACITY_TEMPLATE_FIELDS = ("capacity", "capacity_wait", "max_run_duration", "priority_class")
+
+
+def _templated(value: Any) -> bool:
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, list | tuple):
+        return any(_templated(v) for v in value)
+    return False
+
+
+def check_options(
+    accelerator: Any, spot: bool, capacity: Any, capacity_wait: Any, max_run_duration: Any
+) -> None:
+    """Parse-time checks: a bad kind, an empty name, a repeated step, a wait <= 0 or a
+    kind GKE does not offer for the accelerator fails the DAG import, naming the value.
+    Templated values are checked once rendered (``request_fields``)."""
+    if not _templated(capacity_wait):
+        seconds(capacity_wait, "capacity_wait")
+    if max_run_duration is not None and not _templated(max_run_duration):
+        seconds(max_run_duration, "max_run_duration", FLEX_START_MAX_RUN_S)
+    if capacity is None or _templated(capacity) or _templated(accelerator):
+        return
+    if not isinstance(accelerator, str):
+        return  # the accelerator's own check says what is wrong with it
+    accel = parse_accelerator(with_spot(accelerator, spot))
+    check_chain(parse_chain(capacity, spot=accel.spot), accel, accelerator)
+
+
+def request_fields(
+    capacity: Any, capacity_wait: Any, priority_class: Any, max_run_duration: Any
+) -> dict[str, Any]:
+    """The rendered options as ``JobRequest`` fields (a bad rendered value raises)."""
+    wait = DEFAULT_CAPACITY_WAIT_S if capacity_wait in (None, "") else capacity_wait
+    limit = FLEX_START_MAX_RUN_S
+    return {
+        "capacity": capacity if capacity not in ("", []) else None,
+        "capacity_wait_s": seconds(wait, "capacity_wait"),
+        "priority_class": priority_class or None,
+        "max_run_duration_s": None
+        if max_run_duration in (None, "")
+        else seconds(max_run_duration, "max_run_duration", limit),
+    }
