@@ -172,6 +172,8 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
                     more = await self._show_logs(backend)
                 if report.describe() != last:
                     self.log.info("kinetic job %s: %s", job_id, report.describe())
+                    if last is not None and "(NotAdmitted)" in last:
+                        await self._admitted(report.reason)
                     last = report.describe()
                 if report.status.is_terminal:
                     yield self._event(report.status.value, report.message, report.reason)
@@ -187,6 +189,22 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         except Exception as exc:  # noqa: BLE001 - never let run() die without an event
             self.log.exception("kinetic trigger for %s failed", job_id)
             yield self._event("error", f"{type(exc).__name__}: {exc}")
+
+    async def _admitted(self, reason: str | None) -> None:
+        """Kueue let a queued job in (it left NotAdmitted): its usage splits the wait
+        into waiting for admission and for a node.  An account only: never fails."""
+        from airflow_provider_kinetic.core.backends.k8s_status import REASON_NOT_ADMITTED
+        from airflow_provider_kinetic.core.jobs.usage import note_admitted
+        from airflow_provider_kinetic.hooks.connection import config_from_json
+        from airflow_provider_kinetic.hooks.gcs_auth import store_for
+
+        if reason == REASON_NOT_ADMITTED:
+            return
+        try:
+            store = await asyncio.to_thread(store_for, config_from_json(self.config))
+            await asyncio.to_thread(note_admitted, store, self._job.job_id, time.time())
+        except Exception as exc:  # noqa: BLE001 - an account, never the job's outcome
+            self.log.warning("could not record the admission of %s: %s", self._job.job_id, exc)
 
     async def on_kill(self) -> None:
         """Airflow 3.3+: runs on user mark-failed/clear only (not triggerer restarts)."""

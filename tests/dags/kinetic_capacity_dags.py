@@ -38,3 +38,18 @@ for _mode, _deferrable in {"sync": False, "deferrable": True}.items():
             poll_interval=0.2,
         )
     globals()[_dag.dag_id] = _dag
+
+    with DAG(
+        f"kinetic_capacity_queue_{_mode}", schedule=None, start_date=START, catchup=False
+    ) as _dag:
+        KineticRunOperator(
+            task_id="train",
+            python_callable=where_am_i,
+            accelerator="gpu-l4",
+            capacity="queue:team-a",
+            priority_class="high",
+            kinetic_conn_id="kinetic_gke",
+            deferrable=_deferrable,
+            poll_interval=0.2,
+        )
+    globals()[_dag.dag_id] = _dag

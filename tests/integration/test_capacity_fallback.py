@@ -105,3 +105,52 @@ def test_an_unschedulable_reservation_falls_back_to_spot_and_runs_once(
     abandoned = history.read(store, first_id)
     assert abandoned["state"] == "CANCELLED" and abandoned["reason"].startswith("NoCapacity")
     assert history.read(store, second_id)["state"] == "SUCCEEDED"
+
+
+class AdmittedLater(Kubelet):
+    """Kueue's part: the Job stays suspended until the operator has seen it waiting,
+    then is admitted (unsuspended) and runs."""
+
+    def play(self) -> None:
+        posts = self.until("the Job", lambda d: by_code_under_test(d.sent("POST", JOBS)))
+        if not posts:
+            return
+        job = json.loads(posts[0].body)
+        path = f"{JOBS}/{job['metadata']['name']}"
+        seen = self.until(
+            "the task to read the suspended Job twice",
+            lambda d: len(by_code_under_test(d.sent("GET", path))) >= 2,
+        )
+        if seen:
+            self.api.patch(path, {"spec": {"suspend": False}})
+            self.play_job(job)
+
+
+@pytest.mark.parametrize("mode", ["sync", "deferrable"])
+def test_a_queued_job_waits_for_admission_and_its_usage_says_when(
+    load_dag,
+    connections,  # noqa: F811 - the fixture
+    api,  # noqa: F811 - the fixture
+    capfd,
+    mode,
+):
+    kubelet = AdmittedLater(api)
+    dr = run_dag(load_dag, f"kinetic_capacity_queue_{mode}", kubelet, "kinetic_capacity_dags.py")
+    out = "".join(capfd.readouterr())
+    assert dr.state == "success", task_states(dr)
+    job = kubelet.job
+    assert job["spec"]["suspend"] is True  # created suspended: Kueue admits it
+    labels = job["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert labels["kueue.x-k8s.io/priority-class"] == "high"
+    job_id = labels["job-id"]
+    assert (
+        f"kinetic job {job_id}: PENDING (NotAdmitted): waiting for admission in queue team-a"
+        in (out)
+    )
+    entry = history.read(GcsStore(connections), job_id)
+    assert entry["state"] == "SUCCEEDED" and entry["capacity"] == "queue:team-a"
+    assert entry["admitted_at"] is not None  # seen leaving the queue (worker or triggerer)
+    usage = _xcoms(dr)[("train", "kinetic_usage")]
+    assert (usage["capacity"], usage["attempts"]) == ("queue:team-a", 1)
+    assert "kinetic usage: gpu-l4x1 on queue:team-a: " in out

@@ -223,3 +223,14 @@ def test_unpriced_chip_hours_are_named_not_priced(store):
     line = usage.summary_line(got)
     assert line.endswith("est. $0.00 + 2.0 chip-hours not in the price table"), line
     assert json.loads(json.dumps(got, allow_nan=False)) == got  # an XCom: plain JSON
+
+
+def test_small_amounts_read_as_numbers_never_scientific_notation():
+    from airflow_provider_kinetic.core.jobs.usage import summary_line
+
+    base = {"accelerator": "gpu-l4x1", "capacity": "spot", "family": "gpu-l4", "attempts": 1}
+    assert summary_line({**base, "chip_hours": 0.0014}).startswith(
+        "gpu-l4x1 on spot: 0.0014 chip-hours over 1 attempt"
+    )
+    assert "<0.0001 chip-hours" in summary_line({**base, "chip_hours": 4.3e-05})
+    assert "1.9 chip-hours" in summary_line({**base, "chip_hours": 1.94})

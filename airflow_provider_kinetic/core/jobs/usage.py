@@ -346,7 +346,12 @@ def for_jobs(
 
 
 def _amount(value: float) -> str:
-    return "0" if not value else f"{value:.1f}" if value >= 0.1 else f"{value:.2g}"
+    """1.9, 0.042, 0.0014: never scientific notation (a short job's chip-hours)."""
+    if not value:
+        return "0"
+    if value < 0.0001:
+        return "<0.0001"
+    return f"{value:.1f}" if value >= 0.1 else f"{value:.4f}".rstrip("0").rstrip(".")
 
 
 def _wait(seconds: float) -> str:
