@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from airflow_provider_kinetic.core.data.cache import CACHE_PREFIX, MARKER_PREFIX
+from airflow_provider_kinetic.core.durations import duration_s
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.signing import ResultAuthError, unseal
 from airflow_provider_kinetic.core.jobs.taskrecord import RECORDS_PREFIX
@@ -30,8 +30,6 @@ from airflow_provider_kinetic.core.storage.stat import stat_objects
 log = logging.getLogger(__name__)
 
 HANDLE_NAME = "handle.json"
-_AGE = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class BadAge(ValueError):
@@ -40,12 +38,12 @@ class BadAge(ValueError):
 
 def parse_age(text: str) -> float:
     """``7d`` / ``12h`` / ``30m`` / ``45s`` -> seconds; anything else names the bad value."""
-    match = _AGE.fullmatch(str(text).strip().lower())
-    if not match:
+    seconds = duration_s(text)
+    if seconds is None:
         raise BadAge(
             f"bad age {text!r}: expected a number followed by s, m, h or d (e.g. 45s, 30m, 12h, 7d)"
         )
-    return float(match.group(1)) * _UNITS[match.group(2)]
+    return seconds
 
 
 # ---- jobs -------------------------------------------------------------------------

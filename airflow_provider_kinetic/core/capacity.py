@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from airflow_provider_kinetic.core.accelerators import Accelerator
+from airflow_provider_kinetic.core.accelerators import Accelerator, parse_accelerator
 from airflow_provider_kinetic.core.capacity_gke import (
     CLASS_REPLACES,
     FLEX_START_MAX_RUN_S,
@@ -30,6 +30,7 @@ from airflow_provider_kinetic.core.capacity_gke import (
     capacity_tolerations,
     queue_labels,
 )
+from airflow_provider_kinetic.core.durations import duration_s
 from airflow_provider_kinetic.core.errors import KineticError
 
 #: Every capacity kind ``capacity=`` accepts, in the order the CLI lists them.
@@ -48,8 +49,6 @@ _NAMED = ("reservation", "queue", "class")
 _NAME_RE = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 # Google Cloud project ids: 6 to 30 characters, a letter first, no trailing hyphen.
 _PROJECT_RE = re.compile(r"[a-z][-a-z0-9]{4,28}[a-z0-9]")
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
 class InvalidCapacityError(KineticError, ValueError):
@@ -186,6 +185,17 @@ def check_chain(chain: Iterable[Capacity], accelerator: Accelerator, accel_text:
             )
 
 
+def chain_for(capacity: Any, accelerator: str, default: Any = None) -> tuple[Capacity, ...]:
+    """The steps of ``capacity`` (``default``, the connection's, when it is None) for the
+    accelerator string ``accelerator`` (its ``:spot`` included), checked against what
+    GKE offers for it: the one way a task's chain is read, at parse time, when planned
+    and when a step is given up."""
+    accel = parse_accelerator(accelerator)
+    chain = parse_chain(default if capacity is None else capacity, spot=accel.spot)
+    check_chain(chain, accel, accelerator)
+    return chain
+
+
 def seconds(value: Any, what: str, limit_s: float | None = None) -> float:
     """A duration (seconds as a number or text, ``"15m"``/``"2h"``/``"7d"``, a
     ``timedelta``) in seconds; above zero, and at most ``limit_s`` when given."""
@@ -193,8 +203,8 @@ def seconds(value: Any, what: str, limit_s: float | None = None) -> float:
         result = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
         result = float(value)
-    elif isinstance(value, str) and (match := _DURATION_RE.match(value.lower())):
-        result = float(match[1]) * _UNITS[match[2]]
+    elif isinstance(value, str) and (parsed := duration_s(value, lenient=True)) is not None:
+        result = parsed
     else:
         raise InvalidCapacityError(
             value, f"{what} is not a duration", 'seconds (900), "15m", "2h", "7d" or a timedelta'

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator, with_spot
+from airflow_provider_kinetic.core.accelerators import with_spot
 from airflow_provider_kinetic.core.capacity import (
     DEFAULT_CAPACITY_WAIT_S,
-    check_chain,
-    parse_chain,
+    chain_for,
     seconds,
 )
 from airflow_provider_kinetic.core.capacity_gke import FLEX_START_MAX_RUN_S
@@ -41,8 +40,7 @@ def check_options(
         return
     if not isinstance(accelerator, str):
         return  # the accelerator's own check says what is wrong with it
-    accel = parse_accelerator(with_spot(accelerator, spot))
-    check_chain(parse_chain(capacity, spot=accel.spot), accel, accelerator)
+    chain_for(capacity, with_spot(accelerator, spot))
 
 
 def request_fields(

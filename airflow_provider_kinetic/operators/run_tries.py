@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
-from airflow_provider_kinetic.core.capacity import parse_capacity, parse_chain
+from airflow_provider_kinetic.core.capacity import chain_for, parse_capacity
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.cleanup import after_job
@@ -175,11 +175,8 @@ class RunTriesBase(KineticOperatorBase):
         fields = capacity_fields(
             self.capacity, self.capacity_wait, self.priority_class, self.max_run_duration
         )
-        value = fields["capacity"]
-        if value is None:
-            value = config.capacity
-        spot = self.parsed_accelerator().spot
-        return [str(step) for step in parse_chain(value, spot=spot)]
+        chain = chain_for(fields["capacity"], self.accelerator_spec(), config.capacity)
+        return [str(step) for step in chain]
 
     def _next_capacity(
         self,

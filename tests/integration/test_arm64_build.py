@@ -8,56 +8,20 @@ stand in for the amd64 one of the same content (nor the other way round).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-
-import pytest
-
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.runtime.images import plan_image
-from airflow_provider_kinetic.core.storage.gcs import GcsStore
 from airflow_provider_kinetic.hooks.image_build import (
     BINFMT_IMAGE,
     BUILDS_PREFIX,
     DOCKER_BUILDER,
-    ENDPOINT_ENV,
-    ImageBuildHook,
 )
-from tests.fixtures.cloudbuild_double import CloudBuildDouble, cloudbuild_double
+
+# The same Cloud Build double, store and connection as the amd64 build tests.
+from tests.integration.test_image_build import config, double, hook, store  # noqa: F401
 
 
-@pytest.fixture
-def store(fake_gcs, gcs_bucket: str) -> GcsStore:
-    return GcsStore(gcs_bucket, client=fake_gcs.client())
-
-
-@pytest.fixture
-def double(store: GcsStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[CloudBuildDouble]:
-    google = {"conn_type": "google_cloud_platform", "extra": {"project": "proj"}}
-    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(google))
-
-    def read_source(bucket: str, key: str) -> bytes:
-        assert bucket == store.bucket
-        return store.read_bytes(key)
-
-    def write_object(bucket: str, key: str, data: bytes) -> None:
-        assert bucket == store.bucket
-        store.write_bytes(key, data, content_type="text/plain")
-
-    with cloudbuild_double(read_source, write_object) as d:
-        monkeypatch.setenv(ENDPOINT_ENV, d.endpoint)
-        yield d
-
-
-@pytest.fixture
-def config(gcs_bucket: str) -> KineticConfig:
-    return KineticConfig(
-        backend="gke", bucket=gcs_bucket, project="proj", zone="us-central1-a", cluster="c1"
-    )
-
-
-def bundled(config: KineticConfig, accelerator: str, requirements: tuple = ("numpy>=1.26",)):
+def bundled(config: KineticConfig, accelerator: str, requirements: tuple = ("numpy>=1.26",)):  # noqa: F811
     return plan_image(
         container_image=None,
         requirements=list(requirements),
@@ -68,11 +32,7 @@ def bundled(config: KineticConfig, accelerator: str, requirements: tuple = ("num
     )
 
 
-def hook(config: KineticConfig) -> ImageBuildHook:
-    return ImageBuildHook(config, poll_interval=0.0, sleep=lambda _s: None)
-
-
-def test_arm64_build_request_says_the_platform(double, config, store):
+def test_arm64_build_request_says_the_platform(double, config, store):  # noqa: F811
     arm = bundled(config, "gpu-gb200x4")
     assert hook(config).ensure(arm, store) is True
     [build] = double.builds
@@ -88,7 +48,7 @@ def test_arm64_build_request_says_the_platform(double, config, store):
     assert store.list(BUILDS_PREFIX + "/") == []
 
 
-def test_arm64_and_amd64_images_of_the_same_content_never_share_a_tag(double, config, store):
+def test_arm64_and_amd64_images_of_the_same_content_never_share_a_tag(double, config, store):  # noqa: F811
     arm, amd = bundled(config, "gpu-gb200x4"), bundled(config, "gpu-b200x8")
     assert arm.dockerfile == amd.dockerfile and arm.uri != amd.uri
     double.add_tag(amd.uri)  # the amd64 image exists: it does not count for arm64

@@ -129,7 +129,7 @@ def job_submitted(
         output_dir=handle.output_dir,
         submitted_at=handle.created_at,
         log_location=log_location,
-        capacity=handle.capacity or ("spot" if handle.accelerator.endswith(":spot") else None),
+        capacity=handle.capacity,  # absent (older handles): usage.capacity_of derives it
     )
 
 

@@ -19,8 +19,7 @@ from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.capacity import (
     DEFAULT_CAPACITY_WAIT_S,
     Capacity,
-    check_chain,
-    parse_chain,
+    chain_for,
 )
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.mounts import FUSE_ROOT, check_mount_paths
@@ -113,10 +112,7 @@ class JobRequest:
     @property
     def capacity_chain(self) -> tuple[Capacity, ...]:
         """The capacity steps, checked against the accelerator (before any upload)."""
-        accel = parse_accelerator(self.accelerator_spec)
-        chain = parse_chain(self.capacity, spot=accel.spot)
-        check_chain(chain, accel, str(self.accelerator))
-        return chain
+        return chain_for(self.capacity, self.accelerator_spec)
 
     @property
     def func_name(self) -> str:
