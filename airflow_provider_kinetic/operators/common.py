@@ -166,7 +166,14 @@ def task_identity(context: Mapping[str, Any]) -> dict[str, Any]:
         "run_id": ti.run_id,
         "map_index": getattr(ti, "map_index", -1),
         "try_number": getattr(ti, "try_number", None),
+        # As Airflow shows it (None for a run without one): the jobs list and the
+        # Kinetic page show and filter by it.
+        "logical_date": _iso(context.get("logical_date")),
     }
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if hasattr(value, "isoformat") else (str(value) if value else None)
 
 
 def by_value_roots() -> list[str]:
