@@ -17,7 +17,7 @@ INTEGRATION = "Kinetic"
 PLUGIN_PREFIX = "/kinetic"
 
 
-def _option(description: str, kind: str, default: str, sensitive: bool = False) -> dict:
+def _option(description: str, kind: str, default: str | None, sensitive: bool = False) -> dict:
     return {
         "description": description,
         "version_added": "0.1.0",
@@ -100,6 +100,14 @@ CONFIG = {
         "as Data(path) instead. 0 disables the cap.",
         "float",
         "64",
+    ),
+    "local_max_jobs": _option(
+        "Local backend: how many local jobs run at once on this machine, across all tasks, "
+        "batches, DAG runs and Airflow processes; the others wait (PENDING, 'queued: N jobs "
+        "ahead') in submit order, in a queue that survives worker restarts. GPU jobs are "
+        "bounded by their devices instead. Unset: the machine's CPU count (its affinity).",
+        "integer",
+        None,
     ),
     "price_table": _option(
         "Path to a CSV file of USD per chip-hour (columns accelerator,capacity,"

@@ -22,6 +22,7 @@ are not the goals' measure.  Exit status 0 even when a goal fails: the table say
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 import tempfile
@@ -61,6 +62,13 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp_s)
         # Our stat cache goes here, never into the user's AIRFLOW_HOME.
         os.environ["KINETIC_STATCACHE_DIR"] = str(tmp / "statcache")
+        # [kinetic] local_max_jobs (default: the CPU count) would queue the batch case's
+        # children below the max_concurrent it measures: the limit is set to that
+        # concurrency, so the case runs as many jobs at once as before the limit existed.
+        # Its slots are this run's own (not the machine's, shared with other runs).
+        concurrency = inspect.signature(cases_batch.batch).parameters["max_concurrent"].default
+        os.environ["KINETIC_LOCAL_MAX_JOBS"] = str(concurrency)
+        os.environ["KINETIC_LOCAL_SLOTS"] = str(tmp / "slots")
         n, size = sizes["files"], sizes["size"]
         tree = tmp / "tree"
         written = cases_hash.make_tree(tree, n, size)

@@ -10,7 +10,9 @@ Airflow options (section ``[kinetic]``): ``k8s_api_attempts`` (int, default 5),
 ``k8s_api_retry_wait_min`` / ``k8s_api_retry_wait_max`` (seconds, default 0.5 / 15),
 ``k8s_api_retry_after_max`` (seconds, default 30): how Kubernetes API calls that answer
 429/5xx or lose their connection are retried
-(:mod:`~airflow_provider_kinetic.core.backends.k8s_retry`).
+(:mod:`~airflow_provider_kinetic.core.backends.k8s_retry`); ``local_max_jobs`` (int,
+default: the machine's CPU count): how many local jobs run at once on the machine
+(:mod:`~airflow_provider_kinetic.core.backends.local_slots`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from airflow.providers.common.compat.sdk import conf
 
 from airflow_provider_kinetic.core.backends import registry
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.local_slots import resolve_max_jobs
 from airflow_provider_kinetic.core.config import KineticConfig, KineticConfigError
 from airflow_provider_kinetic.hooks.connection import CONF_SECTION
 
@@ -38,7 +42,10 @@ def backend_for(config: KineticConfig, kind: str | None = None) -> Backend:
         raise ValueError("backend 'auto' needs an accelerator to resolve; use backend_kind()")
     cls = registry.backend_class(kind)
     if not cls.needs_cluster:
-        return cls.from_config(config)
+        backend = cls.from_config(config)
+        if isinstance(backend, LocalBackend):
+            backend.max_jobs = local_max_jobs()
+        return backend
     backend = cls.from_config(config, cluster_client_factory(config, kind))
     backend.retry_policy = k8s_retry_policy()
     return backend
@@ -68,6 +75,14 @@ def cluster_client_factory(config: KineticConfig, kind: str) -> Callable[[], Any
     )
     config.endpoint = factory.endpoint.to_dict()
     return factory
+
+
+def local_max_jobs() -> int:
+    """``[kinetic] local_max_jobs``; unset: ``KINETIC_LOCAL_MAX_JOBS``, else the CPU count."""
+    try:
+        return resolve_max_jobs(conf.get(CONF_SECTION, "local_max_jobs", fallback=None))
+    except ValueError as exc:
+        raise KineticConfigError(str(exc)) from None
 
 
 def k8s_retry_policy() -> Any:

@@ -4,7 +4,9 @@ Job state lives on disk under ``{root}/.local-jobs/{job_id}/`` (a 0700 dir: ``pi
 ``exit_code``, ``log``, ``spec.json``, ``cancelled``) so a trigger in another process,
 or a retry after the worker died, can read status, logs and results.  The process
 is started in its own session (a process group) that outlives the Airflow task
-process; ``cancel`` kills the whole group.
+process; ``cancel`` kills the whole group.  At most ``max_jobs`` (``[kinetic]
+local_max_jobs``) CPU jobs run at once on the machine; the others wait, PENDING, in
+a queue that outlives the worker (``local_slots``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kinetic.core.accelerators import Accelerator
-from airflow_provider_kinetic.core.backends import local_gpus, local_presence, local_venv
+from airflow_provider_kinetic.core.backends import (
+    local_gpus,
+    local_presence,
+    local_slots,
+    local_venv,
+)
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.backends.local_presence import supervisor_alive as _alive
 from airflow_provider_kinetic.core.backends.supervise import GPUS_FILE, SECRETS_FILE, TMPDIR_FILE
 from airflow_provider_kinetic.core.backends.supervise import write_atomic as _write_atomic
 from airflow_provider_kinetic.core.data.locallinks import LOCAL_MOUNTS_ENV
@@ -82,13 +90,16 @@ def local_env(spec: JobSpec, devices: dict[str, int] | None = None) -> tuple[dic
 
 
 class LocalBackend(Backend):
-    """Runs jobs as local processes; state and logs on disk under ``root``."""
+    """Runs jobs as local processes; state and logs on disk under ``root``.  ``max_jobs``:
+    the machine-wide limit of running jobs (None: ``local_slots.resolve_max_jobs``'s
+    default, the CPU count); the Airflow layer sets it from ``[kinetic] local_max_jobs``."""
 
     name = "local"
     first_poll_s = 0.1  # local jobs often end in well under a second
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, max_jobs: int | None = None):
         self.root = os.path.abspath(root)
+        self.max_jobs = max_jobs
 
     # ---- the kind ---------------------------------------------------------------
     @classmethod
@@ -136,6 +147,7 @@ class LocalBackend(Backend):
     def submit(self, spec: JobSpec) -> None:
         # What the preflight checked, again for callers that skip it: before job state.
         gpus = local_gpus.plan_gpus(spec.accelerator, fallback=True)
+        limit = local_slots.resolve_max_jobs(self.max_jobs)  # a bad value fails here
         # The image's stand-in first: a requirement uv cannot install fails the submit
         # (as the image build would), before any job state exists.
         venv = local_venv.ensure_venv(self.root, spec.requirements) if spec.requirements else None
@@ -159,6 +171,9 @@ class LocalBackend(Backend):
         env = {**os.environ, **overlay, "PYTHONUNBUFFERED": "1"}
         if venv:  # the venv is the job's whole environment, as the image is a pod's
             env.pop("PYTHONPATH", None)
+        # A GPU job's devices bound it (local_slots): a CPU job queues for a slot, in
+        # submit order, its ticket's lock handed to the supervisor that waits on it.
+        ticket_fd = local_slots.take_ticket(jdir, limit) if gpus is None else None
         log_file = open(os.path.join(jdir, "log"), "ab")  # noqa: SIM115 - handed to the child
         try:
             proc = subprocess.Popen(
@@ -176,15 +191,24 @@ class LocalBackend(Backend):
                 env=env,
                 cwd=jdir,
                 start_new_session=True,
+                pass_fds=() if ticket_fd is None else (ticket_fd,),
             )
+        except BaseException:
+            local_slots.withdraw(jdir)
+            raise
         finally:
             log_file.close()
+            if ticket_fd is not None:
+                os.close(ticket_fd)  # the supervisor's copy holds the ticket now
         _write_atomic(os.path.join(jdir, "pid"), str(proc.pid))
         # Reap the child if this process outlives it, so it never lingers as a zombie.
         threading.Thread(target=proc.wait, name=f"reap-{spec.job_id}", daemon=True).start()
 
     # ---- status ---------------------------------------------------------------
-    def status(self, handle: JobHandle) -> StatusReport:
+    def status(
+        self, handle: JobHandle, listings: dict[str, list[str]] | None = None
+    ) -> StatusReport:
+        """``listings``: the slot queue's listing, shared by a batch's children."""
         jdir = self.job_dir(handle.job_id)
         if not os.path.isdir(jdir):
             # NOT_FOUND only when it is: a live job or an unreadable store raises
@@ -201,25 +225,28 @@ class LocalBackend(Backend):
         pid = _read(os.path.join(jdir, "pid"))
         if pid is None:
             return StatusReport(JobStatus.PENDING, "starting")
-        if _alive(int(pid), jdir):  # PENDING while it waits for its GPUs
-            return local_gpus.queued_report(jdir) or StatusReport(JobStatus.RUNNING)
+        if _alive(int(pid), jdir):  # PENDING while it waits for its GPUs or a job slot
+            queued = local_gpus.queued_report(jdir) or local_slots.queued_report(jdir, listings)
+            return queued or StatusReport(JobStatus.RUNNING)
         # Re-read: the supervisor may have written its exit code as it exited.
         code = _read(os.path.join(jdir, "exit_code"))
         if code is not None:
-            return self.status(handle)
+            return self.status(handle, listings)
         reason = "cancelled" if cancelled else "process ended without an exit code (killed)"
         return StatusReport(JobStatus.FAILED, reason)
 
     def batch_status(self, group_id: str, handles: list[JobHandle]) -> dict[str, StatusReport]:
-        """One scan of the state dir, then the on-disk state of each listed job."""
+        """One scan of the state dir (and at most one of the slot queue), then the on-disk
+        state of each listed job."""
         try:
             present = {e.name for e in os.scandir(os.path.join(self.root, STATE_DIR))}
         except FileNotFoundError:
             present = set()
         missing = [h.job_id for h in handles if h.job_id not in present]
         local_presence.check_gone(self.root, os.path.join(self.root, STATE_DIR), missing)
+        listings: dict[str, list[str]] = {}
         return {
-            h.job_id: self.status(h)
+            h.job_id: self.status(h, listings)
             if h.job_id in present
             else StatusReport(JobStatus.NOT_FOUND, "no such local job")
             for h in handles
@@ -295,6 +322,7 @@ class LocalBackend(Backend):
         ended = _read(os.path.join(jdir, "exit_code")) is not None
         if pid is not None and not ended and _alive(int(pid), jdir):
             return
+        local_slots.withdraw(jdir)  # killed while queued: its ticket goes too
         tmp_dir = _read(os.path.join(jdir, TMPDIR_FILE))
         if tmp_dir and os.path.basename(tmp_dir).startswith("kinetic-job-"):
             shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -309,6 +337,7 @@ class LocalBackend(Backend):
             return  # already ended; the pid (and its group id) may belong to another process
         _write_atomic(os.path.join(jdir, "cancelled"), str(time.time()))
         _kill_group(int(pid), jdir)
+        local_slots.withdraw(jdir)  # a queued job leaves the queue (its SIGTERM did too)
 
 
 def _kill_group(pgid: int, jdir: str) -> None:
@@ -331,27 +360,6 @@ def _group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
-
-
-def _alive(pid: int, jdir: str) -> bool:
-    """Whether ``pid`` is still our supervisor (not a zombie, not a reused pid)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    proc = f"/proc/{pid}"
-    if os.path.isdir(proc):
-        try:
-            with open(f"{proc}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return False
-            with open(f"{proc}/cmdline", "rb") as f:
-                return jdir.encode() in f.read()
-        except (OSError, IndexError):
-            return False
     return True
 
 

@@ -79,3 +79,25 @@ def check_gone(root: str, state_dir: str, job_ids: Iterable[str]) -> None:
     problem = store_problem(root)
     if problem is not None:
         raise StoreUnavailable(f"cannot tell whether local job {missing[0]} exists: {problem}")
+
+
+def supervisor_alive(pid: int, jdir: str) -> bool:
+    """Whether ``pid`` is still the supervisor of the job in ``jdir`` (not a zombie, not
+    a reused pid: its command line names the job dir)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc = f"/proc/{pid}"
+    if os.path.isdir(proc):
+        try:
+            with open(f"{proc}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return False
+            with open(f"{proc}/cmdline", "rb") as f:
+                return jdir.encode() in f.read()
+        except (OSError, IndexError):
+            return False
+    return True

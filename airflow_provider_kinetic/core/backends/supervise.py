@@ -17,6 +17,11 @@ lock, retried with a bounded backoff while too few are free (the job is then
 "queued": ``queued`` says what it waits for).  The lock fds go to the child too, so
 the devices stay taken while either process lives and are freed by the kernel
 however both end; the child sees only them (``CUDA_VISIBLE_DEVICES``).
+
+Any other job (``slots.json``, from ``local_slots``) first waits for one of the
+machine's ``[kinetic] local_max_jobs`` slots, in its queue ticket's (submit) order
+(``slot_queue``): the slot's lock fd goes to the child the same way.  A SIGTERM
+(cancel) while it waits takes its ticket out of the queue.
 """
 
 from __future__ import annotations
@@ -33,11 +38,14 @@ import tempfile
 import time
 from collections.abc import Iterator
 
+from airflow_provider_kinetic.core.backends import slot_queue
+
 SECRETS_FILE = "secrets.json"
 #: The file in the job dir that names the child's temp dir.
 TMPDIR_FILE = "tmpdir"
 #: ``core.data.locallinks.HOST_TMPDIR_ENV``, spelled out: this entry point starts once
-#: per job and imports nothing of the package (the data package costs ~25 ms to import).
+#: per job and imports only the standard library and ``slot_queue`` (which imports only
+#: that): the data package costs ~25 ms to import.
 HOST_TMPDIR_ENV = "KINETIC_HOST_TMPDIR"
 #: Shorter values are not masked (as Airflow's masker, which skips very short secrets).
 MIN_MASK = 5
@@ -66,9 +74,12 @@ def main(argv: list[str]) -> int:
     # Secret values never reach the job's log file: the output is masked line by line.
     masks = sorted({v.encode() for v in secrets.values() if len(v) >= MIN_MASK}, key=len)[::-1]
     held: list[int] = []  # lock fds, before the umask: other users' jobs open them too
+    if os.path.exists(os.path.join(jdir, slot_queue.SLOTS_FILE)):
+        held.append(take_slot(jdir))
     if os.path.exists(os.path.join(jdir, GPUS_FILE)):
         with open(os.path.join(jdir, GPUS_FILE)) as f:
-            devices, held = acquire_gpus(jdir, json.load(f))
+            devices, gpu_fds = acquire_gpus(jdir, json.load(f))
+        held += gpu_fds
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
     os.umask(0o077)  # whatever the job writes (result, downloads) is owner-only
     tmp_dir = tempfile.mkdtemp(prefix=f"kinetic-job-{os.path.basename(jdir)}-")
@@ -103,6 +114,51 @@ def main(argv: list[str]) -> int:
     shutil.rmtree(tmp_dir, ignore_errors=True)
     write_atomic(os.path.join(jdir, "exit_code"), str(code))
     return code
+
+
+def take_slot(jdir: str) -> int:
+    """Wait in the queue for a job slot; returns the fd that holds it."""
+    with open(os.path.join(jdir, slot_queue.SLOTS_FILE)) as f:
+        request = json.load(f)
+    where, ticket = request["dir"], request["ticket"]
+    ticket_fd = _inherited(request.get("fd"), os.path.join(where, slot_queue.QUEUE_DIR, ticket))
+
+    def leave(signum: int, _frame: object) -> None:  # cancelled while queued
+        slot_queue.remove(where, ticket)
+        os._exit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, leave)
+    since = time.monotonic()
+    waited = False
+
+    def on_wait(ahead: int) -> None:
+        nonlocal waited
+        if not waited:  # the job now reads as queued (its status counts the queue)
+            write_atomic(os.path.join(jdir, slot_queue.WAIT_FILE), "")
+            jobs = "job" if ahead == 1 else "jobs"
+            limit = request["limit"]
+            print(f"kinetic: queued: {ahead} {jobs} ahead (local_max_jobs={limit})", flush=True)
+            waited = True
+
+    index, fd = slot_queue.acquire(where, request["limit"], ticket, on_wait)
+    write_atomic(os.path.join(jdir, slot_queue.SLOT_FILE), str(index))
+    slot_queue.remove(where, ticket)
+    if ticket_fd is not None:
+        os.close(ticket_fd)
+    signal.signal(signal.SIGTERM, previous)
+    if waited:
+        print(f"kinetic: job slot free after {time.monotonic() - since:.1f}s queued", flush=True)
+    return fd
+
+
+def _inherited(fd: int | None, path: str) -> int | None:
+    """``fd`` when it is the ticket's file (inherited from the submitter), else None."""
+    if fd is None:
+        return None
+    try:
+        return fd if os.path.samestat(os.fstat(fd), os.stat(path)) else None
+    except OSError:
+        return None
 
 
 def acquire_gpus(jdir: str, request: dict) -> tuple[list[int], list[int]]:
