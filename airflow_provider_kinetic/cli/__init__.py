@@ -91,6 +91,24 @@ def get_kinetic_cli_commands() -> list[Any]:
                 ),
                 since,
                 Arg(
+                    ("--run-id",),
+                    help="Only jobs of this DAG run (its id exactly as Airflow shows it)",
+                ),
+                Arg(
+                    ("--logical-date",),
+                    help="Only jobs of runs with this logical date: a date (2026-11-21) or "
+                    "the start of an ISO date-time (2026-11-21T06:00)",
+                    metavar="DATE",
+                ),
+                Arg(
+                    ("--map-index",), help="Only jobs of this map index (-1: not mapped)", type=int
+                ),
+                Arg(
+                    ("--children",),
+                    help="Follow each batch's row with its children (CHILD: the input index)",
+                    action="store_true",
+                ),
+                Arg(
                     ("--limit",), help="At most this many jobs (default 100)", type=int, default=100
                 ),
                 read_only=True,

@@ -124,7 +124,10 @@ def task_index(store: ObjectStore, secret: bytes) -> TaskIndex:
                 str(exact.get("map_index", -1)),
             )
         elif len(parts) == 4:
-            identity = (parts[0], parts[1], parts[2], parts[3][: -len(".json")])
+            # A record of an earlier version: its key is all it has.  Dag and task ids
+            # are key-safe as they are; a run id's key form is not the id (``:`` and
+            # ``+`` were replaced), and no page may show it as one: left unknown.
+            identity = (parts[0], "", parts[2], parts[3][: -len(".json")])
         else:
             continue
         handle = record.get("handle")

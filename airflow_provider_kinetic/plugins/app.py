@@ -2,8 +2,11 @@
 
 Routes: ``/`` (jobs list, ``?group=`` for one batch), ``/jobs/{id}`` (job page),
 ``/api/jobs/{id}/log?offset=`` (the live log's JSON feed), ``/jobs/{id}/files?name=``
-(one output file, as a download), ``POST /jobs/{id}/cancel``; each takes
-``?conn_id=`` (default ``kinetic_default``).
+(one output file, as a download), ``POST /jobs/{id}/cancel``; the task instance tab
+``/ti/{dag_id}/{run_id}/{task_id}/{map_index}`` (``?child=N``: a batch child's log),
+with its batch feed ``/api/batches/{id}/children`` and ``/batches/{id}/files?name=``;
+a batch child's page and log take ``?batch=`` (found by its batch once its own
+``handle.json`` is gone).  Each takes ``?conn_id=`` (default ``kinetic_default``).
 
 Auth is Airflow's own: ``get_user`` reads the UI's JWT cookie (or a bearer token),
 and the auth manager decides per DAG, as for task instances: reading a job needs
@@ -28,8 +31,9 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from airflow_provider_kinetic.core.errors import KineticError
-from airflow_provider_kinetic.core.storage import ObjectNotFound
-from airflow_provider_kinetic.plugins import jobs, views
+from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
+from airflow_provider_kinetic.hooks.kinetic import KineticHook
+from airflow_provider_kinetic.plugins import jobs, tasks, taskview, views
 
 
 class Denied(Exception):
@@ -62,9 +66,11 @@ def _conn(conn_id: str) -> str:
     return conn_id
 
 
-def _open(conn_id: str, job_id: str, user: Any, method: str = "GET") -> jobs.OpenJob:
+def _open(
+    conn_id: str, job_id: str, user: Any, method: str = "GET", batch: str = ""
+) -> jobs.OpenJob:
     try:
-        found = jobs.open_job(_conn(conn_id), job_id)
+        found = jobs.open_job(_conn(conn_id), job_id, batch or None)
     except ValueError as exc:
         raise Denied(400, str(exc)) from None
     except ObjectNotFound:
@@ -79,6 +85,7 @@ def _base(request: Request) -> str:
 
 
 ConnId = Annotated[str, Query(max_length=250)]
+BatchId = Annotated[str, Query(max_length=250)]
 #: The signed-in user, as Airflow's own routes get it (JWT cookie or bearer token).
 User = Annotated[Any, Depends(get_user)]
 
@@ -89,7 +96,7 @@ def create_app() -> FastAPI:
 
     @app.exception_handler(Denied)
     async def denied(request: Request, exc: Denied) -> Response:
-        if "/api/jobs/" in request.url.path:
+        if "/api/" in request.url.path:
             return JSONResponse({"detail": str(exc)}, status_code=exc.status)
         return HTMLResponse(views.error_page(exc.status, str(exc)), status_code=exc.status)
 
@@ -112,37 +119,26 @@ def create_app() -> FastAPI:
         return views.jobs_page(visible, _base(request), conn_id, group or None)
 
     @app.get("/jobs/{job_id}", response_class=HTMLResponse)
-    def job_page(request: Request, job_id: str, user: User, conn_id: ConnId = "kinetic_default"):
-        found = _open(conn_id, job_id, user)
+    def job_page(
+        request: Request, job_id: str, user: User, conn_id: ConnId = "kinetic_default",
+        batch: BatchId = "",
+    ):  # fmt: skip
+        found = _open(conn_id, job_id, user, batch=batch)
         # The Cancel button only for whom the cancel POST would not answer 403.
         can_cancel = _authorized(user, found.entry.dag_id, "PUT")
         return views.job_page(jobs.detail(found), _base(request), conn_id, can_cancel=can_cancel)
 
     @app.get("/api/jobs/{job_id}/log")
-    def job_log(job_id: str, user: User, conn_id: ConnId = "kinetic_default", offset: int = 0):
-        return jobs.log_chunk(_open(conn_id, job_id, user).job, offset)
+    def job_log(
+        job_id: str, user: User, conn_id: ConnId = "kinetic_default", offset: int = 0,
+        batch: BatchId = "",
+    ):  # fmt: skip
+        return jobs.log_chunk(_open(conn_id, job_id, user, batch=batch).job, offset)
 
     @app.get("/jobs/{job_id}/files")
     def job_file(job_id: str, user: User, name: str, conn_id: ConnId = "kinetic_default"):
         job = _open(conn_id, job_id, user).job
-        key = jobs.output_key(job, name)
-        if key is None:
-            raise Denied(400, f"not a file of the job's output dir: {name!r}")
-        try:
-            data = job.store.read_bytes(key)
-        except ObjectNotFound:
-            raise Denied(404, f"no output file {name!r}") from None
-        filename = urllib.parse.quote(name.rsplit("/", 1)[-1])
-        return Response(
-            data,
-            media_type=mimetypes.guess_type(name)[0] or "application/octet-stream",
-            headers={
-                # A download, never a page of this origin (an output file is user data).
-                "Content-Disposition": f"attachment; filename*=UTF-8''{filename}",
-                "X-Content-Type-Options": "nosniff",
-                "Content-Security-Policy": "sandbox",
-            },
-        )
+        return _download(job.store, jobs.output_key(job, name), name)
 
     @app.post("/jobs/{job_id}/cancel")
     def job_cancel(request: Request, job_id: str, user: User, conn_id: ConnId = "kinetic_default"):
@@ -155,4 +151,70 @@ def create_app() -> FastAPI:
         job.cancel()
         return {"job_id": job.job_id, "cancel_requested": True}
 
+    @app.get("/ti/{dag_id}/{rest:path}", response_class=HTMLResponse)
+    def task_tab(
+        request: Request, dag_id: str, rest: str, user: User,
+        conn_id: ConnId = "kinetic_default", child: int | None = None,
+    ) -> str:  # fmt: skip
+        # The run id sits between the dag id and the task id and may hold a "/" (Airflow
+        # 3.3 percent-encodes it; the server decodes the path before routing).
+        parts = rest.rsplit("/", 2)
+        if len(parts) != 3 or not all(parts[:2]):
+            raise Denied(404, "expected /ti/{dag_id}/{run_id}/{task_id}/{map_index}")
+        run_id, task_id, raw_index = parts
+        try:
+            map_index = tasks.parse_map_index(raw_index)
+        except ValueError:
+            raise Denied(400, f"bad map index {raw_index!r}") from None
+        _require(user, dag_id, "GET")
+        view = tasks.task_view(_conn(conn_id), dag_id, run_id, task_id, map_index)
+        base = _base(request)
+        quoted = "/".join(urllib.parse.quote(p, safe="") for p in (dag_id, *parts))
+        here = views._link(base, "/ti/" + quoted, conn_id)
+        return taskview.task_tab(
+            view, base, conn_id, here, can_cancel=_authorized(user, dag_id, "PUT"), child=child
+        )
+
+    @app.get("/api/batches/{group_id}/children")
+    def batch_children(group_id: str, user: User, conn_id: ConnId = "kinetic_default"):
+        entry = _batch(conn_id, group_id, user)
+        return tasks.children_feed(conn_id, entry)
+
+    @app.get("/batches/{group_id}/files")
+    def batch_file(group_id: str, user: User, name: str, conn_id: ConnId = "kinetic_default"):
+        entry = _batch(conn_id, group_id, user)
+        store = KineticHook(conn_id).get_store()
+        return _download(store, jobs.output_name_key(store, entry.get("output_dir"), name), name)
+
     return app
+
+
+def _batch(conn_id: str, group_id: str, user: Any) -> dict[str, Any]:
+    """The history entry of batch ``group_id``, for a user who may read its task."""
+    if not jobs.GROUP_ID.fullmatch(group_id):
+        raise Denied(400, f"not a kinetic batch id: {group_id!r}")
+    entry = jobs.batch_entry(KineticHook(_conn(conn_id)).get_store(), group_id)
+    if entry is None:
+        raise Denied(404, f"no kinetic batch {group_id!r} (connection {conn_id!r})")
+    _require(user, entry.get("dag_id"), "GET")
+    return entry
+
+
+def _download(store: ObjectStore, key: str | None, name: str) -> Response:
+    """One output file as a download, never a page of this origin (it is user data)."""
+    if key is None:
+        raise Denied(400, f"not a file of the output dir: {name!r}")
+    try:
+        data = store.read_bytes(key)
+    except ObjectNotFound:
+        raise Denied(404, f"no output file {name!r}") from None
+    filename = urllib.parse.quote(name.rsplit("/", 1)[-1])
+    return Response(
+        data,
+        media_type=mimetypes.guess_type(name)[0] or "application/octet-stream",
+        headers={
+            "Content-Disposition": f"attachment; filename*=UTF-8''{filename}",
+            "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "sandbox",
+        },
+    )

@@ -15,6 +15,7 @@ here renders HTML or knows about HTTP.
 
 from __future__ import annotations
 
+import json
 import re
 import urllib.parse
 from dataclasses import dataclass, field
@@ -22,8 +23,9 @@ from typing import Any
 
 from airflow_provider_kinetic.attached import AttachedJob, attach
 from airflow_provider_kinetic.cli import inventory
-from airflow_provider_kinetic.cli.jobs import JobStatuses, history_rows
+from airflow_provider_kinetic.cli.joblist import JobStatuses, history_rows
 from airflow_provider_kinetic.core.backends.registry import backend_class
+from airflow_provider_kinetic.core.batch.run import manifest_key
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC
 from airflow_provider_kinetic.core.jobs.usage import PriceTable, job_usage, summary_line, total
@@ -42,6 +44,7 @@ from airflow_provider_kinetic.hooks.signing import deployment_secret
 #: Job ids are one path segment (``job-...``); anything else never reaches the store.
 JOB_ID = re.compile(r"job-[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 CONN_ID = re.compile(r"[A-Za-z0-9_.-]{1,250}")
+GROUP_ID = re.compile(r"grp-[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 #: Rows the list shows (newest first): every row costs a status call and a listing.
 LIST_LIMIT = 200
 #: Files of an output dir the job page lists.
@@ -140,8 +143,8 @@ _AS_STATUS = {
 }
 
 
-def _history_row(row: dict, store: ObjectStore) -> JobRow:
-    """A ``jobs list`` row (``cli.jobs.history_rows``) as the page shows it."""
+def history_row(row: dict, store: ObjectStore) -> JobRow:
+    """A ``jobs list`` row (``cli.joblist.history_rows``) as the page shows it."""
     state = str(row.get("state") or "NOT_FOUND")
     status, default_reason = _AS_STATUS.get(state, (None, None))
     if status is None:
@@ -181,7 +184,7 @@ def list_rows(conn_id: str, group: str | None = None, limit: int = LIST_LIMIT) -
     store = statuses.store
     if group is None:
         found = history_rows(statuses, history.Filter())
-        rows = [_history_row(row, store) for row in found[:limit]]
+        rows = [history_row(row, store) for row in found[:limit]]
         prices = load_price_table(strict=False)
         for row in rows:
             # Measured from its artifacts only while the history has not seen its end
@@ -216,10 +219,11 @@ class OpenJob:
     index: inventory.TaskIndex
 
 
-def open_job(conn_id: str, job_id: str) -> OpenJob:
+def open_job(conn_id: str, job_id: str, batch: str | None = None) -> OpenJob:
     """``attach`` the job, or build it from the sealed record of the task that ran it
-    when its ``handle.json`` is gone; ValueError for an id that is not one,
-    ObjectNotFound when neither names it."""
+    when its ``handle.json`` is gone (a batch's child, whose task record names only
+    its batch: from ``batch``'s history entry, when that names it as its child);
+    ValueError for an id that is not one, ObjectNotFound when none names it."""
     if not JOB_ID.fullmatch(job_id):
         raise ValueError(f"not a kinetic job id: {job_id!r}")
     hook = KineticHook(conn_id)
@@ -229,6 +233,8 @@ def open_job(conn_id: str, job_id: str) -> OpenJob:
         job = attach(job_id, conn_id=conn_id)
     except ObjectNotFound:
         entry = history.read(store, job_id)
+        if entry is None and batch and job_id not in index.handles:
+            entry = _child_entry(store, batch, job_id)
         if job_id not in index.handles and entry is None:
             raise
         # The record is sealed with the deployment secret; the object name, namespace
@@ -238,7 +244,7 @@ def open_job(conn_id: str, job_id: str) -> OpenJob:
             stored = JobHandle.from_dict(index.handles[job_id][1])
         else:
             assert entry is not None
-            stored = _history_row(entry, store).handle
+            stored = history_row(entry, store).handle
         handle = stored.evolve(
             k8s_name=backend_class(stored.backend).object_name(job_id),
             namespace=hook.get_config().namespace,
@@ -246,7 +252,23 @@ def open_job(conn_id: str, job_id: str) -> OpenJob:
             result_auth=AUTH_HMAC,
         )
         job = AttachedJob(handle, hook)
-    return OpenJob(job, _with_task(inventory.JobEntry(job.handle), index), index)
+    found = OpenJob(job, _with_task(inventory.JobEntry(job.handle), index), index)
+    if found.entry.dag_id is None and job.handle.group_id:
+        # A child of a batch whose task record is gone: its batch's entry names the task
+        # (what the page authorises by), exactly as the task showed it.
+        parent = history.read(store, job.handle.group_id) or {}
+        found.entry.dag_id, found.entry.run_id = parent.get("dag_id"), parent.get("run_id")
+        found.entry.task_id = parent.get("task_id")
+    return found
+
+
+def _child_entry(store: ObjectStore, group_id: str, job_id: str) -> dict[str, Any] | None:
+    """A history-like row for ``job_id`` when batch ``group_id``'s entry or manifest
+    names it as a child (children have no entry of their own)."""
+    parent = batch_entry(store, group_id)
+    if parent is None or not is_child(store, parent, job_id):
+        return None
+    return {**parent, "job_id": job_id, "kind": "job", "group_id": group_id}
 
 
 def output_prefix(store: ObjectStore, output_dir: str | None) -> str | None:
@@ -286,7 +308,12 @@ def detail(found: OpenJob) -> JobDetail:
 def output_key(job: AttachedJob, name: str) -> str | None:
     """The store key of one output file by its listed name; None for a name that is
     not plainly inside the output dir (``..``, absolute, empty parts)."""
-    prefix = output_prefix(job.store, job.handle.output_dir)
+    return output_name_key(job.store, job.handle.output_dir, name)
+
+
+def output_name_key(store: ObjectStore, output_dir: str | None, name: str) -> str | None:
+    """:func:`output_key` of any output dir (a batch's, from its history entry)."""
+    prefix = output_prefix(store, output_dir)
     parts = name.split("/")
     if not prefix or not name or any(p in ("", ".", "..") for p in parts):
         return None
@@ -311,3 +338,22 @@ def log_chunk(job: AttachedJob, offset: int) -> dict[str, object]:
         "reason": report.reason or "",
         "terminal": report.status.is_terminal,
     }
+
+
+def batch_entry(store: ObjectStore, group_id: str) -> dict[str, Any] | None:
+    """A batch's history entry (None: no such batch, or not a batch)."""
+    entry = history.read(store, group_id)
+    return entry if entry is not None and entry.get("kind") == "batch" else None
+
+
+def is_child(store: ObjectStore, entry: dict[str, Any], job_id: str) -> bool:
+    """Whether ``job_id`` is a job of the batch ``entry`` (its manifest or, once it
+    ended, its history entry names it): the tab opens such a child's log by its
+    batch after its own ``handle.json`` is gone."""
+    if job_id in (entry.get("child_jobs") or ()):
+        return True
+    try:
+        manifest = json.loads(store.read_bytes(manifest_key(str(entry["job_id"]))))
+    except Exception:  # noqa: BLE001 - no manifest: not known as a child
+        return False
+    return any(c.get("job_id") == job_id for c in manifest.get("children") or ())

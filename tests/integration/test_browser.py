@@ -35,6 +35,8 @@ CHROMIUM_ARGS = [
 ]  # fmt: skip
 ARTIFACTS = Path(os.environ.get("KINETIC_TEST_ARTIFACTS") or REPO / "test-artifacts")
 DAGS = REPO / "tests" / "dags" / "kinetic_browser_dags.py"
+BATCH_DAGS = REPO / "tests" / "dags" / "kinetic_browser_batch_dags.py"
+BATCH_DAG, BATCH_RUN, BATCH_TASK = "kinetic_browser_batch", "browser_batch", "sweep"
 DONE_DAG, DONE_RUN, DONE_TASK = "kinetic_browser_done", "browser_done", "greet"
 SLOW_DAG, SLOW_RUN, SLOW_TASK = "kinetic_browser_deferred", "browser_deferred", "slow"
 UI_TIMEOUT_MS = 60_000  # a 2-core CI machine runs standalone and the browser together
@@ -66,7 +68,9 @@ def playwright_api() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def server(playwright_api, tmp_path_factory) -> Iterator[Standalone]:
     """One standalone for the module, with the finished run the link test opens."""
-    with run_standalone(tmp_path_factory.mktemp("browser"), DAGS, env=USERS) as s:
+    with run_standalone(
+        tmp_path_factory.mktemp("browser"), DAGS, extra_dag_files=[BATCH_DAGS], env=USERS
+    ) as s:
         s.unpause(DONE_DAG)
         s.unpause(SLOW_DAG)
         s.trigger(DONE_DAG, DONE_RUN)
@@ -262,3 +266,57 @@ def test_a_viewer_sees_the_running_job_without_a_cancel_button(playwright_api, s
     page.locator("#cancel").click()
     expect(page.locator("#cancel-result")).to_have_text("cancel requested")
     assert server.wait_finished(SLOW_DAG, VIEWER_RUN) == "failed"
+
+
+def test_the_kinetic_tab_of_a_map_task_shows_children_and_live_logs(server, page):
+    """The task instance's Kinetic tab (the plugin's ``task_instance`` external view,
+    listed by ``/api/v2/plugins``), inside Airflow's page: the batch's children with
+    their states, a running child's log growing, another child's log by its row's
+    link, and every child succeeded at the end without a reload."""
+    from playwright.sync_api import expect
+
+    views = {
+        view["url_route"]: view
+        for plugin in server.json("/plugins")["plugins"]
+        if plugin["name"] == "kinetic"
+        for view in plugin["external_views"]
+    }
+    assert views["kinetic-task"]["destination"] == "task_instance"
+    server.unpause(BATCH_DAG)
+    server.trigger(BATCH_DAG, BATCH_RUN)
+    ti_path = f"/dags/{BATCH_DAG}/dagRuns/{BATCH_RUN}/taskInstances/{BATCH_TASK}"
+    server.wait_for(
+        "the map task to run",
+        lambda: server.api("GET", ti_path).json().get("state") == "running",
+        RUN_DEADLINE_S,
+    )
+    # The tab itself (the plugin's page, signed in by the REST client's token) lists
+    # the children once the batch has launched them.
+    tab_page = f"/kinetic/ti/{BATCH_DAG}/{BATCH_RUN}/{BATCH_TASK}/-1"
+    server.wait_for(
+        "the batch's children on the tab",
+        lambda: server.client.get(tab_page).text.count("<tr data-child=") == 3,
+        RUN_DEADLINE_S,
+    )
+    tab_url = f"/dags/{BATCH_DAG}/runs/{BATCH_RUN}/tasks/{BATCH_TASK}"
+    page.goto(tab_url)
+    page.get_by_role("link", name="Kinetic", exact=True).click()
+    page.wait_for_url(f"**{tab_url}/plugin/kinetic-task")
+    frame = page.frame_locator("iframe")
+    expect(frame.locator("tr[data-child]")).to_have_count(3)
+    expect(frame.locator("h1")).to_have_text(f"Kinetic: {BATCH_DAG} / {BATCH_RUN} / {BATCH_TASK}")
+    expect(frame.locator(".batch-state")).to_have_text(re.compile(r"^RUNNING"))
+    expect(frame.locator("#log")).to_contain_text("batch child 0 line 1")
+    expect(frame.locator("#log")).to_contain_text("batch child 0 line 3")  # it grows
+    shot(page, "kinetic-tab-running")
+
+    frame.locator("tr[data-child='1'] a.log-link").click()
+    expect(frame.locator("#log-title")).to_contain_text("Log of child 1")
+    expect(frame.locator("#log")).to_contain_text("batch child 1 line 2")
+    for index in range(3):
+        state = frame.locator(f"tr[data-child='{index}'] .state")
+        expect(state).to_have_text("SUCCEEDED", timeout=RUN_DEADLINE_S * 1000)
+    expect(frame.locator(".batch-state")).to_have_text(re.compile(r"^SUCCEEDED"))
+    expect(frame.locator("#log")).to_have_attribute("data-complete", "true")
+    assert server.wait_finished(BATCH_DAG, BATCH_RUN) == "success"
+    shot(page, "kinetic-tab-done")

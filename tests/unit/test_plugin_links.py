@@ -22,6 +22,7 @@ def test_links_follow_the_base_url_path_and_name_a_non_default_connection(monkey
 
 def test_the_plugin_mounts_where_the_links_point():
     assert PLUGIN_PREFIX == "/kinetic"
-    (view,) = KineticPlugin.external_views
-    assert view["href"] == PLUGIN_PREFIX + "/" and view["url_route"] == "kinetic"
+    nav, tab = KineticPlugin.external_views
+    assert nav["href"] == PLUGIN_PREFIX + "/" and nav["url_route"] == "kinetic"
+    assert tab["href"].startswith(PLUGIN_PREFIX + "/ti/") and tab["url_route"] == "kinetic-task"
     assert KineticPlugin.name == "kinetic"

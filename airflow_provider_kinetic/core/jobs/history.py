@@ -70,6 +70,9 @@ def _identity_fields(identity: Mapping[str, Any] | None) -> dict[str, Any]:
         "run_id": identity.get("run_id"),
         "map_index": identity.get("map_index", -1) if identity else None,
         "try_number": identity.get("try_number"),
+        # As Airflow shows it (``task_identity``): ``jobs list`` and the Kinetic tab
+        # show and filter by it; entries written before it was kept have none.
+        "logical_date": identity.get("logical_date"),
     }
 
 
