@@ -31,6 +31,8 @@ from airflow_provider_kinetic.operators.capacity import request_fields as capaci
 XCOM_JOB = "kinetic_job"
 XCOM_BATCH = "kinetic_batch"
 XCOM_OUTPUT_DIR = "output_dir"
+#: A batch's per-input output dirs, in input order (``output_dir`` stays the parent).
+XCOM_OUTPUT_DIRS = "kinetic_output_dirs"
 #: The key of a task's returned value.
 XCOM_RETURN_KEY = "return_value"
 
@@ -156,6 +158,16 @@ def directory_uri(uri: str | None) -> str | None:
     """An output dir as XCom carries it: spelled (by its Data scheme) so that
     ``Data(<that value>)`` downstream is a directory with no string editing."""
     return scheme_for(uri).as_directory(uri) if uri else uri
+
+
+def push_output_dirs(context: Mapping[str, Any], state: Any) -> None:
+    """A batch's ``output_dir`` (the parent) and ``kinetic_output_dirs`` (each input's
+    own dir, in input order), so a downstream task finds a child's files without
+    the function returning its ``KINETIC_OUTPUT_DIR``."""
+    ti = context["ti"]
+    ti.xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(state.template.output_dir))
+    dirs = [directory_uri(state.template.output_uri(i)) for i in range(state.total)]
+    ti.xcom_push(key=XCOM_OUTPUT_DIRS, value=dirs)
 
 
 def task_identity(context: Mapping[str, Any]) -> dict[str, Any]:

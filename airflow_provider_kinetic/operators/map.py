@@ -9,6 +9,7 @@ The batch state travels across deferrals in ``defer(kwargs=...)``.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -36,11 +37,10 @@ from airflow_provider_kinetic.links import KineticBatchLink, batch_url
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
     XCOM_BATCH,
-    XCOM_OUTPUT_DIR,
     deadline,
     defer_grace_s,
     defer_timeout,
-    directory_uri,
+    push_output_dirs,
     rendered_as,
     task_identity,
 )
@@ -141,6 +141,7 @@ class KineticMapOperator(MapTriesBase):
         self.wait_for_completion = wait_for_completion
         self.child_log_bytes_per_poll = child_log_bytes_per_poll
         self._state: BatchState | None = None
+        self._line: batchlogs.StatusLine | None = None
         self._backend: Backend | None = None
         self._store: ObjectStore | None = None
 
@@ -193,7 +194,7 @@ class KineticMapOperator(MapTriesBase):
             return self._submit_only(context, hook, state)
         state.deadline = deadline(context, self.execution_timeout)
         self._write_record(context, store, state)
-        context["ti"].xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(state.template.output_dir))
+        push_output_dirs(context, state)
         url = batch_url(
             state.backend, state.group_id, config.project or "", config.cluster or "",
             config.namespace, self.kinetic_conn_id,
@@ -212,7 +213,7 @@ class KineticMapOperator(MapTriesBase):
         save_live(store, state, deployment_secret())
         self._report(context, state, store)
         self._write_record(context, store, state, delivered=True)
-        context["ti"].xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(state.template.output_dir))
+        push_output_dirs(context, state)
         self._state = None  # nobody waits here: on_kill must not cancel the children
         return batchrun.batch_handle(state, store)
 
@@ -234,6 +235,8 @@ class KineticMapOperator(MapTriesBase):
         state = BatchState.from_dict(event["state"])
         hook = KineticHook(self.kinetic_conn_id)
         backend = hook.get_backend(state.backend)
+        if event["status"] == "finished":  # driven to its end by the trigger: collect
+            self.log.info("batch %s: every child has ended; collecting", state.group_id)
         if event["status"] in ("error", "timeout"):
             self.log.warning(
                 "batch trigger ended with %s: %s", event["status"], event.get("message")
@@ -295,6 +298,16 @@ class KineticMapOperator(MapTriesBase):
                 changed = time.monotonic()
 
     def _defer(self, config: KineticConfig, state: BatchState) -> NoReturn:
+        # The trigger drives the rest (launches, retries) and fires once at the end;
+        # ``driver`` names this deferral, so its saves are never mistaken for another's.
+        state.driver, state.seq = uuid.uuid4().hex, 0
+        self.log.info(
+            "batch %s: deferring until every child has ended (%d running, %d queued; "
+            "the triggerer launches the rest)",
+            state.group_id,
+            len(state.active),
+            len(state.queue),
+        )
         self.defer(
             trigger=KineticBatchTrigger(
                 state=state.to_dict(),
@@ -302,6 +315,7 @@ class KineticMapOperator(MapTriesBase):
                 poll_interval=self.poll_interval,
                 deadline=state.deadline,
                 log_bytes_per_poll=self.child_log_bytes_per_poll,
+                drive=True,
             ),
             method_name="execute_complete",
             timeout=defer_timeout(state.deadline, self.poll_interval),
@@ -309,7 +323,15 @@ class KineticMapOperator(MapTriesBase):
         raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
 
     def _report(self, context: Any, state: BatchState, store: ObjectStore) -> None:
+        """The status line and the ``kinetic_batch`` XCom, when a count changed (the
+        line also once a minute): not one line and one XCom write per poll."""
         c = batchrun.counts(state)
+        key = tuple(v for k, v in c.items() if k != "capacity")
+        if self._line is None:
+            self._line = batchlogs.StatusLine()
+        changed = key != self._line.last
+        if not self._line.due(key):
+            return
         self.log.info(
             "batch %s: submitted %d/%d, active %d, succeeded %d, failed %d, queued %d",
             state.group_id,
@@ -320,6 +342,8 @@ class KineticMapOperator(MapTriesBase):
             c["failed"],
             c["queued"],
         )
+        if not changed:
+            return
         context["ti"].xcom_push(
             key=XCOM_BATCH,
             value={

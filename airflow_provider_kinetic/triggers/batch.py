@@ -1,9 +1,13 @@
-"""KineticBatchTrigger: wait until any active child of a batch finishes.
+"""KineticBatchTrigger: drive a deferred batch to its end (or, from older versions,
+wait until any active child finishes).
 
 One ``batch_status`` query per poll covers every active child, so a trigger holding
-a 1,000-child batch makes O(1) API calls per poll.  It fires as soon as at least one
-child is terminal, so the operator can launch the next inputs: no slot stays idle
-for longer than a poll interval.
+a 1,000-child batch makes O(1) API calls per poll.  With ``drive`` (what the map
+operator defers with) the trigger itself folds finished children in, retries them
+and launches queued ones as slots free up (``triggers.batch_drive``), and fires
+once, when the whole batch has finished: one deferral per try, and the worker
+resumes only to collect.  Without it (a trigger serialized by an older version) it
+fires as soon as one child is terminal, for the operator to launch the next.
 
 Like the job trigger it shares the triggerer's loop: each child's log read is capped
 at ``log_bytes_per_poll`` (:class:`_CappedReads`; a child that has just finished is
@@ -24,6 +28,7 @@ from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.jobs.polling import StoreOutage, poll_delays
 from airflow_provider_kinetic.core.spec.handles import JobHandle
+from airflow_provider_kinetic.triggers.batch_drive import BatchDriver, finished_event
 from airflow_provider_kinetic.triggers.job import yielding
 from airflow_provider_kinetic.triggers.settle import hold, not_before_from, remaining
 from airflow_provider_kinetic.triggers.userkill import CancelOnUserKill
@@ -69,8 +74,10 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
         cancel_on_kill: bool = True,
         log_bytes_per_poll: int = batchlogs.LOG_BYTES_PER_POLL,
         not_before: float | None = None,
+        drive: bool = False,
     ) -> None:
         super().__init__()
+        self.drive = drive
         self.not_before = not_before_from(not_before)
         self.log_bytes_per_poll = log_bytes_per_poll
         self.state = state
@@ -93,6 +100,7 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
                 "cancel_on_kill": self.cancel_on_kill,
                 "log_bytes_per_poll": self.log_bytes_per_poll,
                 "not_before": self.not_before,
+                "drive": self.drive,
             },
         )
 
@@ -105,13 +113,27 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_provider_kinetic.hooks.connection import store_outage_window_s
 
+        driver = None
         try:
             backend = await asyncio.to_thread(self._backend)
+            if self.drive:
+                driver = await asyncio.to_thread(BatchDriver, self.config, backend, self.log)
+                self._batch = await asyncio.to_thread(driver.resume, self._batch)
+                self._sync_state()
             delays = poll_delays(self.poll_interval, backend.first_poll_s)
             outage = StoreOutage(store_outage_window_s())
+            line = batchlogs.StatusLine()
             while True:
                 try:
-                    reports = await backend.abatch_status(self.group_id, self.handles)
+                    reports = (
+                        await backend.abatch_status(self.group_id, self.handles)
+                        if self.handles
+                        else {}
+                    )
+                    if driver is not None:
+                        await self._show_logs(backend, reports)
+                        await asyncio.to_thread(driver.step, self._batch, reports)
+                        self._sync_state()
                 except OSError as exc:  # the store cannot be read: no answer about the children
                     delay = outage.failed(exc)  # re-raised once the window has passed
                     self.log.warning("batch %s: %s", self.group_id, outage.describe(exc, delay))
@@ -119,41 +141,22 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
                     continue
                 if (lasted := outage.recovered()) is not None:
                     self.log.info("batch %s: the store is back after %.1fs", self.group_id, lasted)
-                await self._show_logs(backend, reports)
-                running = sum(r.status.value == "RUNNING" for r in reports.values())
+                if driver is None:
+                    await self._show_logs(backend, reports)
                 done = {j: r for j, r in reports.items() if r.status.is_terminal}
-                self.log.info(
-                    "batch %s: %d active (%d running, %d pending, %d just finished), "
-                    "%d queued, %d done of %d",
-                    self.group_id,
-                    len(reports),
-                    running,
-                    len(reports) - running - len(done),
-                    len(done),
-                    len(self._batch.queue),
-                    len(self._batch.done),
-                    self._batch.total,
-                )
-                if (done or not self.handles) and remaining(self.not_before) > 0:
-                    # Too soon after the deferral: poll again once it has settled,
-                    # gathering whatever else finishes meanwhile.
-                    await asyncio.sleep(min(remaining(self.not_before), self.poll_interval))
-                    continue
-                if done or not self.handles:
-                    yield TriggerEvent(
-                        {
-                            "status": "changed",
-                            "state": self.state,
-                            "finished": {
-                                j: {
-                                    "status": r.status.value,
-                                    "reason": r.reason,
-                                    "message": r.message,
-                                }
-                                for j, r in done.items()
-                            },
-                        }
-                    )
+                self._status_line(line, reports, done)
+                if driver is not None and self._batch.finished:
+                    await asyncio.to_thread(driver.save, self._batch)
+                    await hold(self.not_before)
+                    yield TriggerEvent(finished_event(self._batch))
+                    return
+                if driver is None and (done or not self.handles):
+                    if remaining(self.not_before) > 0:
+                        # Too soon after the deferral: poll again once it has settled,
+                        # gathering whatever else finishes meanwhile.
+                        await asyncio.sleep(min(remaining(self.not_before), self.poll_interval))
+                        continue
+                    yield TriggerEvent(self._changed_event(done))
                     return
                 if self.deadline is not None and time.time() >= self.deadline:
                     yield TriggerEvent(
@@ -166,6 +169,13 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
                     )
                     return
                 await backend.await_change(self.handles, next(delays))
+        except asyncio.CancelledError:
+            # The triggerer is stopping (or the task left the deferral): what this
+            # trigger launched and showed so far is saved, so the next triggerer
+            # continues from here instead of showing lines again.
+            if self.drive and driver is not None:
+                await asyncio.shield(asyncio.to_thread(driver.save, self._batch))
+            raise
         except Exception as exc:  # noqa: BLE001 - never let run() die without an event
             self.log.exception("kinetic batch trigger for %s failed", self.group_id)
             await hold(self.not_before)
@@ -176,6 +186,44 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
                     "message": f"{type(exc).__name__}: {exc}",
                 }
             )
+
+    def _sync_state(self) -> None:
+        """The wire state and the handles polled, after the driver changed the batch."""
+        self.state = self._batch.to_dict()
+        self.handles = list(self._batch.active.values())
+
+    def _status_line(self, line: batchlogs.StatusLine, reports: dict[str, Any], done: dict) -> None:
+        """The batch's counts, when one changed (else once a minute)."""
+        running = sum(r.status.value == "RUNNING" for r in reports.values())
+        waiting = sum(r.message.startswith("queued:") for r in reports.values())
+        counts = (
+            len(reports),
+            running,
+            len(reports) - running - len(done),
+            waiting,
+            len(done),
+            len(self._batch.queue),
+            len(self._batch.done),
+        )
+        if not line.due(counts):
+            return
+        self.log.info(
+            "batch %s: %d active (%d running, %d pending, of which %d waiting for a "
+            "local job slot, %d just finished), %d queued, %d done of %d",
+            self.group_id,
+            *counts,
+            self._batch.total,
+        )
+
+    def _changed_event(self, done: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "status": "changed",
+            "state": self.state,
+            "finished": {
+                j: {"status": r.status.value, "reason": r.reason, "message": r.message}
+                for j, r in done.items()
+            },
+        }
 
     async def _show_logs(self, backend: Any, reports: dict[str, Any]) -> None:
         """Running children's new lines into the task log; the offsets into the state
@@ -190,6 +238,7 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
             reports,
             lambda index, line: lines.append((index, line)),
             self.log_bytes_per_poll,
+            drain=self.drive,
         )
         self.state = {**self.state, **batchlogs.wire(self._batch)}
         async for index, line in yielding(lines):
@@ -206,10 +255,11 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
         from airflow_provider_kinetic.hooks.gcs_auth import store_for
 
         store = store_for(config_from_json(self.config))
+        handles = list(self._batch.active.values())
         self.log.info(
             "task killed by user: cancelling %d children of batch %s",
-            len(self.handles),
+            len(handles),
             self.group_id,
         )
-        for handle in self.handles:  # markers first: a new try never adopts these
+        for handle in handles:  # markers first: a new try never adopts these
             await asyncio.to_thread(request_cancel, store, backend, handle)

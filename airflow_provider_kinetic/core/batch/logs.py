@@ -28,6 +28,7 @@ whole read rather than risk a gap or a repeat.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +47,8 @@ TAIL_LINES = 20
 #: Failed children whose tails are kept (the state travels through the triggerer).
 MAX_TAILS = 10
 TAIL_LINE_CHARS = 300
+#: Seconds between repeats of an unchanged batch status line.
+STATUS_EVERY_S = 60.0
 
 #: ``emit(index, line)``: one log line of child ``index`` into the task log.
 Emit = Callable[[int, str], None]
@@ -181,21 +184,78 @@ async def ashow(
     reports: dict[str, StatusReport],
     emit: Emit,
     max_bytes: int | None = LOG_BYTES_PER_POLL,
+    *,
+    drain: bool = False,
 ) -> None:
-    """:func:`show` for the triggerer's event loop.  A finished child is drained
-    here too (its lines show while the task is deferred) but keeps its offset: the
-    operator's :func:`show` on resume finds nothing new, keeps its tail, drops it."""
+    """:func:`show` for the triggerer's event loop, every read capped by ``backend``.
+
+    ``drain`` (a trigger that drives the batch, and so deletes finished children's
+    Jobs itself): a finished child is read to its end here, chunk by chunk, and
+    dropped (a failed one's tail kept), as :func:`show` does.  Otherwise a finished
+    child keeps its offset: the operator's :func:`show` on resume finds nothing new,
+    keeps its tail, drops it."""
     if not max_bytes or max_bytes <= 0:
         return
     limit = max(max_bytes, TAIL_LINE_CHARS)
-    for index, handle, finished, _ in _plan(state, reports, drain_all=False):
-        start = _start(state, index, handle)
+    for index, handle, finished, status in _plan(state, reports, drain_all=drain):
         try:
+            if drain and finished:
+                await _adrain(state, backend, index, handle, status, emit, limit)
+                continue
+            start = _start(state, index, handle)
             read = await backend.aread_logs(handle, start)
         except Exception as exc:  # noqa: BLE001 - a log read never ends the wait
             log.warning("could not read the log of inputs[%d] (%s): %s", index, handle.job_id, exc)
             continue
         _fold(state, index, handle, read, start, finished, emit, max_bytes, limit, False)
+
+
+async def _adrain(
+    state: BatchState,
+    backend: Backend,
+    index: int,
+    handle: JobHandle,
+    status: JobStatus,
+    emit: Emit,
+    limit: int,
+) -> None:
+    """A finished child's remaining lines, in capped reads until the log ends."""
+    start, seen = _start(state, index, handle), []
+    while True:
+        text, end = await backend.aread_logs(handle, start)
+        lines, _ = take(text, start, end, None)
+        for line in lines:
+            emit(index, clip(line, limit))
+        seen = (seen + lines)[-TAIL_LINES:]
+        if end == start or not text:
+            break
+        start = end
+    state.log_offsets.pop(index, None)
+    if status is JobStatus.FAILED:
+        if len(seen) < TAIL_LINES:  # the tail began before this drain: read it whole,
+            # from the backend under a capped view (``triggers.batch._CappedReads``)
+            whole = getattr(backend, "backend", backend)
+            seen = (await whole.aread_logs(handle, 0))[0].split("\n")[:-1]
+        _keep_tail(state, index, seen)
+    elif status is JobStatus.SUCCEEDED:
+        state.log_tails.pop(index, None)
+
+
+class StatusLine:
+    """When a batch's status line is worth writing: when a count changed, else at
+    most every ``every_s`` (a line per poll buries the children's own lines)."""
+
+    def __init__(self, every_s: float = STATUS_EVERY_S) -> None:
+        self.every_s = every_s
+        self.last: tuple[Any, ...] | None = None
+        self.at = 0.0
+
+    def due(self, counts: tuple[Any, ...]) -> bool:
+        now = time.monotonic()
+        if counts == self.last and now - self.at < self.every_s:
+            return False
+        self.last, self.at = counts, now
+        return True
 
 
 def forget_finished(state: BatchState) -> None:

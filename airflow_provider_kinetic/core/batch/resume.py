@@ -26,7 +26,7 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
     succeeded_result,
 )
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, artifact_key
-from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,37 @@ def save_live(store: ObjectStore, state: BatchState, secret: bytes) -> None:
 def load_live(store: ObjectStore, group_id: str, secret: bytes) -> BatchState:
     """The state :func:`save_live` wrote (``ObjectNotFound`` if none)."""
     return BatchState.from_dict(unseal(secret, store.read_bytes(live_key(group_id)), group_id))
+
+
+def driven_key(group_id: str) -> str:
+    return f"_groups/{group_id}/driven.json"
+
+
+def save_driven(store: ObjectStore, state: BatchState, secret: bytes) -> None:
+    """The state of a batch its trigger drives (sealed), bumping ``seq``: a trigger
+    re-created after a triggerer restart continues from here, not from the state
+    it was deferred with.  Written when the state changed, at most every few
+    seconds (``triggers.batch``), so it costs O(polls), not O(children)."""
+    state.seq += 1
+    store.write_bytes(
+        driven_key(state.group_id), seal(secret, state.to_dict()), content_type="application/json"
+    )
+
+
+def load_driven(store: ObjectStore, state: BatchState, secret: bytes) -> BatchState:
+    """The newest saved state of the deferral that ``state`` came from (``driver``), or
+    ``state`` itself: a save of another deferral or try is never taken."""
+    try:
+        raw = store.read_bytes(driven_key(state.group_id))
+    except ObjectNotFound:
+        return state
+    saved = BatchState.from_dict(unseal(secret, raw, state.group_id))
+    if saved.driver != state.driver or saved.seq <= state.seq:
+        return state
+    log.info(
+        "batch %s: continuing from the state its trigger saved (#%d)", state.group_id, saved.seq
+    )
+    return saved
 
 
 def _latest_launch(store: ObjectStore, group_id: str, index: int) -> int:

@@ -31,8 +31,14 @@ from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.fallback import describe_step, next_step
 from airflow_provider_kinetic.core.jobs.results import collect, collect_with_blob, is_preemption
 from airflow_provider_kinetic.core.jobs.submit import create_job, make_private
+from airflow_provider_kinetic.core.jobs.taskrecord import succeeded_result
 from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE
-from airflow_provider_kinetic.core.spec.handles import JobStatus, StatusReport
+from airflow_provider_kinetic.core.spec.handles import (
+    JobHandle,
+    JobStatus,
+    StatusReport,
+    artifact_key,
+)
 from airflow_provider_kinetic.core.spec.pod import JobSpec
 from airflow_provider_kinetic.core.storage import ObjectStore
 
@@ -139,8 +145,15 @@ def launch(
     backend: Backend,
     store: ObjectStore,
     signing_secret: bytes | None = None,
+    *,
+    probe: bool = False,
 ) -> int:
-    """Submit queued inputs while fewer than ``max_concurrent`` are active."""
+    """Submit queued inputs while fewer than ``max_concurrent`` are active.
+
+    ``probe``: the state may be older than the batch (a trigger re-created after a
+    triggerer restart starts from its last saved state): a child whose derived job
+    id already has a ``handle.json`` is adopted, not created again
+    (:func:`_adopted`), so no input ever runs twice."""
     launched = 0
     while state.queue and len(state.active) < state.max_concurrent and not state.stopped:
         index = state.queue.pop(0)
@@ -149,7 +162,8 @@ def launch(
         spec = child_spec(state, index, job_id, config, store, signing_secret)
         handle = state.template.handle(config, store, spec, index, step=state.steps.get(index, 0))
         try:
-            create_job(store, backend, spec, handle)
+            if not (probe and _adopted(store, backend, spec, handle)):
+                create_job(store, backend, spec, handle)
         except Exception as exc:  # noqa: BLE001 - recorded per index, never retried
             state.submit_errors[index] = f"{type(exc).__name__}: {exc}"
             state.done[index] = FAILED
@@ -166,15 +180,43 @@ def launch(
     return launched
 
 
+def _adopted(store: ObjectStore, backend: Backend, spec: JobSpec, handle: JobHandle) -> bool:
+    """Whether this child was made already (by a driver that died before saving its
+    state): its ``handle.json`` exists.  A job that exists or left a result is
+    adopted as it is; one whose handle was written but whose create never happened
+    is created now, under the same id."""
+    if not store.exists(artifact_key(handle.job_id, "handle.json")):
+        return False
+    if backend.exists(handle) or store.exists(artifact_key(handle.job_id, "result.pkl")):
+        log.info("inputs[%s] (%s) was launched already: adopted", handle.group_index, spec.job_id)
+        return True
+    backend.submit(spec)
+    return True
+
+
 def observe(
-    state: BatchState, statuses: dict[str, StatusReport], backend: Backend, store: ObjectStore
+    state: BatchState,
+    statuses: dict[str, StatusReport],
+    backend: Backend,
+    store: ObjectStore,
+    result_key: Callable[[JobHandle], str | None] | None = None,
 ) -> list[int]:
-    """Fold terminal child statuses into ``state``; returns indices that finished."""
+    """Fold terminal child statuses into ``state``; returns indices that finished.
+
+    ``result_key`` (drivers that may restart): a child whose job is gone (NOT_FOUND)
+    but left an authentic success payload succeeded; its job was deleted by a driver
+    that did not live to save that."""
     finished = []
     for index, handle in list(state.active.items()):
         report = statuses.get(handle.job_id)
         if report is None or not report.status.is_terminal:
             continue
+        if (
+            report.status is JobStatus.NOT_FOUND
+            and result_key is not None
+            and succeeded_result(store, handle, result_key)
+        ):
+            report = StatusReport(JobStatus.SUCCEEDED)
         del state.active[index]
         # Its outcome is in the store (or it failed): delete the Job / LeaderWorkerSet
         # now, so no finished child holds a node (a stuck pod's Job goes before a retry).

@@ -67,6 +67,11 @@ class BatchState:
     #: ``core.jobs.work`` digest of the batch (function, shared arguments, every input,
     #: options): a later try resumes this batch only for the same work.
     work: str | None = None
+    #: The deferral whose trigger drives the batch (launching children while the task
+    #: is deferred), and how many times that trigger has saved the state: a trigger
+    #: re-created after a triggerer restart continues from its own latest save.
+    driver: str = ""
+    seq: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
