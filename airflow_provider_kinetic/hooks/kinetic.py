@@ -62,6 +62,11 @@ __all__ = [
     "reading_only",
 ]
 
+#: Local roots the missing-connection warning was given for, in this process: a task
+#: builds hooks in many places (plan, poll, collect, cleanup), and a task log or a CLI
+#: command's stderr needs the warning once, not at every one.
+_WARNED_FALLBACK: set[str] = set()
+
 #: True inside ``reading_only()``: hooks made there default to ``read_only=True``.
 _READING_ONLY: ContextVar[bool] = ContextVar("kinetic_reading_only", default=False)
 
@@ -178,6 +183,9 @@ class KineticHook(BaseHook):
                 "No %r connection: reading the local store %s", self.default_conn_name, root
             )
             return KineticConfig(backend=LocalBackend.name, root=root)
+        if root in _WARNED_FALLBACK:  # a task makes many hooks: the warning once
+            return KineticConfig(backend=LocalBackend.name, root=root)
+        _WARNED_FALLBACK.add(root)
         self.log.warning(
             "No %r connection: jobs run ON THIS MACHINE with the embedded local backend "
             "(store %s). Create the connection to run them on a cluster; set %s = False "

@@ -129,6 +129,19 @@ def test_missing_default_falls_back_with_a_warning(monkeypatch, tmp_path, caplog
     assert "warning" in logged.lower() and "allow_local_fallback = False" in logged
 
 
+def test_the_fallback_warning_is_given_once_per_process(monkeypatch, tmp_path, caplog, capsys):
+    """A task makes hooks at every step (plan, polls, collect, cleanup): its log gets
+    the missing-connection warning once, not once per hook."""
+    monkeypatch.delenv("AIRFLOW_CONN_KINETIC_DEFAULT", raising=False)
+    monkeypatch.delenv("AIRFLOW__KINETIC__ALLOW_LOCAL_FALLBACK", raising=False)
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        configs = [KineticHook().get_config() for _ in range(4)]
+    assert {c.bucket_name for c in configs} == {str(tmp_path / "kinetic")}
+    logged = caplog.text + capsys.readouterr().out
+    assert logged.count("No 'kinetic_default' connection: jobs run ON THIS MACHINE") == 1
+
+
 def test_read_only_hooks_fall_back_without_the_on_this_machine_warning(
     monkeypatch, tmp_path, caplog, capsys
 ):
