@@ -9,7 +9,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, task
 
-from airflow_provider_kinetic import KineticRunOperator
+from airflow_provider_kinetic import KineticMapOperator, KineticRunOperator
 
 START = pendulum.datetime(2026, 11, 1, tz="UTC")
 
@@ -51,3 +51,35 @@ with DAG("overhead_deferrable", schedule=None, start_date=START, catchup=False) 
 
 with DAG("overhead_deferred_7s", schedule=None, start_date=START, catchup=False) as deferred_7s_dag:
     KineticRunOperator(task_id="job", python_callable=seven_seconds, deferrable=True)
+
+
+#: The sweep case: children, slots and poll interval (``cases_overhead.sweep_row``).
+SWEEP_INPUTS, SWEEP_SLOTS, SWEEP_POLL_S = 6, 2, 2.0
+
+
+def timed_child(seconds: float) -> float:
+    """Sleeps ``seconds``; writes its own start and end times into its output dir, so
+    the benchmark sees when each child held a slot."""
+    import json as _json
+    import os as _os
+    import time as _time
+
+    start = _time.time()
+    _time.sleep(seconds)
+    path = _os.path.join(_os.environ["KINETIC_OUTPUT_DIR"], "times.json")
+    with open(path, "w") as f:
+        _json.dump({"start": start, "end": _time.time()}, f)
+    return seconds
+
+
+with DAG("overhead_sweep", schedule=None, start_date=START, catchup=False) as sweep_dag:
+    # Children outlast the operator's watch (DEFER_GRACE_S), so the batch defers and
+    # its trigger launches the later children: their waits for a slot are measured.
+    KineticMapOperator(
+        task_id="sweep",
+        python_callable=timed_child,
+        inputs=[6.0 + (i % 3) for i in range(SWEEP_INPUTS)],
+        max_concurrent=SWEEP_SLOTS,
+        poll_interval=SWEEP_POLL_S,
+        deferrable=True,
+    )

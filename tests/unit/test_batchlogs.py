@@ -85,3 +85,20 @@ def test_failed_children_keep_bounded_tails_and_finished_ones_no_offsets(tmp_pat
     assert "inputs[3] (job-00000003): RuntimeError: boom" in summary
     assert "[child 3] more 3:10 " in summary and "more 3:9 " not in summary
     assert "inputs[12]" in summary and "log lines of inputs[12]" not in summary
+
+
+def test_status_line_is_due_on_a_change_or_once_a_minute(monkeypatch) -> None:
+    """The batch status line: written when a count changes, not at every poll, and
+    repeated unchanged at most every ``every_s``."""
+    now = [1000.0]
+    monkeypatch.setattr(batchlogs.time, "monotonic", lambda: now[0])
+    line = batchlogs.StatusLine(every_s=60.0)
+    assert line.due((2, 1, 0))  # the first line
+    now[0] += 5
+    assert not line.due((2, 1, 0))  # same counts, 5 s later
+    assert line.due((1, 2, 0))  # a count changed
+    now[0] += 59
+    assert not line.due((1, 2, 0))
+    now[0] += 1
+    assert line.due((1, 2, 0))  # a minute without a change
+    assert not line.due((1, 2, 0))
