@@ -330,7 +330,7 @@ def test_the_queued_message_reaches_the_task_log(jobs, monkeypatch, caplog, capf
     op = KineticRunOperator(
         task_id="t",
         python_callable=sleepy,
-        op_args=[0],
+        op_args=[2],  # running for many polls: its RUNNING line is seen on any machine
         kinetic_conn_id="kinetic_limited",
         deferrable=False,
         poll_interval=0.1,

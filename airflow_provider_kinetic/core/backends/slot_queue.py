@@ -143,9 +143,17 @@ def _live_ahead(slots_dir: str, front: list[str], limit: int) -> int:
 
 def _free_slots(slots_dir: str, limit: int, wanted: int) -> list[tuple[int, int]]:
     """Lock up to ``wanted`` free slots of the ``limit``; (index, fd) pairs."""
+    paths = {index: os.path.join(slots_dir, f"slot-{index}.lock") for index in range(limit)}
+    return lock_free(paths, wanted)
+
+
+def lock_free(paths: dict[int, str], wanted: int) -> list[tuple[int, int]]:
+    """``flock`` (non-blocking) up to ``wanted`` of the lock files ``paths`` (index ->
+    path) that nobody holds, in order; (index, fd) pairs.  Job slots and GPU devices
+    (``supervise.acquire_gpus``) are both taken this way."""
     got: list[tuple[int, int]] = []
-    for index in range(limit):
-        fd = _open_lock(os.path.join(slots_dir, f"slot-{index}.lock"))
+    for index, path in paths.items():
+        fd = open_lock(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -164,7 +172,7 @@ def try_take(slots_dir: str, limit: int, ticket: str) -> tuple[tuple[int, int] |
     ahead = _live_ahead(slots_dir, names[: ahead_of(names, ticket)], limit)
     if ahead >= limit:
         return None, ahead
-    with _flocked(os.path.join(slots_dir, ALLOC_LOCK)):
+    with flocked(os.path.join(slots_dir, ALLOC_LOCK)):
         names = waiting(slots_dir)  # again, under the lock: what the slots are tried against
         ahead = _live_ahead(slots_dir, names[: ahead_of(names, ticket)], limit)
         free = _free_slots(slots_dir, limit, ahead + 1) if ahead < limit else []
@@ -180,7 +188,7 @@ def try_take(slots_dir: str, limit: int, ticket: str) -> tuple[tuple[int, int] |
 def must_wait(slots_dir: str, limit: int, ticket: str) -> bool:
     """Whether ``ticket`` would wait if its supervisor looked now (the submitter asks,
     so a job that will queue reads as queued from its submit on): no slot is taken."""
-    with _flocked(os.path.join(slots_dir, ALLOC_LOCK)):
+    with flocked(os.path.join(slots_dir, ALLOC_LOCK)):
         names = waiting(slots_dir)
         ahead = ahead_of(names, ticket)
         free = _free_slots(slots_dir, limit, ahead + 1) if ahead < limit else []
@@ -207,8 +215,8 @@ def acquire(
 
 
 @contextlib.contextmanager
-def _flocked(path: str) -> Iterator[None]:
-    fd = _open_lock(path)
+def flocked(path: str) -> Iterator[None]:
+    fd = open_lock(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -216,6 +224,6 @@ def _flocked(path: str) -> Iterator[None]:
         os.close(fd)
 
 
-def _open_lock(path: str) -> int:
+def open_lock(path: str) -> int:
     """Read-only is enough to flock, so a lock file any user made serves every user."""
     return os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)

@@ -27,7 +27,6 @@ machine's ``[kinetic] local_max_jobs`` slots, in its queue ticket's (submit) ord
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -36,7 +35,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 
 from airflow_provider_kinetic.core.backends import slot_queue
 
@@ -191,36 +189,14 @@ def acquire_gpus(jdir: str, request: dict) -> tuple[list[int], list[int]]:
 def _try_lock(lock_dir: str, indices: list[int], count: int) -> tuple[list[tuple[int, int]], int]:
     """All ``count`` devices or none (so two jobs never each hold half of what both
     need), under the allocation lock; returns (index, fd) pairs and how many were free."""
-    with _flocked(os.path.join(lock_dir, "alloc.lock")):
-        held: list[tuple[int, int]] = []
-        for index in indices:
-            fd = _open_lock(os.path.join(lock_dir, f"gpu-{index}.lock"))
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            held.append((index, fd))
-            if len(held) == count:
-                return held, count
+    with slot_queue.flocked(os.path.join(lock_dir, "alloc.lock")):
+        paths = {index: os.path.join(lock_dir, f"gpu-{index}.lock") for index in indices}
+        held = slot_queue.lock_free(paths, count)
+        if len(held) == count:
+            return held, count
         for _, fd in held:
             os.close(fd)
         return [], len(held)
-
-
-@contextlib.contextmanager
-def _flocked(path: str) -> Iterator[None]:
-    fd = _open_lock(path)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # held for one scan only, never while waiting
-        yield
-    finally:
-        os.close(fd)
-
-
-def _open_lock(path: str) -> int:
-    """Read-only is enough to flock, so a lock file any user made serves every user."""
-    return os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
 
 
 def _make_lock_dir(path: str) -> None:
