@@ -29,15 +29,17 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
     request_cancel,
     supersede_record,
 )
-from airflow_provider_kinetic.core.spec.handles import JobHandle
+from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key
 from airflow_provider_kinetic.links import KineticJobLink, KineticLogsLink, KineticOutputLink
+from airflow_provider_kinetic.operators import assets
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
     deadline,
     defer_grace_s,
+    directory_uri,
     rendered_as,
     task_identity,
 )
@@ -75,6 +77,11 @@ class KineticRunOperator(RunDeferredWait):
         wait_for_completion: ``False`` submits, pushes the handle and succeeds at once
             (its return value is the handle dict); a ``KineticJobSensor`` with
             ``return_result=True`` waits for it later.
+        output_asset: a successful job emits an asset event for its output dir through
+            the alias ``kinetic:{dag_id}/{task_id}`` (added to ``outlets``), or, when
+            ``outlets`` are given, attaches its extra (job id, accelerator, capacity,
+            a small JSON value) to theirs (``operators.assets``); ``Data`` of an asset
+            becomes an inlet.  ``False``: none of this.
 
     Every try first looks for the task's job from an earlier try (``core.jobs.taskrecord``):
     a running job is adopted, a finished one collected, so a job is never run twice.
@@ -108,9 +115,11 @@ class KineticRunOperator(RunDeferredWait):
         op_kwargs: Mapping[str, Any] | None = None,
         preemption_retries: int = 2,
         wait_for_completion: bool = True,
+        output_asset: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.output_asset = output_asset
         self.python_callable = self.require_callable(python_callable)
         self.op_args = op_args
         self.op_kwargs = op_kwargs
@@ -119,6 +128,11 @@ class KineticRunOperator(RunDeferredWait):
         self._handle: JobHandle | None = None
         self._backend: Backend | None = None
         self._store: ObjectStore | None = None
+        assets.setup(
+            self,
+            user_outlets=bool(kwargs.get("outlets")),
+            argument_fields=("op_args", "op_kwargs", "volumes"),
+        )
 
     def request_args(self) -> tuple[Any, ...]:
         rendered_as("op_args", self.op_args, list | tuple, "a list or tuple")
@@ -133,6 +147,8 @@ class KineticRunOperator(RunDeferredWait):
         backend = hook.get_backend(config.backend_kind(self.accelerator_spec()))
         self._backend, self._store = backend, store
         planned = self._plan(context, config, store)  # bad input fails here, before anything
+        if self.output_asset and planned.handle.output_dir:  # rendered or default: pre-job
+            assets.asset_uri(planned.handle.output_dir, f"task {self.task_id!r}: output dir")
         record = self._read_record(context, store)
         step, old, report, why = decide_job(record, backend, store, result_key, planned.work)
         if record is not None:
@@ -173,6 +189,23 @@ class KineticRunOperator(RunDeferredWait):
             if not self._preempted(context, store, handle, report):
                 return self._finish(context, store, backend, handle, report, offset)
             handle = self._resubmit_preempted(context, config, backend, store, handle, report)
+
+    def _finish(
+        self,
+        context: Any,
+        store: ObjectStore,
+        backend: Backend,
+        handle: JobHandle,
+        report: StatusReport,
+        offset: int,
+    ) -> Any:
+        """Collect (``run_sync``), then the output dir's asset event: on every path
+        that delivers a value (this worker, a resumed deferral, a later try)."""
+        value = super()._finish(context, store, backend, handle, report, offset)
+        if handle.output_dir:
+            out = directory_uri(handle.output_dir) or handle.output_dir
+            assets.emit(self, context, out, assets.job_extra(handle, value, out))
+        return value
 
     def _submit_only(
         self,

@@ -75,23 +75,54 @@ class Data:
             ``/`` = directory), or ``hf://org/name?split=&config_name=&revision=``
             (a Hugging Face dataset, always a directory).  Airflow renders Jinja in
             the path before the existence check, so ``Data("/data/{{ ds }}/")`` works
-            as an operator argument.
+            as an operator argument.  An Airflow ``Asset`` (any object with a string
+            ``uri``: also an asset event's ``asset``) stands for its URI; the operator
+            makes it one of the task's inlets (``Data.asset``).
         fuse: mount through the GCS FUSE CSI driver instead of downloading.
         hf_trust_remote_code: passed to ``datasets.load_dataset`` for ``hf://`` data.
+        directory: the path names a directory.  Needed for a ``gs://`` asset: Airflow
+            strips the trailing ``/`` from every asset URI, and without it a gs:// URI
+            is one object.  Only for a literal path (end a templated one with ``/``).
     """
 
     # Lets Airflow's templater render ``path`` when Data sits inside op_kwargs.
     template_fields = ("path",)
 
-    def __init__(self, path: str, fuse: bool = False, hf_trust_remote_code: bool = False):
+    def __init__(
+        self,
+        path: str | Any,
+        fuse: bool = False,
+        hf_trust_remote_code: bool = False,
+        *,
+        directory: bool = False,
+    ):
+        # Duck-typed, so core never imports Airflow: an Asset (os.PathLike too) or an
+        # asset event's ``asset`` (not PathLike) is known by its string ``uri``.
+        asset_uri = getattr(path, "uri", None)
+        self._asset = path if isinstance(asset_uri, str) and not isinstance(path, str) else None
+        if self._asset is not None:
+            path = asset_uri
         if not isinstance(path, str | os.PathLike) or not str(path):
             raise TypeError(f"Data path must be a non-empty str or os.PathLike, got {path!r}")
         self.path = os.fspath(path)
+        if directory:
+            if "{{" in self.path or "{%" in self.path:
+                raise ValueError(
+                    f"Data({self.path!r}, directory=True): a templated path is a directory "
+                    "when it ends with '/' (directory=True needs a literal path)"
+                )
+            self.path = scheme_for(self.path).as_directory(self.path)
         self.fuse = bool(fuse)
         self.hf_trust_remote_code = bool(hf_trust_remote_code)
         self._hash: str | None = None
         self._tree: TreeHash | None = None
         self._lock = threading.Lock()
+
+    @property
+    def asset(self) -> Any:
+        """The Airflow asset this Data was made from (None: a path or URI).  Kept in
+        this process only: it is not pickled (a pod has no Airflow to load it)."""
+        return getattr(self, "_asset", None)
 
     # ---- classification (delegated to the Data scheme registry) -----------------
     @property
@@ -170,6 +201,7 @@ class Data:
         state = self.__dict__.copy()
         state.pop("_lock", None)
         state.pop("_tree", None)  # the file list is local to this machine and large
+        state.pop("_asset", None)  # an Airflow object: inlets were taken at parse time
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
