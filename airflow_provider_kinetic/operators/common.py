@@ -27,6 +27,7 @@ from airflow_provider_kinetic.core.spec.identity import task_key
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.operators.capacity import check_options as check_capacity
 from airflow_provider_kinetic.operators.capacity import request_fields as capacity_fields
+from airflow_provider_kinetic.operators.lineage import KineticTaskLineage
 
 XCOM_JOB = "kinetic_job"
 XCOM_BATCH = "kinetic_batch"
@@ -232,7 +233,7 @@ def rendered_as(field: str, value: Any, kind: type | tuple[type, ...], what: str
     )
 
 
-class KineticOperatorBase(BaseOperator):
+class KineticOperatorBase(KineticTaskLineage, BaseOperator):
     """Arguments and helpers every kinetic operator shares (see KineticRunOperator).
 
     Templated fields are assigned verbatim from the same-named arguments; they are

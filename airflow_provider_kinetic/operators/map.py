@@ -34,12 +34,14 @@ from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 from airflow_provider_kinetic.links import KineticBatchLink, batch_url
+from airflow_provider_kinetic.operators import assets
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
     XCOM_BATCH,
     deadline,
     defer_grace_s,
     defer_timeout,
+    directory_uri,
     push_output_dirs,
     rendered_as,
     task_identity,
@@ -81,6 +83,9 @@ class KineticMapOperator(MapTriesBase):
         child_log_bytes_per_poll: new log bytes of each running child written into
             the task log per poll, prefixed ``[child N]`` (the rest comes next poll;
             ``0`` turns live child logs off).
+        output_asset: as for KineticRunOperator, with one event for the batch: its
+            parent output dir (the children's dirs and values in the extra, when
+            they fit in 4 KiB).
         accelerator, spot, volumes, output_dir, capture_env_vars, kinetic_conn_id,
         deferrable, poll_interval, cpu, memory: as for KineticRunOperator (each child
         is the same job template plus its input).
@@ -120,6 +125,7 @@ class KineticMapOperator(MapTriesBase):
         group_name: str | None = None,
         wait_for_completion: bool = True,
         child_log_bytes_per_poll: int = batchlogs.LOG_BYTES_PER_POLL,
+        output_asset: bool = True,
         **kwargs: Any,
     ) -> None:
         # ``retries`` is not a parameter here, so Airflow's default_args fill the task's
@@ -140,6 +146,12 @@ class KineticMapOperator(MapTriesBase):
         self.group_name = group_name
         self.wait_for_completion = wait_for_completion
         self.child_log_bytes_per_poll = child_log_bytes_per_poll
+        self.output_asset = output_asset
+        assets.setup(
+            self,
+            user_outlets=bool(kwargs.get("outlets")),
+            argument_fields=("inputs", "op_kwargs", "volumes"),
+        )
         self._state: BatchState | None = None
         self._line: batchlogs.StatusLine | None = None
         self._backend: Backend | None = None
@@ -179,6 +191,9 @@ class KineticMapOperator(MapTriesBase):
         config = hook.get_config()
         store = hook.get_store()
         planned = self.plan(context, store, config)  # bad input fails here, before anything
+        if self.output_asset:  # the rendered (or default) dir, before any job runs
+            out = planned[0].template.output_dir
+            assets.asset_uri(out, f"task {self.task_id!r}: output dir")
         state = self._resume(context, hook, store, planned[0].work)
         if state is None:
             state, objects, local = planned
@@ -207,6 +222,7 @@ class KineticMapOperator(MapTriesBase):
         """Submit now, wait later: the first children start, the state is saved for
         ``KineticBatchSensor`` (which launches the rest), the handle is the value."""
         config, store = hook.get_config(), hook.get_store()
+        self._store = store  # the lineage methods read the batch's record from it
         backend = hook.get_backend(state.backend)
         batchrun.launch(state, config, backend, store, deployment_secret())
         batchrun.write_manifest(state, store)
@@ -283,7 +299,10 @@ class KineticMapOperator(MapTriesBase):
             batchrun.maybe_write_manifest(state, store)
             self._report(context, state, store)
             if state.finished:
-                return self._complete(state, store, context)
+                counts = batchrun.counts(state)  # before _complete: it may drop state
+                result = self._complete(state, store, context)
+                self._emit(context, state, result, counts["capacity"])
+                return result
             if state.deadline and time.time() >= state.deadline:
                 self.on_kill()
                 raise KineticJobCancelled(
@@ -296,6 +315,13 @@ class KineticMapOperator(MapTriesBase):
             self._poll(backend, store, state)
             if len(state.done) != ended:
                 changed = time.monotonic()
+
+    def _emit(self, context: Any, state: BatchState, result: Any, capacity: dict[str, int]) -> None:
+        """The batch's asset event: its parent output dir (``operators.assets``)."""
+        out = directory_uri(state.template.output_dir) or state.template.output_dir
+        dirs = [directory_uri(state.template.output_uri(i)) or "" for i in range(state.total)]
+        extra = assets.batch_extra(state, result, out, dirs, capacity)
+        assets.emit(self, context, out, extra)
 
     def _defer(self, config: KineticConfig, state: BatchState) -> NoReturn:
         # The trigger drives the rest (launches, retries) and fires once at the end;

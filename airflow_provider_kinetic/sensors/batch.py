@@ -32,6 +32,7 @@ from airflow_provider_kinetic.exceptions import KineticBatchFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key_for_job
 from airflow_provider_kinetic.operators.common import result_ref_uris, xcom_value
+from airflow_provider_kinetic.operators.lineage import KineticBatchSensorLineage
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 
 
@@ -55,7 +56,7 @@ def group_id_of(batch: dict[str, Any] | str) -> str:
     return str(value["group_id"])
 
 
-class KineticBatchSensor(BaseSensorOperator):
+class KineticBatchSensor(KineticBatchSensorLineage, BaseSensorOperator):
     """Succeed when every child of the batch is done; fail like the map operator.
 
     Args:

@@ -26,10 +26,11 @@ from airflow_provider_kinetic.operators.common import (
     result_ref_uris,
     xcom_value,
 )
+from airflow_provider_kinetic.operators.lineage import KineticJobSensorLineage
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
 
 
-class KineticJobSensor(BaseSensorOperator):
+class KineticJobSensor(KineticJobSensorLineage, BaseSensorOperator):
     """Succeed when the job is SUCCEEDED; fail when it is FAILED or NOT_FOUND.
 
     Args:
