@@ -112,9 +112,12 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_provider_kinetic.hooks.connection import store_outage_window_s
+        from airflow_provider_kinetic.hooks.metrics import trigger_scope
 
         driver = None
         try:
+            template = self._batch.template  # its metrics: the batch's task, accelerator, backend
+            trigger_scope(self, template.identity, template.accelerator, self._batch.backend)
             backend = await asyncio.to_thread(self._backend)
             if self.drive:
                 driver = await asyncio.to_thread(BatchDriver, self.config, backend, self.log)

@@ -150,9 +150,11 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
 
     async def _run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_provider_kinetic.hooks.connection import store_outage_window_s
+        from airflow_provider_kinetic.hooks.metrics import trigger_scope
 
         job_id = self._job.job_id
         try:
+            trigger_scope(self, None, self._job.accelerator, self._job.backend)  # its metrics
             backend = await asyncio.to_thread(self._backend)
             last: str | None = None
             delays = poll_delays(self.poll_interval, backend.first_poll_s)

@@ -37,6 +37,7 @@ from typing import Any
 
 import tenacity
 
+from airflow_provider_kinetic.core import metrics
 from airflow_provider_kinetic.core.backends.k8s_create import CallState
 from airflow_provider_kinetic.core.backends.k8s_transport import (
     TRANSIENT_STATUSES,
@@ -126,6 +127,10 @@ def _tenacity_kwargs(policy: RetryPolicy, state: CallState) -> dict[str, Any]:
     def before_sleep(retry: tenacity.RetryCallState) -> None:
         exc = retry.outcome.exception() if retry.outcome else None
         what = f"HTTP {exc.answer.status}" if isinstance(exc, Transient) else repr(exc)
+        status = str(exc.answer.status) if isinstance(exc, Transient) else "connection"
+        metrics.incr(
+            "kinetic.k8s.api_retries", 1, {"call": _describe(state.call), "status": status}
+        )
         wait = retry.next_action.sleep if retry.next_action else 0.0
         log.warning(
             "Kubernetes API %s: %s; attempt %d of %d, retrying in %.2f s",

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from airflow_provider_kinetic.core import metrics
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.batch.plan import PAYLOAD_CACHE
 from airflow_provider_kinetic.core.batch.state import (
@@ -226,6 +227,7 @@ def observe(
         if report.status is JobStatus.SUCCEEDED:
             state.done[index] = SUCCEEDED
         elif step is not None:  # nothing of it ran: the next capacity step, not a retry
+            metrics.incr("kinetic.job.capacity_steps", 1, {"capacity": state.capacity_used[index]})
             state.steps[index] = step
             state.attempts[index] -= 1
             log.warning(
@@ -243,6 +245,7 @@ def observe(
             and state.preemptions.get(index, 0) < MAX_PREEMPTION_RETRIES
         ):
             state.preemptions[index] = state.preemptions.get(index, 0) + 1
+            metrics.incr("kinetic.job.preemptions", 1, {"capacity": state.capacity_used[index]})
             state.attempts[index] -= 1  # does not count against ``retries``
             log.warning("inputs[%d] (%s) was preempted: resubmitting", index, handle.job_id)
             state.queue.insert(0, index)

@@ -11,10 +11,12 @@ What is uploaded is exactly the file list the content hash covered
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+from airflow_provider_kinetic.core import metrics
 from airflow_provider_kinetic.core.data.refs import (
     CACHE_PREFIX,
     MARKER_PREFIX,
@@ -47,7 +49,9 @@ def upload_data(store: ObjectStore, data: Data) -> bool:
     digest = data.content_hash()
     if store.exists(marker_key(digest)):
         log.info("data cache hit for %s (%s): nothing to upload", data.path, digest[:12])
+        metrics.incr("kinetic.data.cache_hits")
         return False
+    metrics.incr("kinetic.data.cache_misses")
     prefix = cache_key(digest)
     root, files = data.hashed_files()
     total = sum(size for _, size in files)
@@ -74,6 +78,8 @@ def upload_data(store: ObjectStore, data: Data) -> bool:
     if store.scheme == "file":
         _make_read_only(file_uri_path(store.uri(prefix)))
     store.write_bytes(marker_key(digest), b"")
+    metrics.incr("kinetic.data.uploaded_bytes", total)
+    metrics.incr("kinetic.data.uploaded_files", len(files))
     return True
 
 
@@ -86,12 +92,14 @@ def _make_read_only(path: str) -> None:
 
 
 def upload_all(store: ObjectStore, items: list[Data], workers: int = 4) -> dict[str, bool]:
-    """Upload distinct local Data concurrently; returns {hash: uploaded?}."""
+    """Upload distinct local Data concurrently; returns {hash: uploaded?}.  Each upload
+    runs in a copy of the caller's context (its metrics scope: a trigger's tags)."""
     by_hash: dict[str, Data] = {}
     for d in items:
         by_hash.setdefault(d.content_hash(), d)
     if not by_hash:
         return {}
     with ThreadPoolExecutor(max_workers=min(workers, len(by_hash))) as pool:
-        results = pool.map(lambda d: upload_data(store, d), by_hash.values())
+        runs = [contextvars.copy_context().run for _ in by_hash]
+        results = pool.map(lambda run, d: run(upload_data, store, d), runs, by_hash.values())
         return dict(zip(by_hash, results, strict=True))

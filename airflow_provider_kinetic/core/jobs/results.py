@@ -23,6 +23,7 @@ import pickletools
 import time
 from typing import Any
 
+from airflow_provider_kinetic.core import metrics
 from airflow_provider_kinetic.core.jobs import unpickling
 from airflow_provider_kinetic.core.jobs.payload import (
     RemoteFunctionError,
@@ -240,6 +241,7 @@ def collect_with_blob(
     payload, blob = read_result_blob(store, job_id, backoff, result_key)
     where = store.uri(f"{job_id}/result.pkl")
     if payload is not None and payload.get("success") and status is not JobStatus.FAILED:
+        metrics.incr("kinetic.job.result_bytes", len(blob))
         return payload.get("result"), blob
     failed_workers = worker_failures(store, job_id, result_key)
     if payload is not None and not payload.get("success"):
