@@ -36,4 +36,9 @@ exec "$VENV/bin/pytest" -q -p no:cacheprovider \
   tests/unit/test_capacity_options.py \
   tests/integration/test_capacity_fallback.py \
   tests/integration/test_checkpoint_resume.py \
+  tests/integration/test_sweep_standalone.py \
+  tests/integration/test_kinetic_task_tab.py \
+  tests/integration/test_assets.py \
+  tests/integration/test_openlineage.py \
+  tests/unit/test_metrics.py \
   "$@"
