@@ -184,6 +184,9 @@ def emit(operator: Any, context: Mapping[str, Any], output_dir: str, extra: dict
     events = context.get("outlet_events")
     if events is None:
         return
+    usage = small_json(getattr(operator, "kinetic_usage", None))
+    if usage is not None:  # the usage record (core.jobs.usage), as XCom kinetic_usage
+        extra = {**extra, "usage": usage}
     asset = Asset(uri=asset_uri(output_dir))
     for outlet in operator.outlets:
         if isinstance(outlet, AssetAlias):

@@ -35,6 +35,7 @@ def report_usage(
         usage = for_jobs(store, list(job_ids), load_price_table(strict=False))
         operator.log.info("kinetic usage: %s", summary_line(usage))
         context["ti"].xcom_push(key=XCOM_USAGE, value=usage)
+        operator.kinetic_usage = usage  # the asset event's extra carries it too
     except Exception as exc:  # noqa: BLE001 - an account, never the task's outcome
         operator.log.warning("kinetic usage could not be summed: %s", exc)
         return None

@@ -67,6 +67,8 @@ def test_a_successful_job_emits_its_output_dir_through_the_task_alias(load_dag):
     assert extra["output_dir"] == out and extra["job_id"] == job["job_id"]
     assert extra["accelerator"] == "cpu" and extra["backend"] == "local"
     assert extra["value"] == {"loss": 0.25, "n": 3}
+    # The usage record (as XCom kinetic_usage): what the job held and for how long.
+    assert extra["usage"] == x[("train", "kinetic_usage")] and extra["usage"]["attempts"] == 1
     assert Data(extra["output_dir"]).is_dir  # the extra's dir is a Data directory
     (big,) = events["big"]
     assert "value" not in big["extra"]  # more than 4 KiB of JSON
@@ -113,6 +115,7 @@ def test_a_batch_emits_one_event_for_its_parent_dir(load_dag):
     extra = event["extra"]
     assert extra["children"] == 3 and extra["value"] == [1, 4, 9]
     assert extra["output_dirs"] == x[("sweep", "kinetic_output_dirs")]
+    assert extra["usage"] == x[("sweep", "kinetic_usage")] and extra["usage"]["jobs"] == 3
 
 
 @pytest.mark.parametrize(
