@@ -27,7 +27,7 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import Asset, AssetAlias
 
-from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.jobs.payload import data_found
 from airflow_provider_kinetic.core.jobs.resultref import is_result_ref
 
 #: The alias every Kinetic task adds to its outlets (unless it declares its own).
@@ -105,7 +105,7 @@ def _declared_assets(dag: Any) -> dict[str, Any]:
 
 
 def _data_assets(value: Any, declared: Mapping[str, Any]) -> Iterator[Any]:
-    for data in _walk_data(value):
+    for data, _ in data_found(value, ""):
         if isinstance(data.asset, Asset):
             yield data.asset
         elif "://" in data.path and "{" not in data.path:
@@ -115,17 +115,6 @@ def _data_assets(value: Any, declared: Mapping[str, Any]) -> Iterator[Any]:
                 continue  # not an asset URI: the Data's own checks speak at submit
             if uri in declared:
                 yield declared[uri]
-
-
-def _walk_data(value: Any) -> Iterator[Data]:
-    if isinstance(value, Data):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _walk_data(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _walk_data(item)
 
 
 def small_json(value: Any, limit: int = MAX_EXTRA_VALUE_BYTES) -> Any | None:

@@ -23,7 +23,7 @@ from airflow_provider_kinetic.core.runtime.context import DEFAULT_MAX_CONTEXT_MB
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, check_image_setting
 from airflow_provider_kinetic.core.runtime.requirements import check_spec as check_requirements
 from airflow_provider_kinetic.core.spec.handles import artifact_key
-from airflow_provider_kinetic.core.spec.identity import task_key
+from airflow_provider_kinetic.core.spec.identity import task_key, ti_identity
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.operators.capacity import check_options as check_capacity
 from airflow_provider_kinetic.operators.capacity import request_fields as capacity_fields
@@ -161,24 +161,9 @@ def directory_uri(uri: str | None) -> str | None:
     return scheme_for(uri).as_directory(uri) if uri else uri
 
 
-def push_output_dirs(context: Mapping[str, Any], state: Any) -> None:
-    """A batch's ``output_dir`` (the parent) and ``kinetic_output_dirs`` (each input's
-    own dir, in input order), so a downstream task finds a child's files without
-    the function returning its ``KINETIC_OUTPUT_DIR``."""
-    ti = context["ti"]
-    ti.xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(state.template.output_dir))
-    dirs = [directory_uri(state.template.output_uri(i)) for i in range(state.total)]
-    ti.xcom_push(key=XCOM_OUTPUT_DIRS, value=dirs)
-
-
 def task_identity(context: Mapping[str, Any]) -> dict[str, Any]:
-    ti = context["ti"]
     return {
-        "dag_id": ti.dag_id,
-        "task_id": ti.task_id,
-        "run_id": ti.run_id,
-        "map_index": getattr(ti, "map_index", -1),
-        "try_number": getattr(ti, "try_number", None),
+        **ti_identity(context["ti"]),
         # As Airflow shows it (None for a run without one): the jobs list and the
         # Kinetic page show and filter by it.
         "logical_date": _iso(context.get("logical_date")),

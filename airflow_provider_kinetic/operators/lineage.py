@@ -33,8 +33,6 @@ anything that goes wrong is logged and the event goes out with what was known.
 
 from __future__ import annotations
 
-import ast
-import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -42,7 +40,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_kinetic.core.data import Data
-from airflow_provider_kinetic.core.data.refs import KEEP, map_leaves
+from airflow_provider_kinetic.core.jobs.payload import data_found
+from airflow_provider_kinetic.core.spec.handles import parse_rendered
+from airflow_provider_kinetic.core.spec.identity import ti_identity
 from airflow_provider_kinetic.operators.lineage_names import DataSet, hostname, named
 
 log = logging.getLogger(__name__)
@@ -75,16 +75,7 @@ class TaskLineage:
 def data_in(value: Any, argument: str) -> list[tuple[Data, str]]:
     """Every ``Data`` in ``value`` (lists, tuples, dicts at any depth), named by the
     top-level argument it sits in."""
-    found: list[tuple[Data, str]] = []
-
-    def leaf(item: Any) -> Any:
-        if isinstance(item, Data):
-            found.append((item, argument))
-            return item  # a leaf: not walked into
-        return KEEP
-
-    map_leaves(value, leaf)
-    return found
+    return [(data, argument) for data, _ in data_found(value, argument)]
 
 
 def task_data(operator: Any) -> list[tuple[Data, str]]:
@@ -135,16 +126,6 @@ def _uploads(data: Data) -> bool:
 
 
 # ---- the store: records, history, usage ---------------------------------------------
-def identity_of(task_instance: Any) -> dict[str, Any]:
-    return {
-        "dag_id": task_instance.dag_id,
-        "task_id": task_instance.task_id,
-        "run_id": task_instance.run_id,
-        "map_index": getattr(task_instance, "map_index", -1),
-        "try_number": getattr(task_instance, "try_number", None),
-    }
-
-
 def store_of(operator: Any, handle: Mapping[str, Any] | None = None) -> Any:
     """The store the task used, or None when it cannot be had safely.
 
@@ -233,7 +214,7 @@ def record_facts(operator: Any, task_instance: Any) -> dict[str, Any]:
     store = store_of(operator)
     if store is None:
         return {}
-    identity = identity_of(task_instance)
+    identity = ti_identity(task_instance)
     record = read_record(store, identity, deployment_secret())
     if record is None or record.try_number not in (None, identity["try_number"]):
         return {}  # none, or an earlier try's: this try failed before it had a job
@@ -291,10 +272,7 @@ def handle_of(value: Any) -> dict[str, Any]:
     """A sensor's handle as a dict: given as one, as JSON, as a rendered dict literal
     (Jinja renders a dict as Python), or a batch's bare group id."""
     if isinstance(value, str) and value.strip().startswith("{"):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            value = ast.literal_eval(value.strip())
+        value = parse_rendered(value.strip())
     if isinstance(value, Mapping):
         return dict(value)
     return {"group_id": str(value).strip()}

@@ -22,13 +22,12 @@ from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.batch.resume import save_live, save_plan
-from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
+from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.polling import poll_delays
 from airflow_provider_kinetic.core.jobs.taskrecord import (
     request_cancel,
 )
-from airflow_provider_kinetic.core.spec.handles import StatusReport
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
@@ -38,11 +37,12 @@ from airflow_provider_kinetic.operators import assets
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
     XCOM_BATCH,
+    XCOM_OUTPUT_DIR,
+    XCOM_OUTPUT_DIRS,
     deadline,
     defer_grace_s,
     defer_timeout,
     directory_uri,
-    push_output_dirs,
     rendered_as,
     task_identity,
 )
@@ -272,18 +272,12 @@ class KineticMapOperator(MapTriesBase):
         reports = backend.batch_status(state.group_id, handles) if handles else {}
         # Before observe: it deletes finished children's Jobs (and their pod logs).
         batchlogs.show(state, backend, reports, self._child_line, self.child_log_bytes_per_poll)
-        for index in batchrun.observe(state, reports, backend, store):
-            job = state.jobs[index]
-            self._log_child(index, job, state.done[index], reports.get(job))
+        finished = batchrun.observe(state, reports, backend, store)
+        batchlogs.log_failures(state, finished, reports, self.log)
         batchlogs.forget_finished(state)
 
     def _child_line(self, index: int, line: str) -> None:
         self.log.info("[child %d] %s", index, line)
-
-    def _log_child(self, index: int, job: str, outcome: str, report: StatusReport | None) -> None:
-        if outcome != SUCCEEDED:
-            why = report.describe() if report else outcome
-            self.log.warning("inputs[%d] (%s) %s: %s", index, job, outcome.lower(), why)
 
     def _advance(self, context: Any, hook: KineticHook, state: BatchState) -> Any:
         config, store = hook.get_config(), hook.get_store()
@@ -319,8 +313,7 @@ class KineticMapOperator(MapTriesBase):
     def _emit(self, context: Any, state: BatchState, result: Any, capacity: dict[str, int]) -> None:
         """The batch's asset event: its parent output dir (``operators.assets``)."""
         out = directory_uri(state.template.output_dir) or state.template.output_dir
-        dirs = [directory_uri(state.template.output_uri(i)) or "" for i in range(state.total)]
-        extra = assets.batch_extra(state, result, out, dirs, capacity)
+        extra = assets.batch_extra(state, result, out, child_output_dirs(state), capacity)
         assets.emit(self, context, out, extra)
 
     def _defer(self, config: KineticConfig, state: BatchState) -> NoReturn:
@@ -389,3 +382,17 @@ class KineticMapOperator(MapTriesBase):
             self.log.info(
                 "cancelled %d children of batch %s", len(self._state.active), self._state.group_id
             )
+
+
+def push_output_dirs(context: Mapping[str, Any], state: Any) -> None:
+    """A batch's ``output_dir`` (the parent) and ``kinetic_output_dirs`` (each input's
+    own dir, in input order), so a downstream task finds a child's files without
+    the function returning its ``KINETIC_OUTPUT_DIR``."""
+    ti = context["ti"]
+    ti.xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(state.template.output_dir))
+    ti.xcom_push(key=XCOM_OUTPUT_DIRS, value=child_output_dirs(state))
+
+
+def child_output_dirs(state: Any) -> list[str]:
+    """Each input's output dir of a batch, in input order, as ``Data`` takes it."""
+    return [directory_uri(state.template.output_uri(i)) or "" for i in range(state.total)]

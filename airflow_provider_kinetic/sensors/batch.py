@@ -14,8 +14,6 @@ a sensor timeout leaves running children running.
 
 from __future__ import annotations
 
-import ast
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +26,7 @@ from airflow_provider_kinetic.core.batch.resume import load_live, save_live
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
 from airflow_provider_kinetic.core.jobs.cleanup import policy as cleanup_policy
+from airflow_provider_kinetic.core.spec.handles import parse_rendered
 from airflow_provider_kinetic.exceptions import KineticBatchFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key_for_job
@@ -45,12 +44,9 @@ def group_id_of(batch: dict[str, Any] | str) -> str:
         if not text.startswith("{"):
             return text
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            try:
-                value = ast.literal_eval(text)
-            except (ValueError, SyntaxError) as exc:
-                raise ValueError(f"batch is not a kinetic batch handle: {text!r:.200}") from exc
+            value = parse_rendered(text)
+        except (ValueError, SyntaxError) as exc:
+            raise ValueError(f"batch is not a kinetic batch handle: {text!r:.200}") from exc
     if not isinstance(value, dict) or not value.get("group_id"):
         raise ValueError(f"batch is not a kinetic batch handle: {value!r:.200}")
     return str(value["group_id"])

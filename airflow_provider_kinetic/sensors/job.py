@@ -6,8 +6,6 @@ another DAG (or after a restart) waits on the ``kinetic_job`` XCom.
 
 from __future__ import annotations
 
-import ast
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +15,12 @@ from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY, after_job
 from airflow_provider_kinetic.core.jobs.cleanup import policy as cleanup_policy
 from airflow_provider_kinetic.core.jobs.results import collect_with_blob
-from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobHandle, JobStatus
+from airflow_provider_kinetic.core.spec.handles import (
+    InvalidHandleError,
+    JobHandle,
+    JobStatus,
+    parse_rendered,
+)
 from airflow_provider_kinetic.exceptions import KineticJobFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import result_key
@@ -75,14 +78,11 @@ class KineticJobSensor(KineticJobSensorLineage, BaseSensorOperator):
         value = self.handle
         if isinstance(value, str):
             try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                try:
-                    value = ast.literal_eval(value)
-                except (ValueError, SyntaxError) as exc:
-                    raise InvalidHandleError(
-                        f"handle is neither JSON nor a Python dict literal: {value!r:.200}"
-                    ) from exc
+                value = parse_rendered(value)
+            except (ValueError, SyntaxError) as exc:
+                raise InvalidHandleError(
+                    f"handle is neither JSON nor a Python dict literal: {value!r:.200}"
+                ) from exc
         return JobHandle.from_dict(value)
 
     def poke(self, context: Any) -> bool | PokeReturnValue:

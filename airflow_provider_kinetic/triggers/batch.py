@@ -165,7 +165,7 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
                     yield TriggerEvent(
                         {
                             "status": "timeout",
-                            "state": self.state,
+                            "state": self._event_state(),
                             "group_id": self.group_id,
                             "message": "the task's execution deadline passed",
                         }
@@ -185,15 +185,19 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
             yield TriggerEvent(
                 {
                     "status": "error",
-                    "state": self.state,
+                    "state": self._event_state(),
                     "message": f"{type(exc).__name__}: {exc}",
                 }
             )
 
     def _sync_state(self) -> None:
-        """The wire state and the handles polled, after the driver changed the batch."""
-        self.state = self._batch.to_dict()
+        """The handles polled, after the driver changed the batch."""
         self.handles = list(self._batch.active.values())
+
+    def _event_state(self) -> dict[str, Any]:
+        """The state an event carries: a driven batch's as it is now (serialised once,
+        at the event, not at every poll), else the deferral's with its log offsets."""
+        return self._batch.to_dict() if self.drive else self.state
 
     def _status_line(self, line: batchlogs.StatusLine, reports: dict[str, Any], done: dict) -> None:
         """The batch's counts, when one changed (else once a minute)."""
@@ -221,7 +225,7 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
     def _changed_event(self, done: dict[str, Any]) -> dict[str, Any]:
         return {
             "status": "changed",
-            "state": self.state,
+            "state": self._event_state(),
             "finished": {
                 j: {"status": r.status.value, "reason": r.reason, "message": r.message}
                 for j, r in done.items()
@@ -243,7 +247,8 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
             self.log_bytes_per_poll,
             drain=self.drive,
         )
-        self.state = {**self.state, **batchlogs.wire(self._batch)}
+        if not self.drive:  # a driven batch's offsets are in ``_batch`` already
+            self.state = {**self.state, **batchlogs.wire(self._batch)}
         async for index, line in yielding(lines):
             self.log.info("[child %d] %s", index, line)
 

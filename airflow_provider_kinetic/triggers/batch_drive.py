@@ -25,7 +25,7 @@ from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.resume import load_driven, save_driven
-from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
+from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.spec.handles import StatusReport
 
 #: Seconds between saves of a driven batch's state (only when it changed).
@@ -58,17 +58,7 @@ class BatchDriver:
         from airflow_provider_kinetic.hooks.signing import result_key
 
         finished = batchrun.observe(state, reports, self.backend, self.store, result_key)
-        for index in finished:
-            if state.done[index] != SUCCEEDED:
-                report = reports.get(state.jobs.get(index, ""))
-                why = report.describe() if report else state.done[index]
-                self.log.warning(
-                    "inputs[%d] (%s) %s: %s",
-                    index,
-                    state.jobs.get(index),
-                    state.done[index].lower(),
-                    why,
-                )
+        batchlogs.log_failures(state, finished, reports, self.log)
         batchlogs.forget_finished(state)
         launched = batchrun.launch(
             state, self.config, self.backend, self.store, self.secret, probe=True

@@ -24,19 +24,14 @@ from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.results import collect
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
+from tests.fixtures import waiting
 
 DEADLINE_S = 60.0
 
 
 def wait_for(pred: Callable[[], Any], what: str) -> Any:
-    """Poll ``pred`` until it is truthy; fail after ``DEADLINE_S``."""
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {DEADLINE_S}s waiting for {what}")
+    """``pred``'s first truthy value, polled; fails after ``DEADLINE_S``."""
+    return waiting.wait_for(what, pred, DEADLINE_S)
 
 
 def devices_when(go: str | None = None) -> dict[str, str | None]:

@@ -31,21 +31,16 @@ from airflow_provider_kinetic.core.backends.local_slots import SLOTS_ENV, LocalM
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_job_spec
-from tests.fixtures import records
+from tests.fixtures import records, waiting
+from tests.fixtures.local_jobs import most_at_once
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 60.0
 
 
 def wait_for(pred: Callable[[], Any], what: str) -> Any:
-    """Poll ``pred`` until it is truthy; fail after ``DEADLINE_S``."""
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {DEADLINE_S}s waiting for {what}")
+    """``pred``'s first truthy value, polled; fails after ``DEADLINE_S``."""
+    return waiting.wait_for(what, pred, DEADLINE_S)
 
 
 def gated_spec(root: str, job_id: str, marks: str, accelerator: str = "cpu") -> JobSpec:
@@ -171,16 +166,6 @@ def other_process(config: KineticConfig, tmp_path: Path) -> Iterator[Callable[[s
     yield submit
     proc.stdin.close()
     proc.wait(30)
-
-
-def most_at_once(intervals: list[tuple[int, int]]) -> int:
-    """The most intervals open at one instant (an end before a start at the same time)."""
-    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
-    running = peak = 0
-    for _, step in events:
-        running += step
-        peak = max(peak, running)
-    return peak
 
 
 def test_two_processes_share_the_limit_in_submit_order(jobs, other_process) -> None:
@@ -310,7 +295,6 @@ def test_a_bad_limit_fails_the_submit_before_any_job_state(jobs) -> None:
 
 
 def sleepy(seconds: float) -> str:
-    import time
 
     time.sleep(seconds)
     return "done"

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from tests.fixtures.local_jobs import most_at_once
 from tests.fixtures.standalone import (
     REPO,
     Standalone,
@@ -126,17 +127,7 @@ def test_two_sweeps_defer_once_keep_every_line_and_share_three_slots(tmp_path: P
             for d in dirs:
                 times = json.loads((Path(unquote(urlparse(d).path)) / "times.json").read_text())
                 mine.append((times["start"], times["end"]))
-            assert _most_at_once(mine) <= SLOTS
+            assert most_at_once(mine) <= SLOTS
             windows += mine
-        assert _most_at_once(windows) <= LIMIT
-        print(f"children at once: {_most_at_once(windows)} (limit {LIMIT})")
-
-
-def _most_at_once(windows: list[tuple[float, float]]) -> int:
-    """The most windows that overlap at any moment (an end before a start at a tie)."""
-    points = sorted([(a, 1) for a, _ in windows] + [(b, -1) for _, b in windows])
-    most = now = 0
-    for _, step in points:
-        now += step
-        most = max(most, now)
-    return most
+        assert most_at_once(windows) <= LIMIT
+        print(f"children at once: {most_at_once(windows)} (limit {LIMIT})")

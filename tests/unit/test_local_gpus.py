@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_kinetic.core.accelerators import GPU_TYPES, Accelerator, parse_accelerator
-from airflow_provider_kinetic.core.backends import local_gpus, supervise
+from airflow_provider_kinetic.core.backends import local_gpus, slot_queue, supervise
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.backends.local_gpus import (
     GPU_JOB_ENV,
@@ -281,7 +281,7 @@ def test_lock_dir_is_machine_wide_unless_configured(monkeypatch, tmp_path: Path)
 
 def test_locks_are_all_or_nothing(tmp_path: Path) -> None:
     locks = str(tmp_path / "locks")
-    supervise._make_lock_dir(locks)
+    slot_queue.make_shared_dir(locks)
     assert os.stat(locks).st_mode & 0o7777 == 0o1777
     first, free = supervise._try_lock(locks, [0, 1, 2], 1)
     assert [i for i, _ in first] == [0] and free == 1

@@ -139,8 +139,9 @@ def queued_report(jdir: str, listings: dict[str, list[str]] | None = None) -> St
     if os.path.exists(os.path.join(jdir, SLOT_FILE)):  # got it since the first look
         return None
     ahead = slot_queue.ahead_of(names, request["ticket"])
-    message = f"queued: {ahead} {'job' if ahead == 1 else 'jobs'} ahead"
-    return StatusReport(JobStatus.PENDING, message=f"{message} (local_max_jobs={request['limit']})")
+    return StatusReport(
+        JobStatus.PENDING, message=slot_queue.queued_message(ahead, request["limit"])
+    )
 
 
 def withdraw(jdir: str) -> None:

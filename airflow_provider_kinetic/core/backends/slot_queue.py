@@ -57,15 +57,27 @@ def ticket_name() -> str:
 
 def make_dir(path: str) -> None:
     """The machine-wide dir and its queue, made like /tmp (every user's jobs use them)."""
-    for sub in (path, os.path.join(path, QUEUE_DIR)):
-        if os.path.isdir(sub):
-            continue
-        os.makedirs(os.path.dirname(sub), exist_ok=True)
-        try:
-            os.mkdir(sub)
-        except FileExistsError:
-            continue
-        os.chmod(sub, 0o1777)
+    make_shared_dir(path)
+    make_shared_dir(os.path.join(path, QUEUE_DIR))
+
+
+def make_shared_dir(path: str) -> None:
+    """``path`` made like /tmp (sticky, world-writable) when missing: every user's jobs
+    add lock files and tickets there (the GPU locks' dir too)."""
+    if os.path.isdir(path):
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return
+    os.chmod(path, 0o1777)
+
+
+def queued_message(ahead: int, limit: int) -> str:
+    """What a job waiting for a slot says, in its status and its own log."""
+    jobs = "job" if ahead == 1 else "jobs"
+    return f"queued: {ahead} {jobs} ahead (local_max_jobs={limit})"
 
 
 def open_ticket(slots_dir: str, name: str, content: str) -> int:

@@ -133,9 +133,7 @@ def take_slot(jdir: str) -> int:
         nonlocal waited
         if not waited:  # the job now reads as queued (its status counts the queue)
             write_atomic(os.path.join(jdir, slot_queue.WAIT_FILE), "")
-            jobs = "job" if ahead == 1 else "jobs"
-            limit = request["limit"]
-            print(f"kinetic: queued: {ahead} {jobs} ahead (local_max_jobs={limit})", flush=True)
+            print(f"kinetic: {slot_queue.queued_message(ahead, request['limit'])}", flush=True)
             waited = True
 
     index, fd = slot_queue.acquire(where, request["limit"], ticket, on_wait)
@@ -163,7 +161,7 @@ def acquire_gpus(jdir: str, request: dict) -> tuple[list[int], list[int]]:
     """Lock ``count`` of the request's devices, waiting while too few are free;
     returns the device indices and the lock fds that hold them."""
     count, indices, lock_dir = request["count"], request["indices"], request["lock_dir"]
-    _make_lock_dir(lock_dir)
+    slot_queue.make_shared_dir(lock_dir)
     delay, said = GPU_RETRY_S[0], ""
     while True:
         held, free = _try_lock(lock_dir, indices, count)
@@ -197,16 +195,6 @@ def _try_lock(lock_dir: str, indices: list[int], count: int) -> tuple[list[tuple
         for _, fd in held:
             os.close(fd)
         return [], len(held)
-
-
-def _make_lock_dir(path: str) -> None:
-    """The machine-wide dir, made like /tmp (every user's jobs add lock files)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    try:
-        os.mkdir(path)
-    except FileExistsError:
-        return
-    os.chmod(path, 0o1777)
 
 
 def write_atomic(path: str, text: str) -> None:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend, lines_within
-from airflow_provider_kinetic.core.batch.state import BatchState
+from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 
 log = logging.getLogger(__name__)
@@ -239,6 +239,22 @@ async def _adrain(
         _keep_tail(state, index, seen)
     elif status is JobStatus.SUCCEEDED:
         state.log_tails.pop(index, None)
+
+
+def log_failures(
+    state: BatchState,
+    finished: list[int],
+    reports: dict[str, StatusReport],
+    logger: logging.Logger | logging.LoggerAdapter,
+) -> None:
+    """A warning for each child of ``finished`` (``batchrun.observe``'s) that did not
+    succeed, with the reason its last status gave: the task log says why it ended."""
+    for index in finished:
+        outcome, job = state.done[index], state.jobs.get(index, "")
+        if outcome != SUCCEEDED:
+            report = reports.get(job)
+            why = report.describe() if report else outcome
+            logger.warning("inputs[%d] (%s) %s: %s", index, job, outcome.lower(), why)
 
 
 class StatusLine:

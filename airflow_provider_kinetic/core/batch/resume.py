@@ -31,15 +31,18 @@ from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 log = logging.getLogger(__name__)
 
 
+def _write_sealed(store: ObjectStore, key: str, state: BatchState, secret: bytes) -> None:
+    """``state`` at ``key``, sealed with the deployment secret (plan, live, driven)."""
+    store.write_bytes(key, seal(secret, state.to_dict()), content_type="application/json")
+
+
 def plan_key(group_id: str) -> str:
     return f"_groups/{group_id}/state.json"
 
 
 def save_plan(store: ObjectStore, state: BatchState, secret: bytes) -> None:
     """Write the batch's initial state once (sealed): what a resumed try starts from."""
-    store.write_bytes(
-        plan_key(state.group_id), seal(secret, state.to_dict()), content_type="application/json"
-    )
+    _write_sealed(store, plan_key(state.group_id), state, secret)
 
 
 def live_key(group_id: str) -> str:
@@ -51,9 +54,7 @@ def save_live(store: ObjectStore, state: BatchState, secret: bytes) -> None:
     submitted with ``wait_for_completion=False`` is driven by ``KineticBatchSensor``,
     whose pokes (reschedule mode) or retries start from this.  Written when the
     state changes, not per poll."""
-    store.write_bytes(
-        live_key(state.group_id), seal(secret, state.to_dict()), content_type="application/json"
-    )
+    _write_sealed(store, live_key(state.group_id), state, secret)
 
 
 def load_live(store: ObjectStore, group_id: str, secret: bytes) -> BatchState:
@@ -71,9 +72,7 @@ def save_driven(store: ObjectStore, state: BatchState, secret: bytes) -> None:
     it was deferred with.  Written when the state changed, at most every few
     seconds (``triggers.batch``), so it costs O(polls), not O(children)."""
     state.seq += 1
-    store.write_bytes(
-        driven_key(state.group_id), seal(secret, state.to_dict()), content_type="application/json"
-    )
+    _write_sealed(store, driven_key(state.group_id), state, secret)
 
 
 def load_driven(store: ObjectStore, state: BatchState, secret: bytes) -> BatchState:

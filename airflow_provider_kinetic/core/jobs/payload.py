@@ -50,6 +50,19 @@ def find_data(obj: Any, where: str) -> Iterator[tuple[Data, str]]:
         raise TypeError(f"Data inside a set is not supported (at {where}); use a list")
 
 
+def data_found(obj: Any, where: str) -> list[tuple[Data, str]]:
+    """:func:`find_data`'s finds for readers that must not fail (lineage, inlets at
+    parse time): a Data where packing refuses one (a dict key, a set) is reported by
+    the submit, so here the walk just stops there."""
+    found: list[tuple[Data, str]] = []
+    try:
+        for item in find_data(obj, where):
+            found.append(item)
+    except TypeError:
+        pass
+    return found
+
+
 def _holds_data(value: Any) -> bool:
     """Whether ``value`` is or contains a Data (e.g. a tuple set element or dict key)."""
     try:

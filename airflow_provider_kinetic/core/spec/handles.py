@@ -9,6 +9,7 @@ through an older worker loses nothing.
 
 from __future__ import annotations
 
+import ast
 import enum
 import json
 import uuid
@@ -180,6 +181,19 @@ class JobHandle:
     @property
     def is_batch_child(self) -> bool:
         return self.group_id is not None
+
+
+def parse_rendered(text: str) -> Any:
+    """A handle as a template renders it: JSON, or the Python literal Jinja makes of a
+    dict (single quotes, ``True``), read as such, never by editing quotes.
+
+    Raises:
+        ValueError | SyntaxError: neither.
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return ast.literal_eval(text)
 
 
 def new_job_id() -> str:

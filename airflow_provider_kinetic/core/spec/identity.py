@@ -29,6 +29,18 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._=-]+")
 _READABLE = 100
 
 
+def ti_identity(ti: Any) -> dict[str, Any]:
+    """An Airflow task instance's ids, exact (duck-typed: no Airflow import here): the
+    identity task records, output dirs and labels are made from."""
+    return {
+        "dag_id": ti.dag_id,
+        "task_id": ti.task_id,
+        "run_id": ti.run_id,
+        "map_index": getattr(ti, "map_index", -1),
+        "try_number": getattr(ti, "try_number", None),
+    }
+
+
 def key_part(value: Any) -> str:
     """``value`` as one path segment of a store key (see the module docstring)."""
     text = str(value)
