@@ -81,7 +81,8 @@ def parse_ref(ref: object, version: str | None = None) -> tuple[str, str | None]
     if isinstance(ref, str) and ref.count("@") == 1:
         key, _, pinned = ref.partition("@")
         check_key(key)
-        check_version(pinned)
+        if not _VERSION.fullmatch(pinned):
+            raise KeyNameError(f"key {ref!r} has '@' outside a version: {KEY_FORM}; {VERSION_FORM}")
         if version is not None and check_version(version) != pinned:
             raise KeyNameError(f"{ref!r} pins version {pinned!r} but version={version!r}")
         return key, pinned
