@@ -8,7 +8,8 @@ Which store a call uses is decided here, where Airflow may be known:
   connection's store (``conn_id=`` picks another), through ``KineticHook``, with
   ``[kinetic] store_keep_versions`` for the history length.
 
-Who put a version: the job's identity inside a job; the running task instance's
+Who put a version: the job id and the task it ran for (its history entry) inside a
+job; the running task instance's
 dag/task/run/map index inside an Airflow task; else user@host.  Airflow is imported
 only in the second branch, inside functions.
 """
@@ -18,11 +19,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.keys import env, fetch
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.records import DEFAULT_KEEP, user_at_host
+from airflow_provider_kinetic.core.storage import ObjectStore
 
 CONF_SECTION = "kinetic"
+_IDENTITY = ("dag_id", "task_id", "run_id", "map_index")
 
 
 def keep_versions() -> int:
@@ -45,11 +49,20 @@ def airflow_who() -> dict[str, Any]:
     return who
 
 
+def job_who(store: ObjectStore) -> dict[str, Any]:
+    """Inside a job: its id (and batch index) and the task it ran for, from the job
+    history entry its submitter wrote (just the id if that entry is not there)."""
+    who = env.job_who()
+    entry = history.read(store, who["job_id"]) or {}
+    who.update({k: entry[k] for k in _IDENTITY if entry.get(k) is not None})
+    return who
+
+
 def key_store(conn_id: str | None = None) -> KeyStore:
     """The KeyStore a call made here uses (see the module docstring)."""
     if conn_id is None and env.in_job():
         store = env.job_store()
-        return KeyStore(store, who=lambda: env.job_who(store))
+        return KeyStore(store, who=lambda: job_who(store))
     from airflow_provider_kinetic.hooks.kinetic import KineticHook
 
     hook = KineticHook() if conn_id is None else KineticHook(conn_id)
