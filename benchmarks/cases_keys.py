@@ -17,7 +17,7 @@ from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.storage import LocalStore
 
-GOAL = 1 / 1.5  # rehash time / put time
+GOAL = 0.67  # rehash time / put time: 1/1.5, rounded up
 
 
 def unchanged_put(tree: Path, n: int, repeat: int, tmp: Path) -> Row:
