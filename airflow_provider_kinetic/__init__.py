@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # what editors and type checkers see; runtime imports stay la
         KineticJobCancelled,
         KineticJobFailed,
     )
+    from airflow_provider_kinetic.hooks.keys import store
     from airflow_provider_kinetic.hooks.kinetic import KineticHook
     from airflow_provider_kinetic.operators.map import KineticMapOperator
     from airflow_provider_kinetic.operators.run import KineticRunOperator
@@ -53,6 +54,7 @@ _LAZY = {
     "KineticJobTrigger": "airflow_provider_kinetic.triggers.job",
     "kinetic_task": "airflow_provider_kinetic.decorators.kinetic",
     "load_result": "airflow_provider_kinetic.core.jobs.resultref",
+    "store": "airflow_provider_kinetic.hooks.keys",
 }
 
 # A literal list so tools read it statically; a test keeps it equal to _LAZY.
@@ -78,6 +80,7 @@ __all__ = [
     "get_provider_info",
     "kinetic_task",
     "load_result",
+    "store",
 ]
 
 

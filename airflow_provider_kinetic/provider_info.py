@@ -101,6 +101,13 @@ CONFIG = {
         "float",
         "64",
     ),
+    "store_keep_versions": _option(
+        "Keys (`store.put`, `airflow kinetic store put`): how many versions each key's "
+        "history keeps; older versions drop out of it (their content is collected by "
+        "`airflow kinetic data gc` once nothing else refers to it).",
+        "integer",
+        "10",
+    ),
     "local_max_jobs": _option(
         "Local backend: how many local jobs run at once on this machine, across all tasks, "
         "batches, DAG runs and Airflow processes; the others wait (PENDING, 'queued: N jobs "

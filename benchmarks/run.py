@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE))
 
 import cases_batch  # noqa: E402
 import cases_hash  # noqa: E402
+import cases_keys  # noqa: E402
 import cases_overhead  # noqa: E402
 import cases_polls  # noqa: E402
 import cases_upload  # noqa: E402
@@ -41,7 +42,7 @@ import kinetic_ref  # noqa: E402
 from table import Row, render  # noqa: E402
 
 FULL = {"files": 20_000, "size": 4096, "big": 1 << 30, "upload": 2_000, "batch": 1_000}
-CASES = ["hash", "big", "rehash", "upload", "batch", "overhead"]
+CASES = ["hash", "big", "rehash", "keys", "upload", "batch", "overhead"]
 QUICK = {"files": 2_000, "size": 4096, "big": 64 << 20, "upload": 200, "batch": 20}
 
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     sizes = QUICK if ns.quick else FULL
     only = set(ns.only or CASES)
-    if kinetic_ref.kinetic_dir() is None:
+    if only - {"keys"} and kinetic_ref.kinetic_dir() is None:  # keys: no kinetic side
         print("keras-kinetic 0.0.4 is not installed: pip install --no-deps keras-kinetic==0.0.4")
         return 2
     rows: list[Row] = []
@@ -83,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         if "rehash" in only:
             cases_hash.wait_until_not_racy(written)
             rows.extend(cases_hash.rehash(tree, n, ns.repeat, tmp))
+        if "keys" in only:
+            cases_hash.wait_until_not_racy(written)
+            rows.append(cases_keys.unchanged_put(tree, n, ns.repeat, tmp))
         print("hashing done", flush=True)
         if "upload" in only:
             small = tmp / "upload"

@@ -197,6 +197,47 @@ def get_kinetic_cli_commands() -> list[Any]:
             ),
         ),
     )
+    key = Arg(("key",), help="Key (models/churn; KEY@VERSION pins a version)", metavar="KEY")
+    version = Arg(("--version",), help="A version (content hash or a unique prefix of it)")
+    store = GroupCommand(
+        name="store",
+        help="Named, versioned data (keys): put, get, ls, rm",
+        subcommands=(
+            action(
+                "put",
+                "Make SRC (a file or directory) KEY's new version",
+                "store.store_put",
+                key,
+                Arg(("src",), help="A local file or directory", metavar="SRC"),
+                Arg(("--ttl",), help="Expire the key this long after its latest put (7d)"),
+            ),
+            action(
+                "get",
+                "Write KEY's current version (or --version) to DEST, verified",
+                "store.store_get",
+                key,
+                Arg(("dest",), help="Where to write it (must not exist, or be empty)"),
+                version,
+                Arg(("--overwrite",), help="Replace a DEST that exists", action="store_true"),
+            ),
+            action(
+                "ls",
+                "List keys (current version, size, files, time, who)",
+                "store.store_ls",
+                Arg(("prefix",), help="Only keys starting with this", nargs="?", default=""),
+                read_only=True,
+            ),
+            action(
+                "rm",
+                "Remove a version of KEY, KEY, or every key under a prefix (--recursive)",
+                "store.store_rm",
+                key,
+                version,
+                Arg(("--recursive",), help="Every key under KEY/ too", action="store_true"),
+                Arg(("--dry-run",), help="Only show what would be removed", action="store_true"),
+            ),
+        ),
+    )
     catalog = action(
         "accelerators",
         "List the accelerators jobs may ask for",
@@ -221,7 +262,7 @@ def get_kinetic_cli_commands() -> list[Any]:
     return [
         GroupCommand(
             name="kinetic",
-            help="Kinetic jobs, data cache, accelerators and usage",
-            subcommands=(jobs, data, catalog, usage),
+            help="Kinetic jobs, data cache, keys, accelerators and usage",
+            subcommands=(jobs, data, store, catalog, usage),
         )
     ]

@@ -17,6 +17,8 @@ from airflow_provider_kinetic.cli.common import command, output_format
 from airflow_provider_kinetic.cli.output import emit, human_age, human_bytes
 from airflow_provider_kinetic.core.backends import local_venv
 from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.keys import gc as keys_gc
+from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 
@@ -54,6 +56,22 @@ def _venv_row(entry: local_venv.VenvEntry, now: float, action: str | None = None
     return row
 
 
+def _expired_row(state: Any, dry_run: bool) -> dict:
+    """A key past its ttl (its content is then collected like any unreferenced entry)."""
+    v = state.current
+    return {
+        "hash": v.version,
+        "kind": "key",
+        "complete": True,
+        "age": "expired",
+        "files": v.files,
+        "bytes": v.size,
+        "size": human_bytes(v.size),
+        "key": state.key,
+        "action": "would expire" if dry_run else "expired",
+    }
+
+
 def _local_root(hook: KineticHook, store: ObjectStore) -> str | None:
     """The local backend's root, where local jobs' requirements venvs live (None for
     a bucket: cluster jobs have images, not venvs)."""
@@ -79,15 +97,20 @@ def data_ls(args: Namespace) -> None:
 
 @command
 def data_gc(args: Namespace) -> None:
-    """Remove complete cache entries (and context archives) older than ``--older-than``,
-    and local requirements venvs unused for that long that no live job runs in."""
+    """Remove keys past their ttl; then complete cache entries (and context archives)
+    older than ``--older-than`` that no live key keeps (any kept version), and local
+    requirements venvs unused for that long that no live job runs in."""
     age = inventory.parse_age(args.older_than)
     hook = KineticHook(args.conn_id)
     store = hook.get_store()
     now = time.time()
-    rows = []
+    keys = KeyStore(store)
+    rows = [_expired_row(st, args.dry_run) for st in keys_gc.expire(keys, now, args.dry_run)]
+    held = keys_gc.referenced_hashes(keys, now)
     for entry in inventory.gc_candidates(inventory.cache_entries(store), age, now):
-        if args.dry_run:
+        if entry.kind == "data" and entry.content_hash in held:
+            rows.append(_cache_row(entry, now, "kept: a live key holds it"))
+        elif args.dry_run:
             rows.append(_cache_row(entry, now, "would delete"))
         else:
             inventory.remove_entry(store, entry)

@@ -27,6 +27,7 @@ ROWS = [
     "hash one 64 MiB file vs kinetic",
     "re-hash unchanged 2,000 files, new process",
     "re-hash unchanged 2,000 files, same process",
+    "store.put unchanged 2,000 files",
     "upload 200 small files, 50 ms RTT",
     "upload 200 small files, no added latency",
     "batch of 20 trivial inputs, local, max_concurrent 16",

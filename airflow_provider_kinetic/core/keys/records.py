@@ -1,0 +1,120 @@
+"""A key's state as stored: its version history, newest first, in ONE object.
+
+Keeping the whole history in the pointer object means one compare-and-swap moves
+the current version *and* trims the history together: no reader can see a pointer
+whose version record is missing.  A version is the content hash of the tree (as
+``Data`` hashes it), so the same bytes put twice are one version (moved to the top).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+#: ``[kinetic] store_keep_versions`` default.
+DEFAULT_KEEP = 10
+FORMAT = 1
+
+
+def iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def user_at_host() -> dict[str, str]:
+    """Who put it, outside Airflow tasks and jobs (a laptop, the CLI)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return {"user": user, "host": socket.gethostname()}
+
+
+@dataclass
+class Version:
+    """One put: the content hash and what it covered, when, by whom."""
+
+    version: str
+    epoch: float
+    size: int
+    files: int
+    #: "dir" or "file" (a file key's content is one file named ``name``).
+    kind: str
+    name: str = ""
+    empty_dirs: list[str] = field(default_factory=list)
+    by: dict[str, Any] = field(default_factory=dict)
+    #: Unique per put call: a retried swap whose first try landed knows its own write.
+    put_id: str = ""
+
+    @property
+    def time(self) -> str:
+        return iso(self.epoch)
+
+    def row(self, key: str) -> dict[str, Any]:
+        """The public form (``ls``, ``put``'s answer, the CLI's JSON)."""
+        return {
+            "key": key,
+            "version": self.version,
+            "time": self.time,
+            "size": self.size,
+            "files": self.files,
+            "kind": self.kind,
+            "by": dict(self.by),
+        }
+
+
+@dataclass
+class KeyState:
+    key: str
+    versions: list[Version] = field(default_factory=list)
+    keep: int = DEFAULT_KEEP
+    ttl_s: float | None = None
+
+    @property
+    def current(self) -> Version:
+        return self.versions[0]
+
+    @property
+    def expires_at(self) -> float | None:
+        """Expiry counts from the latest put (a key in use stays alive)."""
+        if self.ttl_s is None or not self.versions:
+            return None
+        return self.current.epoch + self.ttl_s
+
+    def expired(self, now: float | None = None) -> bool:
+        at = self.expires_at
+        return at is not None and (time.time() if now is None else now) >= at
+
+    def pushed(self, v: Version) -> KeyState:
+        """This state with ``v`` on top (an older entry of the same hash dropped) and
+        the history cut to ``keep``."""
+        rest = [old for old in self.versions if old.version != v.version]
+        return KeyState(self.key, [v, *rest][: max(1, self.keep)], self.keep, self.ttl_s)
+
+    def find(self, version: str) -> list[Version]:
+        """Kept versions whose hash starts with ``version``."""
+        return [v for v in self.versions if v.version.startswith(version)]
+
+    def to_bytes(self) -> bytes:
+        body = {
+            "format": FORMAT,
+            "key": self.key,
+            "keep": self.keep,
+            "ttl_s": self.ttl_s,
+            "versions": [asdict(v) for v in self.versions],
+        }
+        return json.dumps(body, sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> KeyState:
+        body = json.loads(data)
+        return cls(
+            key=body["key"],
+            versions=[Version(**v) for v in body.get("versions", [])],
+            keep=int(body.get("keep") or DEFAULT_KEEP),
+            ttl_s=body.get("ttl_s"),
+        )

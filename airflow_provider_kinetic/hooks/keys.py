@@ -1,0 +1,120 @@
+"""``store``: the public key API (``from airflow_provider_kinetic import store``).
+
+Which store a call uses is decided here, where Airflow may be known:
+
+- inside a kinetic job (any backend): the job's own store, from its environment
+  (``core/keys/env.py``), no connection, no Airflow import (a pod has no Airflow);
+- anywhere else (a DAG's Python task, a notebook, the CLI): the ``kinetic``
+  connection's store (``conn_id=`` picks another), through ``KineticHook``, with
+  ``[kinetic] store_keep_versions`` for the history length.
+
+Who put a version: the job id and the task it ran for (its history entry) inside a
+job; the running task instance's
+dag/task/run/map index inside an Airflow task; else user@host.  Airflow is imported
+only in the second branch, inside functions.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.keys import env, fetch
+from airflow_provider_kinetic.core.keys.keystore import KeyStore
+from airflow_provider_kinetic.core.keys.records import DEFAULT_KEEP, user_at_host
+from airflow_provider_kinetic.core.storage import ObjectStore
+
+CONF_SECTION = "kinetic"
+_IDENTITY = ("dag_id", "task_id", "run_id", "map_index")
+
+
+def keep_versions() -> int:
+    """``[kinetic] store_keep_versions`` (default 10, at least 1)."""
+    from airflow.configuration import conf
+
+    return max(1, conf.getint(CONF_SECTION, "store_keep_versions", fallback=DEFAULT_KEEP))
+
+
+def airflow_who() -> dict[str, Any]:
+    """The running task instance's identity, else user@host."""
+    try:
+        from airflow.sdk import get_current_context
+
+        ti = get_current_context()["ti"]
+    except Exception:  # noqa: BLE001 - not in a task (or an Airflow without the SDK)
+        return user_at_host()
+    who = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id}
+    who["map_index"] = getattr(ti, "map_index", -1)
+    return who
+
+
+def job_who(store: ObjectStore) -> dict[str, Any]:
+    """Inside a job: its id (and batch index) and the task it ran for, from the job
+    history entry its submitter wrote (just the id if that entry is not there)."""
+    who = env.job_who()
+    entry = history.read(store, who["job_id"]) or {}
+    who.update({k: entry[k] for k in _IDENTITY if entry.get(k) is not None})
+    return who
+
+
+def key_store(conn_id: str | None = None) -> KeyStore:
+    """The KeyStore a call made here uses (see the module docstring)."""
+    if conn_id is None and env.in_job():
+        store = env.job_store()
+        return KeyStore(store, who=lambda: job_who(store))
+    from airflow_provider_kinetic.hooks.kinetic import KineticHook
+
+    hook = KineticHook() if conn_id is None else KineticHook(conn_id)
+    return KeyStore(hook.get_store(), who=airflow_who, keep=keep_versions())
+
+
+class Store:
+    """Named, versioned data: ``put``, ``get``, ``ls``, ``rm`` (see the README's
+    "Keys and broadcast").  Each call resolves its store (cheap: no network)."""
+
+    def put(
+        self,
+        key: str,
+        src: str | os.PathLike[str],
+        *,
+        ttl: str | float | None = None,
+        conn_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Make ``src`` (a file or directory) ``key``'s new current version; returns
+        its row (key, version, time, size, files, by, uploaded).  ``ttl``: the key
+        expires this long after its latest put ("7d"); None keeps the key's ttl."""
+        return key_store(conn_id).put(key, src, ttl=ttl)
+
+    def get(
+        self,
+        key: str,
+        dest: str | os.PathLike[str],
+        version: str | None = None,
+        overwrite: bool = False,
+        conn_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Write ``key``'s current version (or ``version``, or ``key@version``) to
+        ``dest``, every file verified against the hash."""
+        return fetch.get(key_store(conn_id), key, dest, version, overwrite=overwrite)
+
+    def ls(self, prefix: str = "", conn_id: str | None = None) -> list[dict[str, Any]]:
+        """Keys starting with ``prefix``: current version, size, files, time, who."""
+        return key_store(conn_id).ls(prefix)
+
+    def rm(
+        self,
+        key: str,
+        version: str | None = None,
+        recursive: bool = False,
+        conn_id: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Remove one version, a key, or (``recursive``) every key under a prefix;
+        returns the versions removed.  Content is collected later by ``data gc``."""
+        return key_store(conn_id).rm(key, version, recursive=recursive)
+
+    def __repr__(self) -> str:
+        return "<airflow_provider_kinetic.store: put/get/ls/rm>"
+
+
+store = Store()
