@@ -105,15 +105,21 @@ def overhead(repeat: int) -> list[Row]:
         base_name = "plain @task" + (" 7 s" if base_id.endswith("7s") else "")
         t_base, t_ours = min(base["durations"]), min(ours["durations"])
         rows.append(Row.added(case, base_name, t_base, t_ours, limit, note=note, ok=ok))
-    rows.append(deferral_row(found["overhead_deferred_7s"], found["overhead_airflow_defer_7s"]))
+    best = {d: min(found[d]["durations"]) for d in ("overhead_sync", "overhead_plain")}
+    sync_extra = best["overhead_sync"] - best["overhead_plain"]
+    rows.append(
+        deferral_row(found["overhead_deferred_7s"], found["overhead_airflow_defer_7s"], sync_extra)
+    )
     rows.append(sweep_row(found["sweep"]))
     return rows
 
 
-def deferral_row(ours: dict, airflow: dict) -> Row:
+def deferral_row(ours: dict, airflow: dict, sync_extra: float) -> Row:
     """What a deferred 7 s Kinetic job adds to 7 s, over what Airflow's own deferral of
     7 s adds (best run of each, interleaved in one run), with where ours goes: before
-    the function started and after it ended (the function's own times)."""
+    the function started and after it ended (the function's own times), and how much
+    of it any Kinetic job pays without deferring (``sync_extra``, the trivial sync
+    row's: submit, the runner's start, collecting)."""
     best = min(range(len(ours["durations"])), key=ours["durations"].__getitem__)
     t_ours, t_af = ours["durations"][best], min(airflow["durations"])
     extra, extra_af = t_ours - DEFERRED_S, t_af - DEFERRED_S
@@ -131,6 +137,10 @@ def deferral_row(ours: dict, airflow: dict) -> Row:
             "to the task's (the trigger sees the exit code, its event, the resumed task "
             "collects), the rest in the function and its runner"
         )
+    note += (
+        f"; a trivial sync job adds {sync_extra:.3f} s in the same run (no deferral), "
+        f"so deferring adds {extra - sync_extra:+.3f} s to what any job costs"
+    )
     if not ok:
         note += f"; task states {ours['states']}, Airflow's {airflow['states']}"
     ratio = extra / extra_af if extra_af > 0 else float("inf")
