@@ -83,8 +83,9 @@ CONFIG = {
     ),
     "defer_grace_s": _option(
         "Seconds a deferrable task watches a local job before deferring (a job that ends "
-        "sooner never enters the triggerer, nor waits out the trigger's settle hold); 0 "
-        "defers at once.",
+        "sooner never enters the triggerer, nor waits out the trigger's settle hold, "
+        "which only a real triggerer keeps: dag.test() runs the trigger in the deferring "
+        "process and holds nothing); 0 defers at once.",
         "float",
         "5.0",
     ),

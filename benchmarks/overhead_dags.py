@@ -7,6 +7,7 @@ the functions are trivial so that what is measured is the task's machinery.
 from __future__ import annotations
 
 import pendulum
+from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
 from airflow.sdk import DAG, task
 
 from airflow_provider_kinetic import KineticMapOperator, KineticRunOperator
@@ -25,6 +26,29 @@ def seven_seconds() -> int:
 
     time.sleep(7.0)
     return 1
+
+
+def seven_seconds_timed() -> int:
+    """``seven_seconds``, writing when it started and ended into its output dir: the
+    task's time splits into before the function, the function, and after it."""
+    import json
+    import os
+    import time
+
+    start = time.time()
+    time.sleep(7.0)
+    path = os.path.join(os.environ["KINETIC_OUTPUT_DIR"], "times.json")
+    with open(path, "w") as f:
+        json.dump({"start": start, "end": time.time()}, f)
+    return 1
+
+
+#: Airflow's own deferral of 7 s, counted from the task's start: the target is rendered
+#: when the task starts (``TimeDeltaSensor`` counts from the run's data interval end
+#: instead, which is before the task starts).
+SEVEN_S_FROM_START = (
+    "{{ macros.datetime.utcfromtimestamp(macros.time.time() + 7.0).isoformat() }}+00:00"
+)
 
 
 with DAG("overhead_plain", schedule=None, start_date=START, catchup=False) as plain_dag:
@@ -50,7 +74,11 @@ with DAG("overhead_deferrable", schedule=None, start_date=START, catchup=False) 
     KineticRunOperator(task_id="job", python_callable=one, deferrable=True)
 
 with DAG("overhead_deferred_7s", schedule=None, start_date=START, catchup=False) as deferred_7s_dag:
-    KineticRunOperator(task_id="job", python_callable=seven_seconds, deferrable=True)
+    KineticRunOperator(task_id="job", python_callable=seven_seconds_timed, deferrable=True)
+
+with DAG("overhead_airflow_defer_7s", schedule=None, start_date=START, catchup=False) as af_dag:
+    # The standard provider's deferrable sensor: defer(), DateTimeTrigger, resume.
+    DateTimeSensorAsync(task_id="wait", target_time=SEVEN_S_FROM_START)
 
 
 #: The sweep case: children, slots and poll interval (``cases_overhead.sweep_row``).

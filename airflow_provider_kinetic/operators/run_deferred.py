@@ -1,8 +1,9 @@
 """KineticRunOperator's deferred wait: hand the job to the triggerer, resume after it.
 
 While the task is deferred, ``KineticJobTrigger`` watches the job (and shows its log);
-``execute_complete`` re-reads the job's real state, re-defers after a trigger error,
-re-submits a preempted job, and ends like the synchronous path (``run_sync``).
+``execute_complete`` takes the job's final state from the event (reading it again only
+when the event has none), re-defers after a trigger error, re-submits a preempted job,
+and ends like the synchronous path (``run_sync``).
 """
 
 from __future__ import annotations
@@ -13,12 +14,28 @@ from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
-from airflow_provider_kinetic.core.spec.handles import JobHandle
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.operators.common import defer_timeout
 from airflow_provider_kinetic.operators.run_sync import RunSyncWait
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
+
+
+def event_report(event: dict[str, Any]) -> StatusReport | None:
+    """The job's final report as the trigger's event carries it, or ``None`` when the
+    event is no final answer: ``timeout`` or ``error`` (the job may still run), or
+    ``NOT_FOUND`` (the job was not seen: read once more before the task acts on it).
+
+    A job that succeeded or failed stays so, so the resumed task does not read its
+    status again (on GKE that read is a Job read and a pod list)."""
+    try:
+        status = JobStatus(event.get("status"))
+    except ValueError:
+        return None
+    if status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+        return None
+    return StatusReport(status, event.get("reason"), str(event.get("message") or ""))
 
 
 class RunDeferredWait(RunSyncWait):
@@ -49,7 +66,8 @@ class RunDeferredWait(RunSyncWait):
         raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
-        """Resume after the trigger: re-read real state, show the job's log, collect.
+        """Resume after the trigger: the job's final state from its event (re-read only
+        when the event has none), the rest of its log, collect.
 
         A trigger *error* while the job still runs re-defers (up to
         ``MAX_REDEFER_ATTEMPTS``); a timeout, or errors beyond that, cancel the job.
@@ -64,7 +82,9 @@ class RunDeferredWait(RunSyncWait):
         store = hook.get_store()
         backend = hook.get_backend(handle.backend)
         self._backend, self._store = backend, store
-        report = backend.status(handle)
+        report = event_report(event)
+        if report is None:  # no final answer from the trigger: ask the job itself
+            report = backend.status(handle)
         self.log.info(
             "kinetic job %s resumed: trigger said %s, job is %s",
             handle.job_id,

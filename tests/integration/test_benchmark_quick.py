@@ -40,6 +40,8 @@ MUST_PASS = [
     "deferrable sweep: a freed slot until the next child starts, local",
 ]
 INFO = ["job overhead: 7 s job, deferrable (it defers), local"]
+#: a ratio to Airflow's own deferral: judged by the full run, present here
+RATIOS = ["deferral overhead: 7 s job deferred vs Airflow's own 7 s deferral, local"]
 
 
 @requires_fake_gcs
@@ -55,15 +57,16 @@ def test_quick_benchmark_prints_every_row(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert "| case | baseline | ours | ratio | goal | result |" in lines
     rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ")}
-    for case in ROWS + MUST_PASS + INFO:
+    for case in ROWS + MUST_PASS + INFO + RATIOS:
         assert case in rows, f"missing row {case!r} in:\n{done.stdout}"
         assert rows[case].rstrip(" |").split(" | ")[-1] in ("pass", "FAIL", "info"), rows[case]
     for case in [ROWS[-1], *MUST_PASS]:  # budgets, fixed costs and counts: they hold
         assert rows[case].endswith("| pass |"), rows[case]
     # Each overhead row shows what ours added to its plain @task, and the GKE row that
     # the trigger's event came after the whole (fake) 10 minutes.
-    for case in MUST_PASS[:2] + INFO:
+    for case in MUST_PASS[:2] + INFO + RATIOS:
         assert " s (+" in rows[case], rows[case]
+    assert "x Airflow's" in rows[RATIOS[0]] and "from the function's end" in done.stdout
     assert "| 121 (" in rows[MUST_PASS[2]] and "event SUCCEEDED" in done.stdout
     assert "machine:" in done.stdout and re.search(r"(?<![\d,])0 of 2,000 files read", done.stdout)
     assert list(tmp_path.iterdir()) == []  # the benchmark cleaned up after itself

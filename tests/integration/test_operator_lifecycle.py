@@ -200,3 +200,35 @@ def test_deferrable_collects_a_quick_job_before_deferring(local_conn):
     assert "started" in text and trigger.log_offset == offset > 0
     slow.on_kill()
     _wait(lambda: backend.status(handle).status.value == "FAILED")
+
+
+def test_resumed_task_takes_the_final_state_from_the_event(local_conn):
+    """The trigger's event carries the job's final state: the resumed task collects on
+    it without reading the status again.  Here the local backend's own record of the
+    job is gone after the event (a second read would say NOT_FOUND), and the task still
+    delivers the job's value; an event without a final state does read it."""
+    import shutil
+
+    from airflow.providers.common.compat.sdk import TaskDeferred
+
+    from airflow_provider_kinetic.core.backends.local import STATE_DIR
+
+    config = KineticConfig(backend="local", root=str(local_conn))
+    backend = LocalBackend(config.bucket_name)
+    handle, _ = submit_job(JobRequest(func=sleepy, args=(0, 11)), config, backend)
+    _wait(lambda: backend.status(handle).status.value == "SUCCEEDED")
+    event = {"status": "SUCCEEDED", "message": "", "reason": None, "handle": handle.to_dict()}
+    shutil.rmtree(local_conn / STATE_DIR / handle.job_id)
+    assert backend.status(handle).status.value == "NOT_FOUND"
+    op = KineticRunOperator(
+        task_id="t", python_callable=sleepy, op_args=[0, 0], kinetic_conn_id="kinetic_local"
+    )
+    ti = TI()
+    assert op.execute_complete({"ti": ti}, event=event) == 11
+
+    # An error event is no final answer: the job itself is asked (still running: wait).
+    running, _ = submit_job(JobRequest(func=sleepy, args=(120, 1)), config, backend)
+    error = {"status": "error", "message": "x", "handle": running.to_dict(), "attempt": 0}
+    with pytest.raises(TaskDeferred):
+        op.execute_complete({"ti": TI()}, event=error)
+    backend.cancel(running)

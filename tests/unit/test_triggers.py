@@ -119,30 +119,80 @@ def test_config_rejects_unknown_backend(extra):
         KineticConfig(**extra)
 
 
+def _in_another_process(func, *args):
+    """``func(*args)`` in a forked child process (a worker or a triggerer is never the
+    process that runs the other one's code), its JSON result back through a pipe."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    here, there = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=lambda: there.send(json.dumps(func(*args))))
+    child.start()
+    try:
+        assert here.poll(120), "the child process sent nothing"
+        return json.loads(here.recv())
+    finally:
+        child.join(60)
+
+
+def _made(kind: str, kwargs: dict) -> dict:
+    """The kwargs of a trigger made (at deferral) in the calling process."""
+    return (KineticJobTrigger if kind == "job" else KineticBatchTrigger)(**kwargs).serialize()[1]
+
+
+def _trigger_kwargs(kind: str, root: str, job_id: str) -> dict:
+    config = config_to_json(KineticConfig(root=root))
+    if kind == "job":
+        return {"handle": _handle(job_id, root), "config": config, "poll_interval": 0.05}
+    state = records.batch_state(1, {0: job_id}, root=root).to_dict()
+    return {"state": state, "config": config, "poll_interval": 0.05}
+
+
 @pytest.mark.parametrize("kind", ["job", "batch"])
 def test_no_event_before_the_deferral_has_settled(tmp_path, kind):
     """A job that ends at once still yields its event only ``not_before`` (set when the
-    trigger was made, kept through its kwargs), so the scheduler has seen the deferring
-    worker's exit first (apache/airflow#66374)."""
+    trigger was made, in the deferring worker, kept through its kwargs), so the
+    scheduler has seen the deferring worker's exit first (apache/airflow#66374)."""
     import asyncio
 
     from airflow_provider_kinetic.triggers.settle import settle_s
 
     root = str(tmp_path)
-    config = config_to_json(KineticConfig(root=root))
     _sleeper(root, "job-00000005", 0)
     made = time.time()
-    if kind == "job":
-        trigger = KineticJobTrigger(_handle("job-00000005", root), config, poll_interval=0.05)
-    else:
-        state = records.batch_state(1, {0: "job-00000005"}, root=root).to_dict()
-        trigger = KineticBatchTrigger(state=state, config=config, poll_interval=0.05)
+    kwargs = _in_another_process(_made, kind, _trigger_kwargs(kind, root, "job-00000005"))
     assert settle_s() >= 5.0  # past the supervisor's wake-up interval
-    assert made + settle_s() - 0.1 <= trigger.not_before <= time.time() + settle_s()
-    _, kwargs = trigger.serialize()
-    recreated = type(trigger)(**kwargs)  # as the triggerer re-creates it
-    assert recreated.not_before == trigger.not_before
+    assert made + settle_s() - 0.1 <= kwargs["not_before"] <= time.time() + settle_s()
+    recreated = (KineticJobTrigger if kind == "job" else KineticBatchTrigger)(**kwargs)
+    assert recreated.not_before == kwargs["not_before"]  # as the triggerer re-creates it
     event = asyncio.run(_first(recreated))
-    assert time.time() >= trigger.not_before
+    assert time.time() >= kwargs["not_before"]
     done = event if kind == "job" else event["finished"]["job-00000005"]
     assert done["status"] == "SUCCEEDED"
+
+
+@pytest.mark.parametrize("kind", ["job", "batch"])
+def test_a_trigger_in_the_deferring_process_holds_nothing(tmp_path, kind, monkeypatch):
+    """``dag.test()`` runs a task's trigger inline, in the process that deferred it, once
+    the task has returned: no executor reports that exit, so nothing can race the
+    event, and the event comes as soon as the job ends, long before ``not_before``
+    (the hold is made an hour long here, so a hold could not go unseen)."""
+    import asyncio
+
+    from airflow_provider_kinetic.triggers.settle import deferred_here, remaining
+
+    monkeypatch.setenv("AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL", "3600")
+    root = str(tmp_path)
+    _sleeper(root, "job-00000006", 0)
+    made = (KineticJobTrigger if kind == "job" else KineticBatchTrigger)(
+        **_trigger_kwargs(kind, root, "job-00000006")
+    )
+    _, kwargs = made.serialize()
+    recreated = type(made)(**json.loads(json.dumps(kwargs)))  # as dag.test re-creates it
+    assert deferred_here(recreated.not_before) and remaining(recreated.not_before) == 0.0
+    event = asyncio.run(_first(recreated))
+    assert time.time() < recreated.not_before  # no hour-long hold
+    done = event if kind == "job" else event["finished"]["job-00000006"]
+    assert done["status"] == "SUCCEEDED"
+    # The same deadline is held by any other process (a triggerer), a fork included.
+    assert _in_another_process(remaining, kwargs["not_before"]) > 0.0

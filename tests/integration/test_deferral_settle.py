@@ -1,0 +1,41 @@
+"""Under ``dag.test()`` a deferred task's trigger runs inline, in the process that
+deferred it: no executor reports that exit late, so the trigger holds nothing
+(``triggers.settle``).  A real ``dag.test()`` run of deferred jobs, with the hold made
+ten minutes long so that a hold could not pass unnoticed."""
+
+from __future__ import annotations
+
+import pendulum
+import pytest
+
+from tests.fixtures.airflow_env import task_states, xcoms
+
+LOGICAL = pendulum.datetime(2026, 11, 21, tz="UTC")
+
+
+@pytest.mark.timeout(600)
+def test_dag_test_deferrals_are_not_held(load_dag, capfd, monkeypatch: pytest.MonkeyPatch):
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    from airflow_provider_kinetic.triggers.settle import settle_s
+
+    monkeypatch.setenv("AIRFLOW__KINETIC__DEFER_GRACE_S", "0")  # defer at once
+    monkeypatch.setenv("AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL", "600")
+    assert settle_s() == 603.0
+    dr = load_dag("kinetic_first_hour_dags.py", "kinetic_first_hour_callables").test(
+        logical_date=LOGICAL
+    )
+    out = "".join(capfd.readouterr())
+    assert dr.state == "success", (task_states(dr), out[-5000:])
+    assert out.count("Pausing task as DEFERRED") == 2, out[-5000:]  # both deferred
+    assert "KineticJobTrigger" in out
+    values = {(t, k): v for (t, k, _), v in xcoms(dr).items()}
+    assert values["partial_add", "return_value"] == 42
+    with create_session() as session:
+        tis = session.query(TaskInstance).filter(
+            TaskInstance.dag_id == dr.dag_id, TaskInstance.run_id == dr.run_id
+        )
+        durations = {ti.task_id: ti.duration for ti in tis}
+    # Each ended well inside the hold a triggerer would keep (603 s after deferring).
+    assert all(d is not None and d < settle_s() for d in durations.values()), durations
