@@ -102,9 +102,10 @@ class BatchDriver:
         return changed
 
     def save(self, state: BatchState) -> None:
-        """A delta of what changed since the last save (nothing when nothing did)."""
-        if self.changes or self.saves.last is None:
-            self.saves.save(state)
+        """A delta of what changed since the last save: at progress steps, and always
+        on cancel and at the end (the log offsets shown since count too, so a new
+        trigger neither repeats nor skips lines)."""
+        self.saves.save(state)
         self.saved_at, self.changes = time.monotonic(), 0
 
 
