@@ -140,4 +140,7 @@ def test_reads_per_poll_stay_flat_as_the_batch_grows(
     assert max(p["write"] for p in small + large) <= 4 * 2 * MAX_CONCURRENT, (small, large)
     # Per poll on average: the same within a small margin at both sizes.
     mean = {n: sum(p["GET"] + p["write"] for p in ps) / len(ps) for n, ps in results.items()}
+    for n, ps in results.items():  # shown with -s: the numbers behind the assertions
+        reads = sum(p["GET"] for p in ps) / len(ps)
+        print(f"{n} inputs: {len(ps)} polls, {reads:.2f} reads and {mean[n]:.2f} calls per poll")
     assert mean[LARGE] <= 1.5 * mean[SMALL], mean
