@@ -11,6 +11,9 @@ Prints one table (case, baseline, ours, ratio, goal, pass/fail) for:
 4. the first upload of 2,000 small files to the real fake-gcs-server, with 50 ms of
    round trip added by a loopback proxy, and without it (kinetic's ``upload_data``);
 5. a batch of 1,000 trivial inputs on the local backend (wall time, write budget);
+   and (``batch10k``) batches of 1,000 and 10,000 driven as a deferred map task's
+   trigger drives them (writes, state bytes, peak memory, time per input; the
+   longest case: 11,000 runner processes);
 6. job overhead: a trivial function's task time, sync and deferrable, above a plain
    ``@task`` under ``dag.test()``, and the status reads a 10-minute GKE job makes.
 
@@ -33,6 +36,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import cases_batch  # noqa: E402
+import cases_batch10k  # noqa: E402
 import cases_hash  # noqa: E402
 import cases_keys  # noqa: E402
 import cases_overhead  # noqa: E402
@@ -42,8 +46,9 @@ import kinetic_ref  # noqa: E402
 from table import Row, render  # noqa: E402
 
 FULL = {"files": 20_000, "size": 4096, "big": 1 << 30, "upload": 2_000, "batch": 1_000}
-CASES = ["hash", "big", "rehash", "keys", "upload", "batch", "overhead"]
+CASES = ["hash", "big", "rehash", "keys", "upload", "batch", "overhead", "batch10k"]
 QUICK = {"files": 2_000, "size": 4096, "big": 64 << 20, "upload": 200, "batch": 20}
+FULL["batch10k"], QUICK["batch10k"] = (1_000, 10_000), (8, 24)  # type: ignore[assignment]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
             print("uploads done", flush=True)
         if "batch" in only:
             rows.append(cases_batch.batch(tmp / "batch", sizes["batch"]))
+        if "batch10k" in only:
+            rows.extend(cases_batch10k.big_batch(tmp / "batch10k", *sizes["batch10k"]))
+            print("big batch done", flush=True)
         if "overhead" in only:
             rows.extend(cases_overhead.overhead(ns.repeat))
             rows.append(cases_polls.gke_status_reads())

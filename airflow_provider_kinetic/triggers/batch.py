@@ -120,7 +120,9 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
             trigger_scope(self, template.identity, template.accelerator, self._batch.backend)
             backend = await asyncio.to_thread(self._backend)
             if self.drive:
-                driver = await asyncio.to_thread(BatchDriver, self.config, backend, self.log)
+                driver = await asyncio.to_thread(
+                    BatchDriver.for_trigger, self.config, backend, self.log
+                )
                 self._batch = await asyncio.to_thread(driver.resume, self._batch)
                 self._sync_state()
             delays = poll_delays(self.poll_interval, backend.first_poll_s)

@@ -8,56 +8,84 @@ clients are), so the trigger runs :meth:`BatchDriver.step` in a thread.
 
 A triggerer restart re-creates the trigger from the state it was deferred with.  To
 continue rather than start over it reads the newest state this deferral saved
-(``core.batch.resume.save_driven``, at most every ``SAVE_EVERY_S`` while something
-changed); children launched after that save are found again by their derived job
-ids (``batchrun.launch(probe=True)``), and children whose jobs were deleted after
+(``core.batch.resume.DrivenSaves``: each save a delta of what changed since the
+previous one); children launched after that save are found again by their derived
+job ids (``batchrun.launch(probe=True)``), and children whose jobs were deleted after
 they succeeded are known by their results (``observe(result_key=...)``), so nothing
 runs twice and no result is dropped.
+
+Saves follow progress, not time: one when a ``1/SAVES_PER_BATCH`` share of the
+batch's launches and ends has happened since the last (and at most every
+``SAVE_EVERY_S``), and on cancel and at the end.  So a batch writes a bounded number
+of state objects whatever its size or length (N + c writes in all), each about as
+large as what changed; a restart costs at most that share of children probed again.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import run as batchrun
-from airflow_provider_kinetic.core.batch.resume import load_driven, save_driven
+from airflow_provider_kinetic.core.batch.resume import DrivenSaves
 from airflow_provider_kinetic.core.batch.state import BatchState
-from airflow_provider_kinetic.core.spec.handles import StatusReport
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport
+from airflow_provider_kinetic.core.storage import ObjectStore
 
-#: Seconds between saves of a driven batch's state (only when it changed).
+#: Seconds between saves of a driven batch's state at least (only when it changed).
 SAVE_EVERY_S = 10.0
+#: Saves of a driven batch's state over its life, from progress (launches and ends).
+SAVES_PER_BATCH = 16
+
+
+def save_threshold(total: int) -> int:
+    """Changes (a launch or an end each, two per input) between two saves."""
+    return max(1, -(-2 * total // SAVES_PER_BATCH))
 
 
 class BatchDriver:
-    """Store, backend and secret of one driven batch, made in the triggerer."""
+    """Store, backend and secret of one driven batch (made in the triggerer by
+    :meth:`for_trigger`; the benchmark makes one from its own parts)."""
 
-    def __init__(self, config_json: str, backend: Backend, log: logging.Logger) -> None:
-        from airflow_provider_kinetic.hooks.connection import config_from_json
-        from airflow_provider_kinetic.hooks.gcs_auth import store_for
-        from airflow_provider_kinetic.hooks.signing import deployment_secret
-
-        self.config = config_from_json(config_json)
-        self.store = store_for(self.config)
-        self.secret = deployment_secret()
+    def __init__(
+        self,
+        config: KineticConfig,
+        store: ObjectStore,
+        secret: bytes,
+        backend: Backend,
+        log: logging.Logger,
+        result_key: Callable[[JobHandle], str | None],
+    ) -> None:
+        self.config, self.store, self.secret = config, store, secret
         self.backend = backend
         self.log = log
+        self.result_key = result_key
         self.saved_at = time.monotonic()
-        self.dirty = False
+        self.changes = 0  # launches and ends since the last save
+        self.saves = DrivenSaves(self.store, self.secret)
+
+    @classmethod
+    def for_trigger(cls, config_json: str, backend: Backend, log: logging.Logger) -> BatchDriver:
+        from airflow_provider_kinetic.hooks.connection import config_from_json
+        from airflow_provider_kinetic.hooks.gcs_auth import store_for
+        from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key
+
+        config = config_from_json(config_json)
+        return cls(config, store_for(config), deployment_secret(), backend, log, result_key)
 
     def resume(self, state: BatchState) -> BatchState:
         """The newest state this deferral saved (after a triggerer restart), else ``state``."""
-        return load_driven(self.store, state, self.secret)
+        return self.saves.load(state)
 
     def step(self, state: BatchState, reports: dict[str, StatusReport]) -> int:
         """Fold one poll's statuses in, launch what fits, save when due; returns how
         many children finished or were launched (0: nothing changed)."""
-        from airflow_provider_kinetic.hooks.signing import result_key
-
-        finished = batchrun.observe(state, reports, self.backend, self.store, result_key)
+        finished = batchrun.observe(state, reports, self.backend, self.store, self.result_key)
         batchlogs.log_failures(state, finished, reports, self.log)
         batchlogs.forget_finished(state)
         launched = batchrun.launch(
@@ -65,14 +93,20 @@ class BatchDriver:
         )
         batchrun.maybe_write_manifest(state, self.store)
         changed = len(finished) + launched
-        self.dirty = self.dirty or bool(changed)
-        if self.dirty and time.monotonic() - self.saved_at >= SAVE_EVERY_S:
+        self.changes += changed
+        if (
+            self.changes >= save_threshold(state.total)
+            and time.monotonic() - self.saved_at >= SAVE_EVERY_S
+        ):
             self.save(state)
         return changed
 
     def save(self, state: BatchState) -> None:
-        save_driven(self.store, state, self.secret)
-        self.saved_at, self.dirty = time.monotonic(), False
+        """A delta of what changed since the last save: at progress steps, and always
+        on cancel and at the end (the log offsets shown since count too, so a new
+        trigger neither repeats nor skips lines)."""
+        self.saves.save(state)
+        self.saved_at, self.changes = time.monotonic(), 0
 
 
 def finished_event(state: BatchState) -> dict[str, Any]:

@@ -12,10 +12,12 @@ failed, cancelled or missing ones are submitted again.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.batch import journal
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
@@ -67,28 +69,75 @@ def driven_key(group_id: str) -> str:
 
 
 def save_driven(store: ObjectStore, state: BatchState, secret: bytes) -> None:
-    """The state of a batch its trigger drives (sealed), bumping ``seq``: a trigger
-    re-created after a triggerer restart continues from here, not from the state
-    it was deferred with.  Written when the state changed, at most every few
-    seconds (``triggers.batch``), so it costs O(polls), not O(children)."""
+    """A full snapshot of the state of a batch its trigger drives (sealed), bumping
+    ``seq``: the base that later deltas (``core.batch.journal``) apply to.  Saves are
+    mostly deltas (:class:`DrivenSaves`); a snapshot only bounds a restart's reads."""
     state.seq += 1
     _write_sealed(store, driven_key(state.group_id), state, secret)
 
 
-def load_driven(store: ObjectStore, state: BatchState, secret: bytes) -> BatchState:
-    """The newest saved state of the deferral that ``state`` came from (``driver``), or
-    ``state`` itself: a save of another deferral or try is never taken."""
+def _load_driven(store: ObjectStore, state: BatchState, secret: bytes) -> tuple[BatchState, int]:
+    base = state
     try:
         raw = store.read_bytes(driven_key(state.group_id))
     except ObjectNotFound:
-        return state
-    saved = BatchState.from_dict(unseal(secret, raw, state.group_id))
-    if saved.driver != state.driver or saved.seq <= state.seq:
-        return state
-    log.info(
-        "batch %s: continuing from the state its trigger saved (#%d)", state.group_id, saved.seq
-    )
-    return saved
+        raw = None
+    if raw is not None:
+        saved = BatchState.from_dict(unseal(secret, raw, state.group_id))
+        if saved.driver == state.driver and saved.seq > state.seq:
+            base = saved
+    if not state.driver:
+        return base, 0
+    value, applied = journal.replay(store, state.group_id, state.driver, base.to_dict(), secret)
+    latest = BatchState.from_dict(value) if applied else base
+    if latest is not state:
+        log.info(
+            "batch %s: continuing from the state its trigger saved (#%d)",
+            state.group_id,
+            latest.seq,
+        )
+    return latest, applied
+
+
+def load_driven(store: ObjectStore, state: BatchState, secret: bytes) -> BatchState:
+    """The newest saved state of the deferral that ``state`` came from (``driver``): its
+    newest snapshot, or ``state`` itself, with that deferral's later deltas applied.
+    A save of another deferral or try is never taken."""
+    return _load_driven(store, state, secret)[0]
+
+
+class DrivenSaves:
+    """One driver's saves of its batch: each a delta against the previous save (its
+    bytes follow what changed, not the batch's size), every
+    ``journal.SNAPSHOT_EVERY``-th a full snapshot."""
+
+    def __init__(self, store: ObjectStore, secret: bytes) -> None:
+        self.store, self.secret = store, secret
+        self.last: dict | None = None  # the dict form of the newest save (or the base)
+        self.chain = 0  # deltas since the newest snapshot (or the base)
+
+    def load(self, state: BatchState) -> BatchState:
+        """``state`` (the deferral's) brought up to its newest save; deltas go on from it."""
+        latest, self.chain = _load_driven(self.store, state, self.secret)
+        self.last = json.loads(json.dumps(latest.to_dict()))
+        return latest
+
+    def save(self, state: BatchState) -> None:
+        if self.last is None or self.chain >= journal.SNAPSHOT_EVERY or not state.driver:
+            save_driven(self.store, state, self.secret)
+            self.chain = 0
+            self.last = json.loads(json.dumps(state.to_dict()))
+            return
+        state.seq += 1
+        new = state.to_dict()
+        changes = journal.diff(self.last, new)
+        journal.write_delta(
+            self.store, state.group_id, state.driver, state.seq, changes, self.secret
+        )
+        self.chain += 1
+        # A copy: the wire form shares inner lists with the live state, and a list
+        # changed in place later must still differ from what was saved.
+        self.last = json.loads(json.dumps(new))
 
 
 def _latest_launch(store: ObjectStore, group_id: str, index: int) -> int:

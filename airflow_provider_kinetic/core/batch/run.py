@@ -46,6 +46,8 @@ from airflow_provider_kinetic.core.storage import ObjectStore
 log = logging.getLogger(__name__)
 
 MANIFEST_INTERVAL_S = 30.0
+#: Rewrites of the manifest while a batch runs, at most (its size is O(N) each time).
+MANIFEST_REWRITES = 16
 MAX_PREEMPTION_RETRIES = 3
 
 
@@ -99,6 +101,7 @@ def write_manifest(state: BatchState, store: ObjectStore) -> None:
     )
     state.manifest_at = time.time()
     state.manifest_dirty = False
+    state.manifest_count = len(state.jobs)
 
 
 def manifest_key(group_id: str) -> str:
@@ -292,11 +295,18 @@ def is_finished(state: BatchState) -> bool:
 
 
 def maybe_write_manifest(state: BatchState, store: ObjectStore, now: float | None = None) -> bool:
-    """Rewrite the manifest when children changed and the interval passed (or at the end)."""
+    """Rewrite the manifest when children changed, the interval passed and another
+    ``1/MANIFEST_REWRITES`` of the inputs was submitted since (or at the end): each
+    rewrite is O(N) bytes, so a batch makes a bounded number of them whatever its
+    length, not one every interval (N + c writes in all)."""
     if not state.manifest_dirty:
         return False
     now = time.time() if now is None else now
-    if state.queue and now - state.manifest_at < MANIFEST_INTERVAL_S:
+    step = -(-state.total // MANIFEST_REWRITES)
+    if state.queue and (
+        now - state.manifest_at < MANIFEST_INTERVAL_S
+        or len(state.jobs) - state.manifest_count < step
+    ):
         return False
     write_manifest(state, store)
     return True

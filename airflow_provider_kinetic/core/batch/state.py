@@ -55,6 +55,8 @@ class BatchState:
     stopped: bool = False
     manifest_at: float = 0.0
     manifest_dirty: bool = False
+    #: Children submitted when the manifest was last written (``run.maybe_write_manifest``).
+    manifest_count: int = 0
     #: Live logs: input index -> [job id, offset shown so far] of each active child
     #: (``core.batch.logs``; bounded by ``max_concurrent``).
     log_offsets: dict[int, list[Any]] = field(default_factory=dict)

@@ -1,0 +1,146 @@
+"""A driven batch's API calls per poll do not grow with the batch (GKE, the API double).
+
+The real ``KineticBatchTrigger`` (``drive=True``, as the map operator defers) drives a
+small and a larger batch against the Kubernetes API double, its "kubelet" finishing
+each child Job as it appears (the result written as the runner would).  Polls are
+told apart by the trigger's status query (one Job list per poll); between two of
+them, the reads (every GET: lists, single reads, logs) must stay the same however
+many inputs the batch has, and the writes follow only the children that were
+created or ended in that poll (bounded by ``max_concurrent``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch.plan import plan_batch
+from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
+from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
+from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.jobs.signing import RESULT_KEY_ENV, sign, signature_key
+from airflow_provider_kinetic.core.storage import store_for_uri
+from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
+from airflow_provider_kinetic.hooks.signing import deployment_secret
+from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
+from tests.fixtures.k8s_double import ThreadedDouble, by_code_under_test
+from tests.integration.test_gke_dags import (  # noqa: F401 - fixtures
+    JOBS,
+    Kubelet,
+    api,
+    connections,
+    google_token,
+)
+
+MAX_CONCURRENT = 4
+SMALL, LARGE = 8, 48
+
+
+def twice(i: int) -> int:
+    return 2 * i
+
+
+class ResultKubelet(Kubelet):
+    """Finishes every child Job as it appears, its result written as the runner would."""
+
+    def __init__(self, double: ThreadedDouble, total: int, after: int) -> None:
+        super().__init__(double)
+        self.total, self.cursor = total, after
+
+    def play(self) -> None:
+        seen = 0
+        while seen < self.total:
+            if not self.until("a child Job", lambda d: len(d.requests) > self.cursor):
+                return
+            new = self.api.call(lambda d: list(d.requests[self.cursor :]))
+            self.cursor += len(new)
+            for request in by_code_under_test(new):
+                if request.method == "POST" and request.url.path == JOBS:
+                    self.finish(json.loads(request.body))
+                    seen += 1
+
+    def finish(self, job: dict[str, Any]) -> None:
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: self.env_value(e) for e in container["env"]}
+        args = container["args"]
+        uri = args[args.index("--result-gcs") + 1]
+        index = int(env["KINETIC_GROUP_INDEX"])
+        blob, _ = dump_result(make_result(success=True, result=2 * index, host_index=0))
+        store, key = store_for_uri(uri)
+        store.write_bytes(key, blob)
+        store.write_bytes(signature_key(key), sign(env[RESULT_KEY_ENV], blob).encode())
+        self.api.patch_status(f"{JOBS}/{job['metadata']['name']}", {"succeeded": 1})
+
+
+async def _events(trigger: KineticBatchTrigger) -> list[Any]:
+    return [event async for event in trigger.run()]
+
+
+def _drive(double: ThreadedDouble, n: int) -> tuple[BatchState, list[dict[str, int]]]:
+    """Plan ``n`` inputs, launch the first children as the operator does, let the
+    trigger drive the rest; the final state and the requests of each poll."""
+    hook = KineticHook("kinetic_gke")
+    config, store, secret = hook.get_config(), hook.get_store(), deployment_secret()
+    state, objects, local = plan_batch(
+        JobRequest(func=twice, output_dir=store.uri(f"outputs/calls-{uuid.uuid4().hex}")),
+        list(range(n)), "single", store, config=config, max_concurrent=MAX_CONCURRENT,
+        retries=0, fail_fast=False, signing_secret=secret,
+    )  # fmt: skip
+    batchrun.start_batch(state, objects, local, store)
+    backend = hook.get_backend(state.backend)
+    start = len(double.requests())
+    kubelet = ResultKubelet(double, n, start)
+    kubelet.start()
+    try:
+        batchrun.launch(state, config, backend, store, secret)
+        state.driver = uuid.uuid4().hex
+        trigger = KineticBatchTrigger(
+            state=state.to_dict(), config=config_to_json(config), poll_interval=0.05,
+            log_bytes_per_poll=0, drive=True,
+        )  # fmt: skip
+        (event,) = asyncio.run(_events(trigger))
+    finally:
+        kubelet.abort.set()
+        kubelet.join(60)
+    assert kubelet.error is None, kubelet.error
+    assert event.payload["status"] == "finished", event.payload
+    polls: list[dict[str, int]] = []
+    for request in by_code_under_test(double.requests()[start:]):
+        if request.method == "GET" and request.url.path == JOBS:
+            polls.append({"GET": 0, "write": 0})  # the status query opens a poll
+        if polls:
+            polls[-1]["GET" if request.method == "GET" else "write"] += 1
+    return BatchState.from_dict(event.payload["state"]), polls
+
+
+def test_reads_per_poll_stay_flat_as_the_batch_grows(
+    connections,  # noqa: F811 - the fixture
+    api,  # noqa: F811 - the fixture
+) -> None:
+    results = {}
+    for n in (SMALL, LARGE):
+        state, polls = _drive(api, n)
+        assert state.finished and state.done == {i: SUCCEEDED for i in range(n)}
+        names = {job for job in state.jobs.values()}
+        assert len(names) == n  # every input ran once
+        results[n] = polls
+        api.call(lambda d: d.forget_requests())
+    small, large = results[SMALL], results[LARGE]
+    # Six times the inputs: more polls, none of them reading more than the Job and pod
+    # lists, the namespace's events and a single read per active child missing from
+    # the lists: a bound set by max_concurrent, not by the batch.
+    assert len(large) > 2 * len(small), (len(small), len(large))
+    reads_bound = 3 + MAX_CONCURRENT
+    assert max(p["GET"] for p in small + large) <= reads_bound, (small, large)
+    # Writes per poll follow the children created and ended in it (a Secret, a Job,
+    # its owner patch, its delete), never the batch.
+    assert max(p["write"] for p in small + large) <= 4 * 2 * MAX_CONCURRENT, (small, large)
+    # Per poll on average: the same within a small margin at both sizes.
+    mean = {n: sum(p["GET"] + p["write"] for p in ps) / len(ps) for n, ps in results.items()}
+    for n, ps in results.items():  # shown with -s: the numbers behind the assertions
+        reads = sum(p["GET"] for p in ps) / len(ps)
+        print(f"{n} inputs: {len(ps)} polls, {reads:.2f} reads and {mean[n]:.2f} calls per poll")
+    assert mean[LARGE] <= 1.5 * mean[SMALL], mean
