@@ -270,8 +270,8 @@ class GcsStore(ObjectStore):
     def _upload_chunked(self, path: str, key: str) -> int:
         """One big file in parallel parts, composed (``gcs_transfer.upload_composite``)."""
         self._workers_for(CHUNK_WORKERS, CHUNK_WORKERS * CHUNK_BYTES)
-        # Parts of CHUNK_BYTES, at most half the threshold (so a lowered one still splits).
-        part = min(CHUNK_BYTES, max(1, (self.chunked_min_bytes or CHUNK_BYTES) // 2))
+        # Enough parts for every worker, each at most CHUNK_BYTES (at most 32 parts).
+        part = min(CHUNK_BYTES, -(-os.path.getsize(path) // CHUNK_WORKERS))
         return upload_composite(self._bucket(), path, key, part, CHUNK_WORKERS)
 
     def download_prefix(

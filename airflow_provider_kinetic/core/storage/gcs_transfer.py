@@ -110,9 +110,8 @@ def download_verified(
 ) -> int:
     """Download each listed ``(blob, path)``; returns the bytes written.
 
-    Objects of ``slice_min`` bytes or more go in slices of ``SLICE_BYTES`` (at most
-    half of ``slice_min``, so a lowered threshold still slices).  Parents of every
-    path must exist.  Raises :class:`CorruptObject` naming the first
+    Objects of ``slice_min`` bytes or more go in slices (:func:`slice_size`).  Parents
+    of every path must exist.  Raises :class:`CorruptObject` naming the first
     file whose size or CRC32C is not the listing's, and re-raises the first failure.
     """
     # What the listing says, kept apart: a download updates a blob's properties from
@@ -135,13 +134,18 @@ def download_verified(
             f.close()
     for (blob, path), f in zip(small, files, strict=True):
         _check(blob, path, (f.written, b64_crc(f.crc)), listed[id(blob)])
-    slice_bytes = min(SLICE_BYTES, max(1, slice_min // 2))
     for blob, path in big:
-        _download_sliced(blob, path, slice_bytes)
+        _download_sliced(blob, path, slice_size(blob.size or 0))
         # The client compared the slices' combined CRC32C with the object's as the
         # responses gave it; that must be the listing's too (same generation).
         _check(blob, path, (os.path.getsize(path), blob.crc32c), listed[id(blob)])
     return sum(size for size, _ in listed.values())
+
+
+def slice_size(size: int) -> int:
+    """Bytes per slice: enough slices to keep every worker busy, each at most
+    ``SLICE_BYTES`` (a request's worth: a retry repeats one slice, not the object)."""
+    return max(1, min(SLICE_BYTES, -(-size // SLICE_WORKERS)))
 
 
 def _check(
