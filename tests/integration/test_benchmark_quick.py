@@ -39,6 +39,16 @@ MUST_PASS = [
     "deferrable sweep: a freed slot until the next child starts, local",
 ]
 INFO = ["job overhead: 7 s job, deferrable (it defers), local"]
+#: the transfer case's rows (issue 23): through the capped proxy, and straight
+TRANSFER = [
+    f"{case}, {link}"
+    for case in (
+        "runner download 50 x 1 MiB files",
+        "runner download one 64 MiB file",
+        "upload one 64 MiB file",
+    )
+    for link in ("50 ms RTT, 25 MB/s per connection", "no added latency or cap")
+]
 
 
 @requires_fake_gcs
@@ -54,7 +64,7 @@ def test_quick_benchmark_prints_every_row(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert "| case | baseline | ours | ratio | goal | result |" in lines
     rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ")}
-    for case in ROWS + MUST_PASS + INFO:
+    for case in ROWS + MUST_PASS + INFO + TRANSFER:
         assert case in rows, f"missing row {case!r} in:\n{done.stdout}"
         assert rows[case].rstrip(" |").split(" | ")[-1] in ("pass", "FAIL", "info"), rows[case]
     for case in [ROWS[-1], *MUST_PASS]:  # budgets, fixed costs and counts: they hold
