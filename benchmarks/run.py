@@ -48,7 +48,7 @@ FULL = {"files": 20_000, "size": 4096, "big": 1 << 30, "upload": 2_000, "batch":
         "pod_files": 2_000, "pod_big": 2 << 30}  # fmt: skip
 CASES = ["hash", "big", "rehash", "upload", "batch", "overhead", "transfer"]
 QUICK = {"files": 2_000, "size": 4096, "big": 64 << 20, "upload": 200, "batch": 20,
-         "pod_files": 50, "pod_big": 64 << 20}  # fmt: skip
+         "pod_files": 20, "pod_big": 64 << 20}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--rtt-ms", type=float, default=50.0)
     parser.add_argument(
-        "--mbps", type=float, default=25.0, help="transfer cases: per-connection cap, MB/s"
+        "--mbps", type=float, default=10.0, help="transfer cases: per-connection cap, MB/s"
     )
     parser.add_argument("--only", nargs="*", choices=CASES)
     ns = parser.parse_args(argv)

@@ -43,11 +43,11 @@ INFO = ["job overhead: 7 s job, deferrable (it defers), local"]
 TRANSFER = [
     f"{case}, {link}"
     for case in (
-        "runner download 50 x 1 MiB files",
+        "runner download 20 x 1 MiB files",
         "runner download one 64 MiB file",
         "upload one 64 MiB file",
     )
-    for link in ("50 ms RTT, 25 MB/s per connection", "no added latency or cap")
+    for link in ("50 ms RTT, 10 MB/s per connection", "no added latency or cap")
 ]
 
 
