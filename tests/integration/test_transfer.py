@@ -233,3 +233,19 @@ def test_a_killed_download_leaves_nothing_a_later_attempt_trusts(fake_gcs, gcs_b
     }
     assert read_result(store, request.job_id)["result"] == expected
     assert _partials(mount.parent) == []  # the dead download's dir is gone
+
+
+def test_a_gzip_encoded_object_arrives_as_kinetic_gets_it(fake_gcs, gcs_bucket, tmp_path):
+    """A user's gs:// object stored gzip-encoded is written as the client hands it over
+    (not held to its stored size and CRC32C, which are the compressed bytes')."""
+    import gzip
+
+    text = b"kinetic " * 50_000
+    blob = fake_gcs.client().bucket(gcs_bucket).blob("u/t.txt")
+    blob.content_encoding = "gzip"
+    blob.upload_from_string(gzip.compress(text))
+    (listed,) = list(fake_gcs.client().list_blobs(gcs_bucket, prefix="u/"))
+    assert listed.size < len(text)
+    plain = fake_gcs.client().bucket(gcs_bucket).blob("u/t.txt").download_as_bytes()
+    gt.download_verified([(listed, str(tmp_path / "t.txt"))], 4, slice_min=1000)
+    assert (tmp_path / "t.txt").read_bytes() == plain  # what the client itself gives
