@@ -47,11 +47,12 @@ def fake_gcs() -> Iterator[str | None]:
 
 
 @contextlib.contextmanager
-def latency_proxy(endpoint: str, rtt_ms: float) -> Iterator[str]:
-    """``http://127.0.0.1:PORT`` forwarding to ``endpoint`` with ``rtt_ms`` added."""
+def latency_proxy(endpoint: str, rtt_ms: float, mbps: float = 0.0) -> Iterator[str]:
+    """``http://127.0.0.1:PORT`` forwarding to ``endpoint`` with ``rtt_ms`` added (and
+    each connection capped at ``mbps`` MB/s when given)."""
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "latency_proxy.py"), "--upstream",
-         endpoint.removeprefix("http://"), "--rtt-ms", str(rtt_ms)],
+         endpoint.removeprefix("http://"), "--rtt-ms", str(rtt_ms), "--mbps", str(mbps)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     try:

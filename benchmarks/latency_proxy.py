@@ -1,11 +1,15 @@
 """A loopback TCP proxy that adds latency, standing in for a far-away bucket.
 
-    python benchmarks/latency_proxy.py --upstream 127.0.0.1:PORT --rtt-ms 50
+    python benchmarks/latency_proxy.py --upstream 127.0.0.1:PORT --rtt-ms 50 [--mbps 25]
 
 It listens on ``127.0.0.1`` only (a free port, printed as the first line of stdout),
 forwards every connection to ``--upstream`` and delays each direction by half the
-round trip, plus one round trip to open a connection (a TCP handshake).  Throughput
-is not limited: bytes are queued with the time they may leave, as on a long link.
+round trip, plus one round trip to open a connection (a TCP handshake).  Bytes are
+queued with the time they may leave, as on a long link.  ``--mbps`` caps each
+connection's throughput in each direction (MB/s, 10**6 bytes): one stream to a real
+bucket is limited by its window and the path while parallel streams add up, so a
+transfer that opens several connections gets several times the cap; without it,
+throughput is not limited.
 
 It stops by itself: when its stdin reaches end of file (the parent closed it or
 died) or after ``--max-seconds``, whichever comes first.  Stdlib only.
@@ -19,17 +23,30 @@ import contextlib
 import sys
 import threading
 
+#: Bytes read at a time; chunks queued per direction (the window a link holds).
+_CHUNK = 256 * 1024
+_QUEUED = 64
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
-    """Copy ``reader`` to ``writer``, each chunk leaving ``delay`` s after it arrived."""
+
+async def _pump(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float, rate: float
+) -> None:
+    """Copy ``reader`` to ``writer``, each chunk leaving ``delay`` s after it arrived and,
+    with a ``rate`` (bytes/s, 0: none), not before the previous one had time to pass."""
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+    # Bounded: a capped connection pushes back on its sender instead of buffering it all.
+    queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(maxsize=_QUEUED)
 
     async def feed() -> None:
+        free = 0.0  # when the capped link is free for the next chunk
         with contextlib.suppress(ConnectionError, OSError):
-            while chunk := await reader.read(256 * 1024):
-                queue.put_nowait((loop.time() + delay, chunk))
-        queue.put_nowait((loop.time() + delay, b""))
+            while chunk := await reader.read(_CHUNK):
+                due = loop.time() + delay
+                if rate:
+                    due = max(due, free)
+                    free = due + len(chunk) / rate
+                await queue.put((due, chunk))
+        await queue.put((max(loop.time() + delay, free), b""))
 
     async def drain() -> None:
         while True:
@@ -54,6 +71,7 @@ async def _handle(
     client_w: asyncio.StreamWriter,
     upstream: tuple[str, int],
     rtt: float,
+    rate: float,
 ) -> None:
     """One client connection.  Cancellation (the proxy stopping) ends it quietly: the
     stream server would report a cancelled handler as an error."""
@@ -61,7 +79,9 @@ async def _handle(
     try:
         await asyncio.sleep(rtt)  # the handshake a real connection would pay
         server_r, server_w = await asyncio.open_connection(*upstream)
-        await asyncio.gather(_pump(client_r, server_w, rtt / 2), _pump(server_r, client_w, rtt / 2))
+        await asyncio.gather(
+            _pump(client_r, server_w, rtt / 2, rate), _pump(server_r, client_w, rtt / 2, rate)
+        )
     except (asyncio.CancelledError, OSError):
         pass
     finally:
@@ -70,7 +90,7 @@ async def _handle(
                 w.close()
 
 
-async def _serve(upstream: tuple[str, int], rtt: float, max_seconds: float) -> None:
+async def _serve(upstream: tuple[str, int], rtt: float, rate: float, max_seconds: float) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
@@ -83,7 +103,7 @@ async def _serve(upstream: tuple[str, int], rtt: float, max_seconds: float) -> N
     threading.Thread(target=watch_stdin, daemon=True).start()
     loop.call_later(max_seconds, stop.set)
     server = await asyncio.start_server(
-        lambda r, w: _handle(r, w, upstream, rtt), host="127.0.0.1", port=0
+        lambda r, w: _handle(r, w, upstream, rtt, rate), host="127.0.0.1", port=0
     )
     print(server.sockets[0].getsockname()[1], flush=True)
     await stop.wait()
@@ -99,10 +119,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--upstream", required=True, help="HOST:PORT to forward to")
     parser.add_argument("--rtt-ms", type=float, default=50.0)
+    parser.add_argument("--mbps", type=float, default=0.0, help="per-connection cap, MB/s")
     parser.add_argument("--max-seconds", type=float, default=900.0)
     ns = parser.parse_args()
     host, _, port = ns.upstream.rpartition(":")
-    asyncio.run(_serve((host, int(port)), ns.rtt_ms / 1000, ns.max_seconds))
+    rate = ns.mbps * 1e6
+    asyncio.run(_serve((host, int(port)), ns.rtt_ms / 1000, rate, ns.max_seconds))
     return 0
 
 

@@ -15,7 +15,10 @@ Prints one table (case, baseline, ours, ratio, goal, pass/fail) for:
    trigger drives them (writes, state bytes, peak memory, time per input; the
    longest case: 11,000 runner processes);
 6. job overhead: a trivial function's task time, sync and deferrable, above a plain
-   ``@task`` under ``dag.test()``, and the status reads a 10-minute GKE job makes.
+   ``@task`` under ``dag.test()``, and the status reads a 10-minute GKE job makes;
+7. transfers: the runner's download of many 1 MiB files and of one big file, and the
+   upload of one big file, against kinetic's own code through the latency proxy with
+   a per-connection cap (``--mbps``), and without it (info).
 
 Each ratio is kinetic's (or the baseline's) time over ours, best of ``--repeat``
 interleaved runs.  ``--quick`` uses small sizes (the test suite runs it); its ratios
@@ -41,13 +44,16 @@ import cases_hash  # noqa: E402
 import cases_keys  # noqa: E402
 import cases_overhead  # noqa: E402
 import cases_polls  # noqa: E402
+import cases_transfer  # noqa: E402
 import cases_upload  # noqa: E402
 import kinetic_ref  # noqa: E402
 from table import Row, render  # noqa: E402
 
-FULL = {"files": 20_000, "size": 4096, "big": 1 << 30, "upload": 2_000, "batch": 1_000}
-CASES = ["hash", "big", "rehash", "keys", "upload", "batch", "overhead", "batch10k"]
-QUICK = {"files": 2_000, "size": 4096, "big": 64 << 20, "upload": 200, "batch": 20}
+FULL = {"files": 20_000, "size": 4096, "big": 1 << 30, "upload": 2_000, "batch": 1_000,
+        "pod_files": 2_000, "pod_big": 2 << 30}  # fmt: skip
+CASES = ["hash", "big", "rehash", "keys", "upload", "batch", "overhead", "transfer", "batch10k"]
+QUICK = {"files": 2_000, "size": 4096, "big": 64 << 20, "upload": 200, "batch": 20,
+         "pod_files": 20, "pod_big": 64 << 20}  # fmt: skip
 FULL["batch10k"], QUICK["batch10k"] = (1_000, 10_000), (8, 24)  # type: ignore[assignment]
 
 
@@ -56,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds, not minutes)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--rtt-ms", type=float, default=50.0)
+    parser.add_argument(
+        "--mbps", type=float, default=10.0, help="transfer cases: per-connection cap, MB/s"
+    )
     parser.add_argument("--only", nargs="*", choices=CASES)
     ns = parser.parse_args(argv)
     sizes = QUICK if ns.quick else FULL
@@ -107,6 +116,13 @@ def main(argv: list[str] | None = None) -> int:
             rows.extend(cases_overhead.overhead(ns.repeat))
             rows.append(cases_polls.gke_status_reads())
             print("overhead done", flush=True)
+        if "transfer" in only:
+            rows.extend(
+                cases_transfer.transfer(
+                    tmp, sizes["pod_files"], sizes["pod_big"], ns.repeat, ns.rtt_ms, ns.mbps
+                )
+            )
+            print("transfers done", flush=True)
     title = "airflow-provider-kinetic vs keras-kinetic 0.0.4" + (" (--quick)" if ns.quick else "")
     print(render(rows, title))
     return 0

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import cloudpickle
@@ -36,6 +37,9 @@ from airflow_provider_kinetic.core.jobs.resultref import resolve_result_refs
 from airflow_provider_kinetic.core.storage import store_for_uri
 
 log = logging.getLogger("kinetic.runner")
+
+#: Data inputs downloaded at the same time (each one's own files in parallel too).
+PREFETCH_REFS = 4
 
 
 class PhaseError(Exception):
@@ -133,17 +137,52 @@ def _resolve_fuse(ref: dict[str, Any]) -> str:
     return mount
 
 
+def _ref_key(ref: dict[str, Any]) -> str:
+    """One download per URI and set of empty directories (trees differing only in
+    empty directories share a cache entry, one URI)."""
+    return f"{ref['uri']}\0{bool(ref.get('is_dir'))}\0{sorted(ref.get(EMPTY_DIRS) or ())}"
+
+
+def prefetch_refs(objs: Any, workdir: str, cache: dict[str, str]) -> None:
+    """Download every data ref in ``objs`` at once (each ref's own files in parallel
+    too), so the function starts when the last input is complete rather than after
+    the sum of them; the first failure is raised."""
+    pending: dict[str, dict[str, Any]] = {}
+
+    def collect(ref: Any) -> Any:
+        if not is_data_ref(ref):
+            return KEEP
+        if not (ref.get("fuse") and ref.get("mount_path")):
+            key = _ref_key(ref)
+            if key not in cache and key not in pending:
+                pending[key] = ref
+        return ref
+
+    map_leaves(objs, collect)
+    if not pending:
+        return
+    targets = {
+        key: ref.get("mount_path") or os.path.join(workdir, "data", str(len(cache) + n))
+        for n, (key, ref) in enumerate(pending.items())
+    }
+    with ThreadPoolExecutor(max_workers=min(PREFETCH_REFS, len(pending))) as pool:
+        futures = {
+            key: pool.submit(_download_ref, ref, targets[key]) for key, ref in pending.items()
+        }
+        for key, fut in futures.items():
+            cache[key] = fut.result()
+
+
 def resolve_refs(obj: Any, workdir: str, cache: dict[str, str]) -> Any:
     """Replace ref dicts in args/kwargs with local paths (one download per URI and
-    set of empty directories)."""
+    set of empty directories; ``prefetch_refs`` may have made them all already)."""
 
     def resolve(ref: Any) -> Any:
         if not is_data_ref(ref):
             return KEEP
         if ref.get("fuse") and ref.get("mount_path"):
             return _resolve_fuse(ref)
-        # Trees differing only in empty directories share a cache entry (one URI).
-        key = f"{ref['uri']}\0{bool(ref.get('is_dir'))}\0{sorted(ref.get(EMPTY_DIRS) or ())}"
+        key = _ref_key(ref)
         if key not in cache:
             target = ref.get("mount_path") or os.path.join(workdir, "data", str(len(cache)))
             cache[key] = _download_ref(ref, target)
@@ -223,6 +262,7 @@ def prepare(
         for n, ref in enumerate(payload.get("volumes") or []):
             _mount_volume(ref, workdir, n, links)
         if payload.get("has_data_refs", True):
+            prefetch_refs((args, kwargs), workdir, cache)
             args = resolve_refs(tuple(args), workdir, cache)
             kwargs = resolve_refs(dict(kwargs), workdir, cache)
         phase = "result reference resolve"  # upstream results that did not fit XCom

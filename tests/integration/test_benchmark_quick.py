@@ -46,6 +46,16 @@ MUST_PASS = [
 INFO = ["job overhead: 7 s job, deferrable (it defers), local"]
 #: a ratio to Airflow's own deferral: judged by the full run, present here
 RATIOS = ["deferral overhead: 7 s job deferred vs Airflow's own 7 s deferral, local"]
+#: the transfer case's rows (issue 23): through the capped proxy, and straight
+TRANSFER = [
+    f"{case}, {link}"
+    for case in (
+        "runner download 20 x 1 MiB files",
+        "runner download one 64 MiB file",
+        "upload one 64 MiB file",
+    )
+    for link in ("50 ms RTT, 10 MB/s per connection", "no added latency or cap")
+]
 
 
 @requires_fake_gcs
@@ -61,7 +71,7 @@ def test_quick_benchmark_prints_every_row(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert "| case | baseline | ours | ratio | goal | result |" in lines
     rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ")}
-    for case in ROWS + MUST_PASS + INFO + RATIOS:
+    for case in ROWS + MUST_PASS + INFO + RATIOS + TRANSFER:
         assert case in rows, f"missing row {case!r} in:\n{done.stdout}"
         assert rows[case].rstrip(" |").split(" | ")[-1] in ("pass", "FAIL", "info"), rows[case]
     for case in [*ROWS[-2:], *MUST_PASS]:  # budgets, fixed costs and counts: they hold

@@ -422,32 +422,30 @@ def test_gcs_workers_follow_the_files_and_the_pool_matches(
 
 
 @requires_fake_gcs
-def test_gcs_big_files_take_the_chunked_upload(
+def test_gcs_big_files_take_the_composite_upload(
     fake_gcs, gcs_bucket: str, tmp_path: Path, monkeypatch
 ) -> None:
-    """On real GCS big files go through transfer_manager's parallel chunked upload
-    (the emulator lacks the XML multipart API, so the call is recorded and replaced
-    by a plain upload here); small ones do not."""
+    """Big files go up as parallel parts composed into one object (the emulator and
+    GCS alike); small ones as one request each, and both download back intact."""
     from airflow_provider_kinetic.core.storage import gcs
 
-    chunked: list[tuple[str, int, str]] = []
+    composed: list[tuple[str, int]] = []
+    real = gcs.upload_composite
 
-    def fake_chunks(filename, blob, chunk_size, worker_type, max_workers, retry):  # type: ignore[no-untyped-def]
-        chunked.append((blob.name, chunk_size, worker_type))
-        blob.upload_from_filename(filename)
+    def spy(bucket, path, key, part_bytes, workers):  # type: ignore[no-untyped-def]
+        composed.append((key, part_bytes))
+        return real(bucket, path, key, part_bytes, workers)
 
-    monkeypatch.setattr(gcs, "_is_real_gcs", lambda client: True)
-    monkeypatch.setattr(gcs.transfer_manager, "upload_chunks_concurrently", fake_chunks)
+    monkeypatch.setattr(gcs, "upload_composite", spy)
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "big.bin").write_bytes(os.urandom(5000))
     (tmp_path / "src" / "small.bin").write_bytes(b"s")
     store = gcs.GcsStore(gcs_bucket, client=fake_gcs.client(), chunked_min_bytes=4096)
     assert store.upload_files(str(tmp_path / "src"), ["big.bin", "small.bin"], "c") == 5001
-    assert chunked == [("c/big.bin", gcs.CHUNK_BYTES, gcs.transfer_manager.THREAD)]
+    assert composed == [("c/big.bin", -(-5000 // gcs.CHUNK_WORKERS))]
     store.download_prefix("c", str(tmp_path / "dst"))
     assert read_tree(tmp_path / "dst") == read_tree(tmp_path / "src")
-    monkeypatch.undo()
-    assert not gcs._is_real_gcs(fake_gcs.client())
+    assert store.list("") == ["c/big.bin", "c/small.bin"]  # no part left
 
 
 _WRITER = textwrap.dedent(

@@ -8,9 +8,8 @@ Many-file transfers run on a thread pool sized from the file count and sizes
 so up to 64 requests are kept in flight, and the client's HTTP connection pool is
 widened to match (with fewer connections than threads, urllib3 discards and
 re-opens connections and threads queue).  Files of ``CHUNKED_MIN_BYTES`` or more go
-through ``transfer_manager.upload_chunks_concurrently`` (parallel parts over the XML
-multipart API) when the store talks to Google Cloud Storage itself; emulators such
-as fake-gcs-server do not implement that API, so there they are plain uploads.
+up as parallel parts composed into one object, and downloads are verified per object
+and sliced for big objects (``gcs_transfer.py``: why composite, why threads).
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from collections.abc import Iterable
 from google.api_core import exceptions as gexc
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
-from google.cloud.storage import transfer_manager
 from google.cloud.storage.retry import DEFAULT_RETRY
 
 from airflow_provider_kinetic.core.storage._keys import (
@@ -40,14 +38,20 @@ from airflow_provider_kinetic.core.storage.base import (
     PreconditionFailed,
     ProgressFn,
 )
+from airflow_provider_kinetic.core.storage.gcs_transfer import (
+    SLICE_MIN_BYTES,
+    SLICE_WORKERS,
+    download_verified,
+    upload_composite,
+)
 
 #: Project used with the emulator, which ignores it but the client wants one.
 EMULATOR_PROJECT = "test"
 _DEFAULT_CONTENT_TYPE = "application/octet-stream"
-#: Files at least this big upload in parallel parts (real GCS only, see module doc).
+#: Files at least this big upload in parallel parts (composed into one object).
 CHUNKED_MIN_BYTES = 64 << 20
 CHUNK_BYTES = 32 << 20
-CHUNK_WORKERS = 8
+CHUNK_WORKERS = 16
 _STOCK_POOL = 10  # requests' default connections per host
 
 
@@ -91,12 +95,6 @@ def _widen_pool(client: storage.Client, size: int) -> None:
         pass
 
 
-def _is_real_gcs(client: storage.Client) -> bool:
-    """Whether ``client`` talks to Google Cloud Storage (not an emulator)."""
-    base = getattr(getattr(client, "_connection", None), "API_BASE_URL", "") or ""
-    return base.startswith("https://") and base.rstrip("/").endswith(".googleapis.com")
-
-
 class GcsStore(ObjectStore):
     """Objects in one GCS bucket; keys are object names."""
 
@@ -109,14 +107,17 @@ class GcsStore(ObjectStore):
         project: str | None = None,
         workers: int | None = None,
         chunked_min_bytes: int | None = CHUNKED_MIN_BYTES,
+        sliced_min_bytes: int = SLICE_MIN_BYTES,
     ) -> None:
         """``workers``: threads per many-file transfer (``None``: chosen from the file
         count and sizes).  ``chunked_min_bytes``: files this big upload in parallel
-        parts on real GCS (``None``: never)."""
+        parts (``None``: never).  ``sliced_min_bytes``: objects this big download in
+        parallel slices."""
         self.bucket = bucket
         self.project = project
         self.workers = max(1, workers) if workers else None
         self.chunked_min_bytes = chunked_min_bytes
+        self.sliced_min_bytes = sliced_min_bytes
         self._client = client
         self._lock = threading.Lock()
         self._pool = 0
@@ -131,6 +132,7 @@ class GcsStore(ObjectStore):
             "project": self.project,
             "workers": self.workers,
             "chunked_min_bytes": self.chunked_min_bytes,
+            "sliced_min_bytes": self.sliced_min_bytes,
         }
 
     def __setstate__(self, state: dict[str, object]) -> None:
@@ -202,6 +204,8 @@ class GcsStore(ObjectStore):
 
     def upload_file(self, local_path: str, key: str) -> int:
         size = os.path.getsize(local_path)
+        if self.chunked_min_bytes is not None and size >= self.chunked_min_bytes:
+            return self._upload_chunked(local_path, key)
         self._blob(key).upload_from_filename(local_path, retry=DEFAULT_RETRY)
         return size
 
@@ -231,8 +235,8 @@ class GcsStore(ObjectStore):
     ) -> int:
         """Parallel upload; progress after every file; raises the first failure.
 
-        Small files share a pool sized for latency (see module doc); on real GCS each
-        file of ``chunked_min_bytes`` or more is then sent in parallel parts.
+        Small files share a pool sized for latency (see module doc); each file of
+        ``chunked_min_bytes`` or more is then sent in parallel parts.
         """
         bucket = self._bucket()
         jobs = []
@@ -240,8 +244,6 @@ class GcsStore(ObjectStore):
             path = os.path.join(root, *rel.split("/"))
             jobs.append((path, bucket.blob(join_key(prefix, rel)), os.path.getsize(path)))
         threshold = self.chunked_min_bytes
-        if threshold is None or not _is_real_gcs(self.client):
-            threshold = None
         big = [j for j in jobs if threshold is not None and j[2] >= threshold]
         small = [j for j in jobs if threshold is None or j[2] < threshold]
         workers = self._workers_for(len(small), sum(j[2] for j in small))
@@ -253,7 +255,7 @@ class GcsStore(ObjectStore):
 
         sent = run_parallel(small, self._upload_one, workers, report if small else None)
         for done, (path, blob, size) in enumerate(big, start=len(small) + 1):
-            self._upload_chunked(path, blob)
+            self._upload_chunked(path, blob.name)
             sent += size
             if progress:
                 progress(done, total, sent)
@@ -265,27 +267,25 @@ class GcsStore(ObjectStore):
     def _upload_one(path: str, blob: storage.Blob) -> None:
         blob.upload_from_filename(path, retry=DEFAULT_RETRY)
 
-    def _upload_chunked(self, path: str, blob: storage.Blob) -> None:
-        """One big file in parallel parts (XML multipart upload), threads not processes:
-        the client and its credentials stay in this process."""
+    def _upload_chunked(self, path: str, key: str) -> int:
+        """One big file in parallel parts, composed (``gcs_transfer.upload_composite``)."""
         self._workers_for(CHUNK_WORKERS, CHUNK_WORKERS * CHUNK_BYTES)
-        transfer_manager.upload_chunks_concurrently(
-            path,
-            blob,
-            chunk_size=CHUNK_BYTES,
-            worker_type=transfer_manager.THREAD,
-            max_workers=CHUNK_WORKERS,
-            retry=DEFAULT_RETRY,
-        )
+        # Enough parts for every worker, each at most CHUNK_BYTES (at most 32 parts).
+        part = min(CHUNK_BYTES, -(-os.path.getsize(path) // CHUNK_WORKERS))
+        return upload_composite(self._bucket(), path, key, part, CHUNK_WORKERS)
 
     def download_prefix(
         self, prefix: str, local_dir: str, progress: ProgressFn | None = None
     ) -> list[str]:
-        """Download every object under ``prefix/`` (directory semantics).
+        """Download every object under ``prefix/`` (directory semantics), verified.
 
         Names ending in ``/`` are folder placeholders (console-created) and skipped;
         a name that would escape ``local_dir`` raises ``ValueError`` before anything
-        is downloaded.
+        is downloaded.  Each file must match its listed size and CRC32C
+        (``CorruptObject`` names one that does not); objects of ``sliced_min_bytes``
+        or more download in parallel slices.  Files are written in place: a caller
+        that must never see a partial tree downloads into a temp dir (as
+        ``data.schemes.base.download_from_store`` does).
         """
         base = dir_prefix(prefix)
         blobs = [
@@ -298,14 +298,14 @@ class GcsStore(ObjectStore):
         targets = [os.path.join(local_dir, *safe_relpath(r).split("/")) for r in rels]
         for parent in {os.path.dirname(t) for t in targets}:
             os.makedirs(parent, exist_ok=True)
-        jobs = [(b, t, b.size or 0) for b, t in zip(blobs, targets, strict=True)]
-        workers = self._workers_for(len(jobs), sum(j[2] for j in jobs))
-        run_parallel(jobs, self._download_one, workers, progress)
+        small = [b for b in blobs if (b.size or 0) < self.sliced_min_bytes]
+        workers = self._workers_for(len(small), sum(b.size or 0 for b in small))
+        self._workers_for(SLICE_WORKERS, 0)  # the pool serves a sliced object's streams
+        pairs = list(zip(blobs, targets, strict=True))
+        nbytes = download_verified(pairs, workers, self.sliced_min_bytes)
+        if progress:
+            progress(len(pairs), len(pairs), nbytes)
         return rels
-
-    @staticmethod
-    def _download_one(blob: storage.Blob, target: str) -> None:
-        blob.download_to_filename(target, retry=DEFAULT_RETRY)
 
     def list(self, prefix: str) -> list[str]:
         """Object names starting with ``prefix``, sorted; folder placeholders skipped."""

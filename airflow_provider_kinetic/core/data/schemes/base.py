@@ -15,15 +15,12 @@ Schemes are Airflow-free: the runner uses them in the pod.
 from __future__ import annotations
 
 import abc
-import logging
 import os
 from typing import Any, ClassVar, Protocol
 
 from airflow_provider_kinetic.core.data.mounts import FuseMount
 from airflow_provider_kinetic.core.data.refs import EMPTY_DIRS, make_data_ref
-from airflow_provider_kinetic.core.storage import ObjectStore, store_for_uri
-
-log = logging.getLogger(__name__)
+from airflow_provider_kinetic.core.storage import ObjectStore
 
 
 class Data(Protocol):
@@ -99,19 +96,3 @@ def create_empty_dirs(ref: dict[str, Any], target: str) -> None:
         if str(rel).startswith("/") or ".." in parts or not parts:
             raise ValueError(f"data ref {ref['uri']!r}: bad empty directory {rel!r}")
         os.makedirs(os.path.join(target, *parts), exist_ok=True)
-
-
-def download_from_store(ref: dict[str, Any], target: str) -> str:
-    """Copy every object under the ref's URI prefix to ``target`` (gs://, file://).
-
-    A non-directory ref whose download produced exactly one file resolves to that
-    file, as kinetic's runner does; a directory ref's ``target`` always exists, with
-    its empty directories.
-    """
-    store, key = store_for_uri(ref["uri"].rstrip("/"))
-    names = store.download_prefix(key, target)
-    log.info("downloaded %d file(s) of %s to %s", len(names), ref["uri"], target)
-    if not ref.get("is_dir") and len(names) == 1:
-        return os.path.join(target, names[0])
-    create_empty_dirs(ref, target)
-    return target

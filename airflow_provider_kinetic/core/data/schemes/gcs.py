@@ -12,9 +12,9 @@ from airflow_provider_kinetic.core.data.mounts import FuseMount
 from airflow_provider_kinetic.core.data.schemes.base import (
     Data,
     DataScheme,
-    download_from_store,
     plain_ref,
 )
+from airflow_provider_kinetic.core.data.schemes.download import download_from_store
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 

@@ -18,9 +18,9 @@ from airflow_provider_kinetic.core.data.refs import EMPTY_DIRS, EMPTY_TREE_HASH,
 from airflow_provider_kinetic.core.data.schemes.base import (
     Data,
     DataScheme,
-    download_from_store,
     plain_ref,
 )
+from airflow_provider_kinetic.core.data.schemes.download import download_from_store
 from airflow_provider_kinetic.core.storage import ObjectStore, file_uri_path
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,159 @@
+"""Runner side: a Data ref's objects at a local path, whole and verified, or nothing.
+
+The objects are downloaded into a temp dir beside the target (``.NAME.kinetic-partial-
+PID-TOKEN``), where the store checks each file against its listing (size, CRC32C:
+``core/storage/gcs_transfer.py``).  A ref to a data-cache entry
+(``default/data-cache/{hash}``) is then hashed with kinetic's content hash, which must
+be the entry's name: an object changed in the store after the upload is caught there
+even when its own checksum is consistent.  Only then is the temp dir renamed to the
+target, so a download cut short (an error, a SIGKILL) never leaves files under the
+target's name; what it leaves is a partial dir whose owner is dead, which the next
+download of the same target removes.  Nothing ever reuses a partial dir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+from typing import Any
+
+from airflow_provider_kinetic.core.data.hashing.treehash import content_hash
+from airflow_provider_kinetic.core.data.refs import CACHE_PREFIX, MARKER_PREFIX
+from airflow_provider_kinetic.core.data.schemes.base import create_empty_dirs
+from airflow_provider_kinetic.core.errors import KineticError
+from airflow_provider_kinetic.core.storage import ObjectStore, store_for_uri
+from airflow_provider_kinetic.core.storage.stat import stat_objects
+
+log = logging.getLogger(__name__)
+
+#: Marks a download in progress (never a finished one): ``.{name}{PARTIAL}{pid}-{hex}``.
+PARTIAL = ".kinetic-partial-"
+
+
+class DataHashMismatch(KineticError, ValueError):
+    """A data-cache entry's downloaded files do not hash to the entry's name."""
+
+
+def download_from_store(ref: dict[str, Any], target: str, store: ObjectStore | None = None) -> str:
+    """Copy every object under the ref's URI prefix to ``target`` (gs://, file://).
+
+    A non-directory ref whose download produced exactly one file resolves to that
+    file, as kinetic's runner does; a directory ref's ``target`` always exists, with
+    its empty directories.  ``target`` appears only once every file is verified.
+    ``store``: the store holding the URI's bucket (default: one made for the URI).
+    """
+    default, key = store_for_uri(ref["uri"].rstrip("/"))
+    store = store or default
+    target = os.path.abspath(target)
+    tmp = _partial_dir(target)
+    try:
+        names = store.download_prefix(key, tmp)
+        os.makedirs(tmp, exist_ok=True)
+        if not ref.get("is_dir") and len(names) == 1:
+            _check_hash(ref, store, key, os.path.join(tmp, names[0]))
+            _publish(tmp, target)
+            path = os.path.join(target, names[0])
+        else:
+            create_empty_dirs(ref, tmp)
+            _check_hash(ref, store, key, tmp)
+            _publish(tmp, target)
+            path = target
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("downloaded %d file(s) of %s to %s, verified", len(names), ref["uri"], target)
+    return path
+
+
+def expected_hash(key: str) -> str | None:
+    """The content hash a data-cache key names (``default/data-cache/{hash}``), else
+    None (a ``gs://`` Data of the user's own: its objects' checksums are all there is)."""
+    head, _, digest = key.rstrip("/").rpartition("/")
+    if head.endswith(CACHE_PREFIX) and len(digest) == 64:
+        with contextlib.suppress(ValueError):
+            int(digest, 16)
+            return digest
+    return None
+
+
+def _check_hash(ref: dict[str, Any], store: ObjectStore, key: str, path: str) -> None:
+    expected = expected_hash(key)
+    if expected is None:
+        return
+    got = content_hash(path, ref["uri"], None).hexdigest
+    if got != expected:
+        changed = _changed_after_marker(store, key)
+        which = f"changed after the entry was complete: {', '.join(changed)}" if changed else ""
+        raise DataHashMismatch(
+            f"data {ref['uri']}: the downloaded files hash to {got}, not to the entry's "
+            f"name {expected}; {which or 'an object of the entry was changed after upload'}"
+            "; not used"
+        )
+
+
+def _changed_after_marker(store: ObjectStore, key: str) -> list[str]:
+    """The entry's files written after its marker (the upload writes the marker last):
+    the objects that were replaced, named for the error (only read on a mismatch)."""
+    head, _, digest = key.rstrip("/").rpartition(CACHE_PREFIX)
+    marker = head + MARKER_PREFIX + digest
+    try:
+        sealed = stat_objects(store, marker).get(marker)
+        if sealed is None:
+            return []
+        base = key.rstrip("/") + "/"
+        objects = stat_objects(store, base)
+    except Exception:  # noqa: BLE001 - only for the message: the mismatch is the error
+        return []
+    return sorted(k[len(base) :] for k, (_, t) in objects.items() if t > sealed[1])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep(parent: str, stem: str) -> None:
+    """Remove partial dirs of ``stem`` left by processes that are gone (killed
+    mid-download): never read, only deleted."""
+    with contextlib.suppress(OSError):
+        for entry in os.listdir(parent):
+            if not entry.startswith(stem):
+                continue
+            pid = entry[len(stem) :].split("-", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                log.info("removing %s, a download cut short", os.path.join(parent, entry))
+                shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+
+
+def _partial_dir(target: str) -> str:
+    """A fresh temp dir name beside ``target`` (inside it when its parent is not
+    writable, e.g. a mount path at ``/``); stale ones of dead owners are removed."""
+    parent, name = os.path.split(target)
+    os.makedirs(parent, exist_ok=True)
+    if not os.access(parent, os.W_OK):
+        os.makedirs(target, exist_ok=True)
+        parent, name = target, ""
+    stem = f".{name}{PARTIAL}"
+    _sweep(parent, stem)
+    return os.path.join(parent, f"{stem}{os.getpid()}-{secrets.token_hex(6)}")
+
+
+def _publish(tmp: str, target: str) -> None:
+    """``tmp`` becomes ``target``: one rename when the target is absent or an empty
+    directory; entry by entry into an existing one (a mount point cannot be replaced)."""
+    with contextlib.suppress(OSError):
+        os.rename(tmp, target)
+        return
+    os.makedirs(target, exist_ok=True)
+    for entry in os.listdir(tmp):
+        dest = os.path.join(target, entry)
+        if os.path.isdir(dest) and not os.path.islink(dest):
+            shutil.rmtree(dest)
+        os.replace(os.path.join(tmp, entry), dest)
