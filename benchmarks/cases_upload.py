@@ -29,8 +29,9 @@ PROJECT = "bench"
 
 
 @contextlib.contextmanager
-def fake_gcs() -> Iterator[str | None]:
-    """The emulator's endpoint for the duration, or None when it is not installed."""
+def fake_gcs(on_disk: bool = False) -> Iterator[str | None]:
+    """The emulator's endpoint for the duration, or None when it is not installed
+    (``on_disk``: objects in files under the temp dir rather than in its memory)."""
     sys.path.insert(0, str(REPO))
     from tests.fixtures.fake_gcs import _start, _stop, find_fake_gcs_binary
 
@@ -39,7 +40,8 @@ def fake_gcs() -> Iterator[str | None]:
         yield None
         return
     with tempfile.TemporaryDirectory(prefix="bench-gcs-") as tmp:
-        proc, endpoint = _start(binary, os.path.join(tmp, "server.log"))
+        root = os.path.join(tmp, "objects") if on_disk else None
+        proc, endpoint = _start(binary, os.path.join(tmp, "server.log"), root)
         try:
             yield endpoint
         finally:
