@@ -20,7 +20,12 @@ from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.keys import gc as keys_gc
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.core.storage._keys import PARTS_PREFIX
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
+
+#: Parts younger than this may belong to an upload still composing them, whatever
+#: ``--older-than`` says (a 2 GiB upload's parts live for minutes at most).
+PARTS_MIN_AGE_S = 3600.0
 
 
 def _cache_row(entry: inventory.CacheEntry, now: float, action: str | None = None) -> dict:
@@ -54,6 +59,20 @@ def _venv_row(entry: local_venv.VenvEntry, now: float, action: str | None = None
     if action:
         row["action"] = action
     return row
+
+
+def _parts_row(parts: inventory.LeftParts, now: float, action: str) -> dict:
+    return {
+        "hash": parts.token,
+        "kind": "upload parts",
+        "complete": False,
+        "age_s": round(parts.age(now), 1),
+        "age": human_age(parts.age(now)),
+        "files": parts.files,
+        "bytes": parts.bytes,
+        "size": human_bytes(parts.bytes),
+        "action": action,
+    }
 
 
 def _expired_row(state: Any, dry_run: bool) -> dict:
@@ -99,7 +118,8 @@ def data_ls(args: Namespace) -> None:
 def data_gc(args: Namespace) -> None:
     """Remove keys past their ttl; then complete cache entries (and context archives)
     older than ``--older-than`` that no live key keeps (any kept version), and local
-    requirements venvs unused for that long that no live job runs in."""
+    requirements venvs unused for that long that no live job runs in; and the parts of
+    big uploads a killed client never composed (older than an hour at least)."""
     age = inventory.parse_age(args.older_than)
     hook = KineticHook(args.conn_id)
     store = hook.get_store()
@@ -115,6 +135,12 @@ def data_gc(args: Namespace) -> None:
         else:
             inventory.remove_entry(store, entry)
             rows.append(_cache_row(entry, now, "deleted"))
+    for parts in inventory.left_parts(store):  # a killed client's uncomposed upload
+        if parts.age(now) <= max(age, PARTS_MIN_AGE_S):
+            continue  # maybe an upload in progress
+        if not args.dry_run:
+            store.delete_prefix(f"{PARTS_PREFIX}/{parts.token}")
+        rows.append(_parts_row(parts, now, "would delete" if args.dry_run else "deleted"))
     if root := _local_root(hook, store):
         in_use = LocalBackend(root).venvs_in_use()
         for venv in local_venv.list_venvs(root):

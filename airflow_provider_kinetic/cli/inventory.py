@@ -25,6 +25,7 @@ from airflow_provider_kinetic.core.jobs.taskrecord import RECORDS_PREFIX
 from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE
 from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobHandle
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore, file_uri_path
+from airflow_provider_kinetic.core.storage._keys import PARTS_PREFIX
 from airflow_provider_kinetic.core.storage.stat import stat_objects
 
 log = logging.getLogger(__name__)
@@ -281,3 +282,29 @@ def _delete_object(store: ObjectStore, key: str) -> bool:
             raise
         return False
     return True
+
+
+@dataclass(frozen=True)
+class LeftParts:
+    """The parts of one big upload that were never composed (a client killed between
+    uploading its parts and deleting them): ``PARTS_PREFIX/{token}/NN``."""
+
+    token: str
+    files: int
+    bytes: int
+    written_at: float
+
+    def age(self, now: float) -> float:
+        return max(0.0, now - self.written_at)
+
+
+def left_parts(store: ObjectStore) -> list[LeftParts]:
+    """Every group of parts in the store, in one listing (none on a local store)."""
+    groups: dict[str, list[tuple[int, float]]] = {}
+    for key, meta in stat_objects(store, f"{PARTS_PREFIX}/").items():
+        token = key[len(PARTS_PREFIX) + 1 :].split("/", 1)[0]
+        groups.setdefault(token, []).append(meta)
+    return [
+        LeftParts(token, len(m), sum(b for b, _ in m), max(t for _, t in m))
+        for token, m in sorted(groups.items())
+    ]

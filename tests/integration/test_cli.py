@@ -251,9 +251,15 @@ def test_data_ls_and_gc(config: KineticConfig):
     store.write_bytes(marker_key("b" * 64), b"")  # fresh and complete; "c": no marker
     store.write_bytes(context_key("d" * 64), b"zip")  # an old job context archive
     store.write_bytes(context_key("e" * 64), b"zip")  # a fresh one
+    # The parts of two big uploads never composed: a killed client's (old), and one
+    # that may still be composing (fresh).
+    for part in (".kinetic-parts/left/00", ".kinetic-parts/left/01", ".kinetic-parts/now/00"):
+        store.write_bytes(part, b"p" * 5)
     old = time.time() - 10 * 86400
     os.utime(store.uri(marker_key("a" * 64))[len("file://") :], (old, old))
     os.utime(store.uri(context_key("d" * 64))[len("file://") :], (old, old))
+    for part in (".kinetic-parts/left/00", ".kinetic-parts/left/01"):
+        os.utime(store.uri(part)[len("file://") :], (old, old))
 
     rows = {r["hash"]: r for r in as_json("data", "ls")}
     assert set(rows) == {"a" * 64, "b" * 64, "c" * 64, "d" * 64, "e" * 64}
@@ -266,10 +272,18 @@ def test_data_ls_and_gc(config: KineticConfig):
     assert [(r["hash"], r["action"]) for r in dry] == [
         ("a" * 64, "would delete"),
         ("d" * 64, "would delete"),
+        ("left", "would delete"),
     ]
+    assert dry[-1]["kind"] == "upload parts" and (dry[-1]["files"], dry[-1]["bytes"]) == (2, 10)
     assert store.exists(marker_key("a" * 64)) and store.exists(context_key("d" * 64))
+    assert store.exists(".kinetic-parts/left/00")
     gc = as_json("data", "gc", "--older-than", "7d", airflow=True)
-    assert [(r["hash"], r["action"]) for r in gc] == [("a" * 64, "deleted"), ("d" * 64, "deleted")]
+    assert [(r["hash"], r["action"]) for r in gc] == [
+        ("a" * 64, "deleted"),
+        ("d" * 64, "deleted"),
+        ("left", "deleted"),
+    ]
+    assert store.list(".kinetic-parts/") == [".kinetic-parts/now/00"]
     assert not store.exists(marker_key("a" * 64)) and not store.exists(context_key("d" * 64))
     assert store.exists(context_key("e" * 64))
     assert store.list(cache_key("a" * 64) + "/") == []

@@ -11,6 +11,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+#: Where a big file's parallel parts wait to be composed into one object (deleted
+#: after the compose, whatever happens; ``data gc`` removes what a killed client left).
+PARTS_PREFIX = ".kinetic-parts"
+
 
 def dir_prefix(prefix: str) -> str:
     """``prefix`` as a "directory": ``"a/b"`` and ``"a/b/"`` -> ``"a/b/"``; ``""`` -> ``""``.

@@ -39,15 +39,15 @@ from google.cloud.storage.retry import DEFAULT_RETRY
 
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.storage._crc import crc32c_combine
+from airflow_provider_kinetic.core.storage._keys import PARTS_PREFIX
 from airflow_provider_kinetic.core.storage._parallel import run_parallel
 
 #: Objects this big download in slices (several streams for one object).
 SLICE_MIN_BYTES = 64 << 20
 SLICE_BYTES = 32 << 20
 SLICE_WORKERS = 16
-#: Where the parts of a composite upload live until composed (outside any data prefix).
-PARTS_PREFIX = ".kinetic-parts"
-#: GCS composes at most 32 source objects in one call.
+#: GCS composes at most 32 source objects in one call (the parts live under
+#: ``PARTS_PREFIX``, outside any data prefix, until composed).
 MAX_COMPOSE = 32
 #: Each part goes up in requests of this size (memory per worker).
 PART_REQUEST_BYTES = 16 << 20
