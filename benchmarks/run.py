@@ -12,7 +12,9 @@ Prints one table (case, baseline, ours, ratio, goal, pass/fail) for:
    round trip added by a loopback proxy, and without it (kinetic's ``upload_data``);
 5. a batch of 1,000 trivial inputs on the local backend (wall time, write budget);
 6. job overhead: a trivial function's task time, sync and deferrable, above a plain
-   ``@task`` under ``dag.test()``, and the status reads a 10-minute GKE job makes.
+   ``@task`` under ``dag.test()``, and the status reads a 10-minute GKE job makes;
+7. one triggerer with 10 / 100 / 1,000 deferred GKE jobs: API calls per minute and
+   memory per job (``cases_triggerer.py``).
 
 Each ratio is kinetic's (or the baseline's) time over ours, best of ``--repeat``
 interleaved runs.  ``--quick`` uses small sizes (the test suite runs it); its ratios
@@ -36,13 +38,16 @@ import cases_batch  # noqa: E402
 import cases_hash  # noqa: E402
 import cases_overhead  # noqa: E402
 import cases_polls  # noqa: E402
+import cases_triggerer  # noqa: E402
 import cases_upload  # noqa: E402
 import kinetic_ref  # noqa: E402
 from table import Row, render  # noqa: E402
 
 FULL = {"files": 20_000, "size": 4096, "big": 1 << 30, "upload": 2_000, "batch": 1_000}
-CASES = ["hash", "big", "rehash", "upload", "batch", "overhead"]
+CASES = ["hash", "big", "rehash", "upload", "batch", "overhead", "triggerer"]
 QUICK = {"files": 2_000, "size": 4096, "big": 64 << 20, "upload": 200, "batch": 20}
+#: deferred jobs in one triggerer (shared reads), and per-job polling (before) for comparison
+TRIGGERER = {"full": ((10, 100, 1_000), (10, 100)), "quick": ((10, 50), (10,))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.extend(cases_overhead.overhead(ns.repeat))
             rows.append(cases_polls.gke_status_reads())
             print("overhead done", flush=True)
+        if "triggerer" in only:
+            rows.extend(cases_triggerer.triggerer(*TRIGGERER["quick" if ns.quick else "full"]))
     title = "airflow-provider-kinetic vs keras-kinetic 0.0.4" + (" (--quick)" if ns.quick else "")
     print(render(rows, title))
     return 0

@@ -37,6 +37,8 @@ MUST_PASS = [
     "job overhead: trivial function, deferrable, local",
     "status reads, 10-minute GKE job, poll_interval 5 s",
     "deferrable sweep: a freed slot until the next child starts, local",
+    "triggerer API calls/min, 10 -> 50 deferred GKE jobs",
+    "triggerer memory per deferred GKE job, 50 jobs",
 ]
 INFO = ["job overhead: 7 s job, deferrable (it defers), local"]
 

@@ -149,7 +149,9 @@ class StatusReads:
         """
         owners = yield from self._owners_plan(ns, selector)
         reply = yield Call("CoreV1Api", "list_namespaced_pod", (ns,), {"label_selector": selector})
-        pods = items(reply, f"listing pods ({selector})")
+        pods: dict[str, list[dict[str, Any]]] = {}  # by job: one pass, not one per job
+        for pod in items(reply, f"listing pods ({selector})"):
+            pods.setdefault(_labels(pod).get("job-name", ""), []).append(pod)
         now = datetime.now(UTC)
         result: dict[str, Listed] = {}
         waiting = []
@@ -163,7 +165,7 @@ class StatusReads:
                         raise
                     result[handle.job_id] = Listed(None, error=exc)
                 continue
-            mine = [p for p in pods if _labels(p).get("job-name") == name]
+            mine = pods.get(name, [])
             report = self._report(handle, owners[name], mine, now=now)
             if self._events_target(handle, owners[name], mine, report, now) is None:
                 result[handle.job_id] = Listed(report, self._log_pod_of(name, mine), True)

@@ -41,7 +41,7 @@ class LogBudget:
         self.calls, self.max_bytes, self.window_s = calls, max_bytes, window_s
         self._window_start = -math.inf
         self._calls_left, self._bytes_left = calls, max_bytes
-        #: token -> (time last served, order of joining): the fairness order.
+        #: token -> (time last served, order of joining or serving): the fairness order.
         self._order: dict[Hashable, tuple[float, int]] = {}
         self._seq = itertools.count()
         #: reads granted in the current window (no token twice)
@@ -79,7 +79,7 @@ class LogBudget:
             self._calls_left -= 1
             self._bytes_left -= cap
             self._granted.add(token)
-            self._order[token] = (now, self._order[token][1])
+            self._order[token] = (now, next(self._seq))  # ties: in the order served
         return granted
 
     def spend(self, calls: int, nbytes: int, now: float) -> None:
