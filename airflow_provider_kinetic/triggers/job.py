@@ -20,15 +20,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_kinetic.core.jobs.polling import StoreOutage
 from airflow_provider_kinetic.core.spec.handles import JobHandle
-from airflow_provider_kinetic.triggers.reads import OwnReads, reads_for
 from airflow_provider_kinetic.triggers.settle import hold, not_before_from
 from airflow_provider_kinetic.triggers.userkill import CancelOnUserKill
+
+if TYPE_CHECKING:  # the reads are imported where they run (the triggerer), not at parse
+    from airflow_provider_kinetic.triggers.reads import OwnReads
 
 #: New log bytes a poll writes into the task log (the rest comes with the next polls).
 LOG_BYTES_PER_POLL = 256 * 1024
@@ -156,6 +158,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
     async def _run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_provider_kinetic.hooks.connection import store_outage_window_s
         from airflow_provider_kinetic.hooks.metrics import trigger_scope
+        from airflow_provider_kinetic.triggers.reads import reads_for
 
         job_id = self._job.job_id
         try:
