@@ -69,9 +69,10 @@ class SharedJobReads(OwnReads):
         return self._seen.log_cap
 
     async def read_logs(self, offset: int, cap: int, final: bool) -> tuple[str, int]:
-        seen = self._seen
-        if seen is not None and seen.listed:  # the pod is known: one call
-            read = await self.backend.aread_logs_of(self.job, seen.log_pod, offset, cap)
+        seen, reader = self._seen, self.sub.reader
+        if seen is not None and seen.listed and reader.alive:  # the pod is known: one call
+            pod = seen.log_pod
+            read = await self.backend.aread_logs_of(self.job, pod, offset, cap, reader.client)
         else:
             read = await self.backend.aread_logs(self.job, offset, cap)
         if final:

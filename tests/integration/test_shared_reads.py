@@ -296,3 +296,39 @@ async def test_leaderworkersets_share_one_list_too(api: K8sDouble, clock: FakeCl
     sent = [r for r in by_code_under_test(api.requests) if r.method == "GET"]
     assert sum(1 for r in sent if r.url.path == lws_path) == 4  # t = 0, 5, 10, 15
     assert not [r for r in sent if r.url.path.startswith(f"{lws_path}/")]  # no single reads
+
+
+async def test_a_stale_token_renews_the_shared_client_for_every_trigger(
+    api: K8sDouble, clock: FakeClock
+) -> None:
+    """GKE tokens last an hour: the list that gets a 401 renews the reader's client
+    (once), and the triggers' log reads go on with the renewed one."""
+    from airflow_provider_kinetic.core.backends.gke import GkeBackend
+
+    handles = [await add_running_job(api, f"job-{i:04d}") for i in range(4)]
+    for h in handles:
+        api.write_log("default", f"{job_name(h.job_id)}-p", f"{h.job_id} first")
+    api.forget_requests()
+    factory = api.client_factory("t1", "t2")  # one connection: every trigger's backend
+
+    async def revoke() -> None:
+        api.revoked_tokens.add("t1")
+        for h in handles:
+            api.write_log("default", f"{job_name(h.job_id)}-p", f"{h.job_id} second")
+
+    clock.at(10, revoke)
+    for h in handles:
+        clock.at(20, succeed(api, h.job_id))
+    lines = Lines()
+    triggers = [trigger_for(h, GkeBackend(factory), lines) for h in handles]
+    events = await asyncio.wait_for(asyncio.gather(*(first_event(t) for t in triggers)), 300)
+
+    assert [e["status"] for e in events] == ["SUCCEEDED"] * 4
+    assert {h.job_id: lines.by_job[h.job_id] for h in handles} == {
+        h.job_id: [f"{h.job_id} first", f"{h.job_id} second"] for h in handles
+    }
+    assert factory.calls == ["t1", "t2"]  # one client, renewed once, for all of them
+    logs = [r for r in by_code_under_test(api.requests) if r.url.path.endswith("/log")]
+    tokens = Counter(r.headers["Authorization"] for r in logs)
+    # Before the revocation (t = 0, 5) on the first client, after it on the renewed one.
+    assert tokens["Bearer t1"] == 8 and tokens["Bearer t2"] >= 8 and len(tokens) == 2, tokens

@@ -189,19 +189,29 @@ class GkeBackend(PlanDriver, StatusReads, Backend):
         return read if isinstance(read, tuple) else await asyncio.to_thread(read.finish)
 
     async def aread_logs_of(
-        self, handle: JobHandle, pod: dict[str, Any] | None, offset: int, max_bytes: int | None
+        self,
+        handle: JobHandle,
+        pod: dict[str, Any] | None,
+        offset: int,
+        max_bytes: int | None,
+        shared: list[Any] | None = None,
     ) -> tuple[str, int]:
         """:meth:`aread_logs` from the pod a listed read found (``Listed.log_pod``): one
-        call, not two."""
-        read = await self._arun(self._logs_plan(handle, offset, max_bytes, pod))
+        call, not two (on the ``shared`` client, see ``PlanDriver._arun``)."""
+        read = await self._arun(self._logs_plan(handle, offset, max_bytes, pod), shared)
         return read if isinstance(read, tuple) else await asyncio.to_thread(read.finish)
 
     async def alisted(
-        self, namespace: str, selector: str, handles: list[JobHandle]
+        self,
+        namespace: str,
+        selector: str,
+        handles: list[JobHandle],
+        shared: list[Any] | None = None,
     ) -> dict[str, Listed]:
         """Many jobs' status from one list by ``selector`` (:meth:`_listed_plan`); a
         missing job's own read failing is that job's answer alone."""
-        return await self._arun(self._listed_plan(namespace, selector, handles, isolate=True))
+        plan = self._listed_plan(namespace, selector, handles, isolate=True)
+        return await self._arun(plan, shared)
 
     async def acancel(self, handle: JobHandle) -> None:
         await self._arun(self._cancel_plan(handle))

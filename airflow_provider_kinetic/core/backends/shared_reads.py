@@ -92,6 +92,10 @@ class Reader:
         self.waiters: dict[Hashable, _Waiter] = {}
         self.changed = asyncio.Event()
         self.last = -math.inf
+        #: one API client for the reader's lists and its subscribers' log reads, kept
+        #: open while it runs (``PlanDriver._arun``'s ``shared``: [current, every one
+        #: made]): the same connection and so the same credentials, by the key
+        self.client: list[Any] = [None]
         #: lists sent (tests and the benchmark count them too, at the API double)
         self.lists = 0
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"kinetic {key}")
@@ -109,6 +113,14 @@ class Reader:
         return len(self.waiters) >= len(self.subscribers)
 
     async def _run(self) -> None:
+        try:
+            await self._loop()
+        finally:
+            made, self.client[:] = self.client[1:], [None]
+            for client in made:
+                await client.close()
+
+    async def _loop(self) -> None:
         while self.subscribers:
             self.changed.clear()
             if not self.waiters:
@@ -131,7 +143,7 @@ class Reader:
         self.lists += 1
         try:
             found = await self.backend.alisted(
-                self.namespace, SELECTOR, [w.handle for w in due.values()]
+                self.namespace, SELECTOR, [w.handle for w in due.values()], self.client
             )
         except Exception as exc:  # noqa: BLE001 - every waiter falls back to its own read
             for waiter in due.values():
