@@ -13,6 +13,11 @@ with the next polls; a finished job's log is drained, chunk by chunk, before the
 event), each read runs off the loop, and writing a chunk's lines into the task log
 yields to the loop every ``YIELD_EVERY_S`` (a job that printed 18 MB once held it
 for 12.9 s, stalling every other trigger).
+
+On a cluster its status and log reads come from the triggerer's shared reader
+(``triggers.reads``): one list per namespace per interval for every deferred job,
+live log reads granted from one budget, so a thousand deferred jobs cost the API
+server about what ten do.
 """
 
 from __future__ import annotations
