@@ -80,7 +80,7 @@ async def drive(n: int, shared: bool, memory: bool = False) -> dict[str, Any]:
     k8s_logs.forget_all()
     async with running_double() as api:
         handles = await _jobs(api, n)
-        clock = FakeClock()
+        clock = FakeClock(expect=n if shared else 0)
         shared_reads.install(shared_reads.SharedReads(clock))
         sleepers = Sleepers(clock, n)
         kinds: Counter[str] = Counter()

@@ -96,6 +96,7 @@ async def test_each_trigger_gets_its_own_jobs_status(api: K8sDouble, clock: Fake
     clock.at(20, delete_gone)
     clock.at(25, succeed(api, other.job_id, "other"))
     clock.at(40, succeed(api, running.job_id))
+    clock.expect = 5
     triggers = [trigger_for(h, backend) for h in (ok, bad, gone, running)]
     triggers.append(trigger_for(other, other_backend))
     events = await asyncio.wait_for(asyncio.gather(*(first_event(t) for t in triggers)), 300)
@@ -127,6 +128,7 @@ async def test_n_triggers_make_one_list_per_interval(api: K8sDouble, clock: Fake
     clock.on_move.append(ticks.append)
     for h in handles:
         clock.at(60, succeed(api, h.job_id))
+    clock.expect = len(handles)
     triggers = [trigger_for(h, backend, stream_logs=False) for h in handles]
     events = await asyncio.wait_for(asyncio.gather(*(first_event(t) for t in triggers)), 300)
 
@@ -141,7 +143,7 @@ async def test_n_triggers_make_one_list_per_interval(api: K8sDouble, clock: Fake
 async def test_log_budget_is_fair(api: K8sDouble) -> None:
     """12 chatty jobs, 4 live log reads per interval: each job is read every third
     interval, never twice in one, in turn; when they end every line shows once."""
-    clock = FakeClock()
+    clock = FakeClock(expect=12)
     shared_reads.install(shared_reads.SharedReads(clock, LogBudget(calls=4, window_s=POLL_S)))
     handles = [await add_running_job(api, f"job-{i:04d}") for i in range(12)]
     backend = backend_for(api)
@@ -168,6 +170,7 @@ async def test_log_budget_is_fair(api: K8sDouble) -> None:
     for h in handles:
         clock.at(45, succeed(api, h.job_id))
     lines = Lines()
+    clock.expect = len(handles)
     triggers = [trigger_for(h, backend, lines) for h in handles]
     await asyncio.wait_for(asyncio.gather(*(first_event(t) for t in triggers)), 300)
 
@@ -186,6 +189,7 @@ async def test_a_cancelled_trigger_does_not_disturb_the_others(
     handles = [await add_running_job(api, f"job-{i:04d}") for i in range(5)]
     api.forget_requests()
     backend = backend_for(api)
+    clock.expect = len(handles)
     tasks = [asyncio.create_task(first_event(trigger_for(h, backend))) for h in handles]
 
     async def cancel_one() -> None:
@@ -218,7 +222,7 @@ async def test_a_triggerer_restart_loses_no_job_and_repeats_no_line(api: K8sDoub
     lines = Lines()
 
     # The first triggerer: its triggers show some lines, then it goes away.
-    clock = FakeClock()
+    clock = FakeClock(expect=len(handles))
     shared_reads.install(shared_reads.SharedReads(clock))
     triggers = [trigger_for(h, backend, lines) for h in handles]
     tasks = [asyncio.create_task(first_event(t)) for t in triggers]
@@ -240,7 +244,7 @@ async def test_a_triggerer_restart_loses_no_job_and_repeats_no_line(api: K8sDoub
     for h in handles:
         api.write_log("default", f"{job_name(h.job_id)}-p", *(f"{h.job_id} b{i}" for i in range(5)))
     k8s_logs.forget_all()
-    clock = FakeClock()
+    clock = FakeClock(expect=len(handles))
     shared_reads.install(shared_reads.SharedReads(clock))
     for h in handles:
         clock.at(10, succeed(api, h.job_id))
@@ -286,6 +290,7 @@ async def test_leaderworkersets_share_one_list_too(api: K8sDouble, clock: FakeCl
 
         return change
 
+    clock.expect = len(handles)
     for k, h in enumerate(handles):
         clock.at(5 * (k + 1), done(h.k8s_name))
     events = await asyncio.wait_for(
@@ -320,6 +325,7 @@ async def test_a_stale_token_renews_the_shared_client_for_every_trigger(
     for h in handles:
         clock.at(20, succeed(api, h.job_id))
     lines = Lines()
+    clock.expect = len(handles)
     triggers = [trigger_for(h, GkeBackend(factory), lines) for h in handles]
     events = await asyncio.wait_for(asyncio.gather(*(first_event(t) for t in triggers)), 300)
 

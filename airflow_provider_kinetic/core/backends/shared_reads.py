@@ -58,6 +58,8 @@ class Clock:
     async def wait(self, event: asyncio.Event, timeout: float, settled: Callable[[], bool]) -> None:
         """Until ``event`` is set or ``timeout`` seconds passed.  ``settled()`` says
         whether every subscriber is waiting (a fake clock advances only then)."""
+        if timeout <= 0:
+            return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
 
@@ -127,11 +129,10 @@ class Reader:
                 await self.changed.wait()
                 continue
             target = max(min(w.due for w in self.waiters.values()), self.last + self.interval)
-            now = self.reads.clock.now()
-            if now < target:
-                await self.reads.clock.wait(self.changed, target - now, self._settled)
-                continue
-            await self._tick(now)
+            clock = self.reads.clock
+            await clock.wait(self.changed, max(0.0, target - clock.now()), self._settled)
+            if clock.now() >= target and self.waiters:
+                await self._tick(clock.now())
 
     async def _tick(self, now: float) -> None:
         horizon = now + EARLY_FRACTION * self.interval
