@@ -70,7 +70,8 @@ class SharedJobReads(OwnReads):
 
     async def read_logs(self, offset: int, cap: int, final: bool) -> tuple[str, int]:
         seen, reader = self._seen, self.sub.reader
-        if seen is not None and seen.listed and reader.alive:  # the pod is known: one call
+        known = seen is not None and seen.listed and (seen.log_pod is not None or not final)
+        if known and reader.alive:  # the pod is known: one call (a drain looks again)
             pod = seen.log_pod
             read = await self.backend.aread_logs_of(self.job, pod, offset, cap, reader.client)
         else:
