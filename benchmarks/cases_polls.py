@@ -2,9 +2,11 @@
 
 The real ``KineticJobTrigger`` waits for a GKE Job on the loopback Kubernetes API
 double (``tests/fixtures/k8s_double.py``, real ``kubernetes`` clients over HTTP) while
-a fake clock stands in for the 10 minutes: the backend's wait between polls adds its
-delay to the clock instead of sleeping, and the Job succeeds when the clock reaches
-``JOB_S``.  Every request the trigger sends is counted by the double.  The goal is
+a fake clock stands in for the 10 minutes: the triggerer's shared reader (through which
+a deferred GKE job's status comes, one list per interval) runs on
+``tests/fixtures/triggerer.FakeClock``, and the Job succeeds when it reaches ``JOB_S``.
+A list counts as a status read.  Every request the trigger sends is counted by the
+double.  The goal is
 the rate of constant ``poll_interval`` polling, which this code had before the local
 backend got its fast first polls: a read at submission and one every 5 s, 121 in
 10 minutes.  Sync tasks poll on the same schedule (``core.jobs.polling.poll_delays``).
@@ -32,17 +34,21 @@ def kind(method: Any, path: str, job_path: str) -> str:
         return f"{getattr(method, 'value', method)} {path}"
     if path == job_path:
         return "job reads"
+    if path == job_path.rsplit("/", 1)[0]:
+        return "job lists"
     return "log reads" if path.endswith("/log") else "pod lists" if path.endswith("/pods") else path
 
 
 async def drive() -> tuple[int, Counter[str], float, str]:
     """Status reads, requests by kind, fake seconds waited and the trigger's event."""
     from airflow_provider_kinetic.core.accelerators import parse_accelerator
+    from airflow_provider_kinetic.core.backends import shared_reads
     from airflow_provider_kinetic.core.backends.gke import GkeBackend
     from airflow_provider_kinetic.core.spec.handles import JobHandle
     from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
     from airflow_provider_kinetic.triggers.job import KineticJobTrigger
     from tests.fixtures.k8s_double import by_code_under_test, running_double
+    from tests.fixtures.triggerer import FakeClock
 
     job_id, bucket, ns = "job-00bench0", "bench-jobs", "default"
     spec = build_job_spec(
@@ -60,21 +66,22 @@ async def drive() -> tuple[int, Counter[str], float, str]:
         job_path = f"/apis/batch/v1/namespaces/{ns}/jobs/{name}"
         pods = f"/api/v1/namespaces/{ns}/pods"
         worker = [{"name": "kinetic-worker", "state": {"running": {}}}]
-        meta = {"name": f"{name}-x1", "labels": {"job-name": name}}
+        meta = {"name": f"{name}-x1", "labels": {"job-name": name, "job-id": job_id}}
         containers = [{"name": "kinetic-worker", "image": "img"}]
         await api.create(pods, {"metadata": meta, "spec": {"containers": containers}})
         await api.patch_status(f"{pods}/{name}-x1", {"phase": "Running",
                                                      "containerStatuses": worker})  # fmt: skip
         api.write_log(ns, f"{name}-x1", "step 1")  # the log stream is served (200)
         api.forget_requests()  # count the trigger's requests only
-        clock = [0.0]
+        # A deferred GKE job's status comes from the triggerer's shared reader (one list
+        # per interval, ``core.backends.shared_reads``): its clock is the fake one.
+        clock = FakeClock(expect=1)
+        shared_reads.install(shared_reads.SharedReads(clock))
 
-        async def fake_wait(handles: list[Any], seconds: float) -> None:
-            clock[0] += seconds
-            if clock[0] >= JOB_S:
-                await api.patch_status(job_path, {"succeeded": 1})
+        async def succeed() -> None:
+            await api.patch_status(job_path, {"succeeded": 1})
 
-        backend.await_change = fake_wait  # type: ignore[method-assign]
+        clock.at(JOB_S, succeed)
         handle = JobHandle(job_id=job_id, backend="gke", bucket_name=bucket,
                            namespace=ns, k8s_name=name)  # fmt: skip
         trigger = KineticJobTrigger(
@@ -85,10 +92,11 @@ async def drive() -> tuple[int, Counter[str], float, str]:
         trigger._backend = lambda: backend  # type: ignore[method-assign]
         events = [e async for e in trigger.run()]
         sent = by_code_under_test(api.requests)
-        reads = sum(1 for r in sent if r.method == "GET" and r.url.path == job_path)
+        jobs = f"/apis/batch/v1/namespaces/{ns}/jobs"  # a shared list reads it too
+        reads = sum(1 for r in sent if r.method == "GET" and r.url.path in (job_path, jobs))
         kinds = Counter(kind(r.method, r.url.path, job_path) for r in sent)
         status = events[0].payload["status"] if len(events) == 1 else f"{len(events)} events"
-        return reads, kinds, clock[0], status
+        return reads, kinds, clock.t, status
 
 
 def gke_status_reads(timeout_s: float = 600.0) -> Row:

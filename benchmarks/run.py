@@ -19,6 +19,8 @@ Prints one table (case, baseline, ours, ratio, goal, pass/fail) for:
 7. transfers: the runner's download of many 1 MiB files and of one big file, and the
    upload of one big file, against kinetic's own code through the latency proxy with
    a per-connection cap (``--mbps``), and without it (info).
+8. one triggerer with 10 / 100 / 1,000 deferred GKE jobs: API calls per minute and
+   memory per job (``cases_triggerer.py``).
 
 Each ratio is kinetic's (or the baseline's) time over ours, best of ``--repeat``
 interleaved runs.  ``--quick`` uses small sizes (the test suite runs it); its ratios
@@ -45,16 +47,20 @@ import cases_keys  # noqa: E402
 import cases_overhead  # noqa: E402
 import cases_polls  # noqa: E402
 import cases_transfer  # noqa: E402
+import cases_triggerer  # noqa: E402
 import cases_upload  # noqa: E402
 import kinetic_ref  # noqa: E402
 from table import Row, render  # noqa: E402
 
 FULL = {"files": 20_000, "size": 4096, "big": 1 << 30, "upload": 2_000, "batch": 1_000,
         "pod_files": 2_000, "pod_big": 2 << 30}  # fmt: skip
-CASES = ["hash", "big", "rehash", "keys", "upload", "batch", "overhead", "transfer", "batch10k"]
+CASES = ["hash", "big", "rehash", "keys", "upload", "batch", "overhead", "transfer", "triggerer",
+         "batch10k"]  # fmt: skip
 QUICK = {"files": 2_000, "size": 4096, "big": 64 << 20, "upload": 200, "batch": 20,
          "pod_files": 20, "pod_big": 64 << 20}  # fmt: skip
 FULL["batch10k"], QUICK["batch10k"] = (1_000, 10_000), (8, 24)  # type: ignore[assignment]
+#: deferred jobs in one triggerer (shared reads), and per-job polling (before) for comparison
+TRIGGERER = {"full": ((10, 100, 1_000), (10, 100)), "quick": ((10, 50), (10,))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             print("transfers done", flush=True)
+        if "triggerer" in only:
+            rows.extend(cases_triggerer.triggerer(*TRIGGERER["quick" if ns.quick else "full"]))
     title = "airflow-provider-kinetic vs keras-kinetic 0.0.4" + (" (--quick)" if ns.quick else "")
     print(render(rows, title))
     return 0

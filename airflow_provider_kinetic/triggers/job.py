@@ -13,6 +13,11 @@ with the next polls; a finished job's log is drained, chunk by chunk, before the
 event), each read runs off the loop, and writing a chunk's lines into the task log
 yields to the loop every ``YIELD_EVERY_S`` (a job that printed 18 MB once held it
 for 12.9 s, stalling every other trigger).
+
+On a cluster its status and log reads come from the triggerer's shared reader
+(``triggers.reads``): one list per namespace per interval for every deferred job,
+live log reads granted from one budget, so a thousand deferred jobs cost the API
+server about what ten do.
 """
 
 from __future__ import annotations
@@ -20,14 +25,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_kinetic.core.jobs.polling import StoreOutage, poll_delays
+from airflow_provider_kinetic.core.jobs.polling import StoreOutage
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.triggers.settle import hold, not_before_from
 from airflow_provider_kinetic.triggers.userkill import CancelOnUserKill
+
+if TYPE_CHECKING:  # the reads are imported where they run (the triggerer), not at parse
+    from airflow_provider_kinetic.triggers.reads import OwnReads
 
 #: New log bytes a poll writes into the task log (the rest comes with the next polls).
 LOG_BYTES_PER_POLL = 256 * 1024
@@ -132,12 +140,16 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             }
         )
 
-    async def _show_logs(self, backend: Any) -> bool:
+    async def _show_logs(self, reads: OwnReads, final: bool = False) -> bool:
         """The next chunk of the job's log into the task log (each line once: the
-        offset moves on); whether there was one."""
+        offset moves on); whether there was one.  ``final``: the job has ended and
+        its log is being drained (a shared reader rations only live reads)."""
         if not self.stream_logs:
             return False
-        text, offset = await backend.aread_logs(self._job, self.log_offset, self.log_bytes_per_poll)
+        cap = reads.log_cap(self.log_bytes_per_poll, final)
+        if cap is None:  # not this job's turn in the triggerer's log budget
+            return False
+        text, offset = await reads.read_logs(self.log_offset, cap, final)
         moved, self.log_offset = offset != self.log_offset, offset
         async for line in yielding(text.splitlines()):
             self.log.info("[%s] %s", self._job.job_id, line)
@@ -151,46 +163,52 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
     async def _run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_provider_kinetic.hooks.connection import store_outage_window_s
         from airflow_provider_kinetic.hooks.metrics import trigger_scope
+        from airflow_provider_kinetic.triggers.reads import reads_for
 
         job_id = self._job.job_id
         try:
             trigger_scope(self, None, self._job.accelerator, self._job.backend)  # its metrics
             backend = await asyncio.to_thread(self._backend)
-            last: str | None = None
-            delays = poll_delays(self.poll_interval, backend.first_poll_s)
-            outage = StoreOutage(store_outage_window_s())
-            while True:
-                try:
-                    report = await backend.astatus(self._job)
-                except OSError as exc:  # the store cannot be read: no answer about the job
-                    delay = outage.failed(exc)  # re-raised once the window has passed
-                    self.log.warning("kinetic job %s: %s", job_id, outage.describe(exc, delay))
-                    await asyncio.sleep(delay)
-                    continue
-                if (lasted := outage.recovered()) is not None:
-                    self.log.info("kinetic job %s: the store is back after %.1fs", job_id, lasted)
-                more = await self._show_logs(backend)
-                while more and report.status.is_terminal:  # drain it before the event
-                    more = await self._show_logs(backend)
-                if report.describe() != last:
-                    self.log.info("kinetic job %s: %s", job_id, report.describe())
-                    if last is not None and "(NotAdmitted)" in last:
-                        await self._admitted(report.reason)
-                    last = report.describe()
-                if report.status.is_terminal:
-                    yield self._event(report.status.value, report.message, report.reason)
-                    return
-                if self.deadline is not None and time.time() >= self.deadline:
-                    yield self._event(
-                        "timeout",
-                        f"job {job_id} still {report.status.value} "
-                        "at the task's execution deadline",
-                    )
-                    return
-                await backend.await_change([self._job], next(delays))
+            async with reads_for(backend, self._job, self.config, self.poll_interval) as reads:
+                event = await self._poll(reads, StoreOutage(store_outage_window_s()))
         except Exception as exc:  # noqa: BLE001 - never let run() die without an event
             self.log.exception("kinetic trigger for %s failed", job_id)
-            yield self._event("error", f"{type(exc).__name__}: {exc}")
+            event = self._event("error", f"{type(exc).__name__}: {exc}")
+        yield event  # after leaving the shared reader: a held event waits for nothing
+
+    async def _poll(self, reads: OwnReads, outage: StoreOutage) -> TriggerEvent:
+        """Status (and new log lines) every poll until the job ends or the deadline
+        passes; the event that says which."""
+        job_id = self._job.job_id
+        last: str | None = None
+        log_bytes = self.log_bytes_per_poll if self.stream_logs else None
+        while True:
+            try:
+                report = await reads.status(log_bytes)
+            except OSError as exc:  # the store cannot be read: no answer about the job
+                delay = outage.failed(exc)  # re-raised once the window has passed
+                self.log.warning("kinetic job %s: %s", job_id, outage.describe(exc, delay))
+                await asyncio.sleep(delay)
+                continue
+            if (lasted := outage.recovered()) is not None:
+                self.log.info("kinetic job %s: the store is back after %.1fs", job_id, lasted)
+            final = report.status.is_terminal
+            more = await self._show_logs(reads, final)
+            while more and final:  # drain it before the event
+                more = await self._show_logs(reads, final)
+            if report.describe() != last:
+                self.log.info("kinetic job %s: %s", job_id, report.describe())
+                if last is not None and "(NotAdmitted)" in last:
+                    await self._admitted(report.reason)
+                last = report.describe()
+            if report.status.is_terminal:
+                return self._event(report.status.value, report.message, report.reason)
+            if self.deadline is not None and time.time() >= self.deadline:
+                return self._event(
+                    "timeout",
+                    f"job {job_id} still {report.status.value} at the task's execution deadline",
+                )
+            await reads.wait()
 
     async def _admitted(self, reason: str | None) -> None:
         """Kueue let a queued job in (it left NotAdmitted): its usage splits the wait

@@ -42,6 +42,8 @@ MUST_PASS = [
     "deferrable sweep: a freed slot until the next child starts, local",
     "batch of 24 inputs: trigger state bytes per input",
     "batch of 24 inputs: peak RSS of the driving process",
+    "triggerer API calls/min, 10 -> 50 deferred GKE jobs",
+    "triggerer memory per deferred GKE job, 50 jobs",
 ]
 INFO = ["job overhead: 7 s job, deferrable (it defers), local"]
 #: a ratio to Airflow's own deferral: judged by the full run, present here

@@ -2,8 +2,9 @@
 
 Each operation (create with its Secret, status with the pods and events that explain
 a wait, a batch's status in two list calls, logs, cancel) is a *plan* of API calls
-(``k8s_api.py``), run by the sync or the async driver; what the replies mean is
-``k8s_status.py``'s and ``k8s_logs.py``'s business, console links ``gke_console.py``'s.
+(``k8s_api.py``), run by the sync or the async driver; the status plans, single and
+listed, are ``k8s_reads.py``'s, what the replies mean is ``k8s_status.py``'s and
+``k8s_logs.py``'s business, console links ``gke_console.py``'s.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kinetic.core.accelerators import Accelerator
-from airflow_provider_kinetic.core.backends import k8s_capacity, k8s_logs, k8s_status
+from airflow_provider_kinetic.core.backends import k8s_logs, k8s_status
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.gke_console import job_console_url, logging_url
 from airflow_provider_kinetic.core.backends.k8s_api import (
@@ -25,9 +25,8 @@ from airflow_provider_kinetic.core.backends.k8s_api import (
     KubernetesApiError,
     Plan,
     PlanDriver,
-    items,
-    json_or_none,
 )
+from airflow_provider_kinetic.core.backends.k8s_reads import Listed, StatusReads
 from airflow_provider_kinetic.core.backends.manifests import (
     GROUP_LABEL,
     job_manifest,
@@ -35,19 +34,20 @@ from airflow_provider_kinetic.core.backends.manifests import (
     owner_reference,
     secret_manifest,
 )
-from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
+from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport
 from airflow_provider_kinetic.core.spec.pod import CONTAINER_NAME, JobSpec, label_value, secret_name
 
 if TYPE_CHECKING:
     from airflow_provider_kinetic.core.settings import KineticSettings
     from airflow_provider_kinetic.core.storage import GcsStore
 
-__all__ = ["GkeBackend", "KubernetesApiError"]
+__all__ = ["GkeBackend", "KubernetesApiError", "Listed"]
 
 log = logging.getLogger(__name__)
+_UNREAD: Any = object()
 
 
-class GkeBackend(PlanDriver, Backend):
+class GkeBackend(PlanDriver, StatusReads, Backend):
     """Runs each job as a batch/v1 Job (``kinetic-{job_id}``) on a GKE cluster.
 
     ``api_client_factory`` returns a ``kubernetes.client.ApiClient``; production
@@ -188,6 +188,31 @@ class GkeBackend(PlanDriver, Backend):
         # Parsing a pod's log (megabytes, for a chatty job) is CPU work: off the loop.
         return read if isinstance(read, tuple) else await asyncio.to_thread(read.finish)
 
+    async def aread_logs_of(
+        self,
+        handle: JobHandle,
+        pod: dict[str, Any] | None,
+        offset: int,
+        max_bytes: int | None,
+        shared: list[Any] | None = None,
+    ) -> tuple[str, int]:
+        """:meth:`aread_logs` from the pod a listed read found (``Listed.log_pod``): one
+        call, not two (on the ``shared`` client, see ``PlanDriver._arun``)."""
+        read = await self._arun(self._logs_plan(handle, offset, max_bytes, pod), shared)
+        return read if isinstance(read, tuple) else await asyncio.to_thread(read.finish)
+
+    async def alisted(
+        self,
+        namespace: str,
+        selector: str,
+        handles: list[JobHandle],
+        shared: list[Any] | None = None,
+    ) -> dict[str, Listed]:
+        """Many jobs' status from one list by ``selector`` (:meth:`_listed_plan`); a
+        missing job's own read failing is that job's answer alone."""
+        plan = self._listed_plan(namespace, selector, handles, isolate=True)
+        return await self._arun(plan, shared)
+
     async def acancel(self, handle: JobHandle) -> None:
         await self._arun(self._cancel_plan(handle))
 
@@ -237,109 +262,19 @@ class GkeBackend(PlanDriver, Backend):
         if not reply.ok and reply.status != 404:
             log.warning("could not delete the Secret of job %s: HTTP %s", spec.job_id, reply.status)
 
-    def _status_plan(self, handle: JobHandle) -> Plan[StatusReport]:
-        ns, name = self.where(handle)
-        job = json_or_none(
-            (yield Call("BatchV1Api", "read_namespaced_job", (name, ns))), f"reading Job {name}"
-        )
-        if job is None:
-            return k8s_status.job_status(None, [])
-        pods = yield from self._pods_plan(ns, name)
-        now = datetime.now(UTC)
-        report = k8s_status.job_status(job, pods, now=now, limits=self.limits)
-        due = k8s_capacity.capacity_due(report, job, pods, now, handle.capacity_wait_s)
-        if not due and not self._wants_events(report, pods, now):
-            return report
-        pod = k8s_status.select_pod(pods)
-        target = name if pod is None else pod["metadata"]["name"]
-        events = yield from self._events_plan(ns, target)
-        report = k8s_status.job_status(job, pods, events, now=now, limits=self.limits)
-        return k8s_capacity.capacity_verdict(
-            report, job, pods, now, handle.capacity_wait_s, self.limits, events
-        )
-
-    def _wants_events(
-        self, report: StatusReport, pods: list[dict[str, Any]], now: datetime
-    ) -> bool:
-        """Events cost a call, so read them only where they can explain a wait: a Job
-        without pods (FailedCreate) or a pod stuck starting (FailedMount).  A batch
-        reads them once per namespace for all such children."""
-        if report.status is not JobStatus.PENDING:
-            return False
-        pod = k8s_status.select_pod(pods)
-        return pod is None or k8s_status.needs_pod_events(pod, now, self.limits)
-
-    def _batch_plan(self, group_id: str, handles: list[JobHandle]) -> Plan[dict[str, StatusReport]]:
-        """Two list calls per namespace for a whole batch (jobs and pods by GROUP_LABEL),
-        plus one list of the namespace's events when some child's wait needs them.
-
-        A child missing from the list (submitted without the label) gets the
-        single-job status: slower, never wrong.
-        """
-        by_ns: dict[str, list[dict[str, Any]]] = {}
-        for handle in handles:
-            by_ns.setdefault(self.where(handle)[0], []).append(handle)
-        selector = {"label_selector": f"{GROUP_LABEL}={label_value(group_id)}"}
-        result: dict[str, StatusReport] = {}
-        for ns, group in by_ns.items():
-            reply = yield Call("BatchV1Api", "list_namespaced_job", (ns,), selector)
-            jobs = {j["metadata"]["name"]: j for j in items(reply, f"listing Jobs of {group_id}")}
-            reply = yield Call("CoreV1Api", "list_namespaced_pod", (ns,), selector)
-            pods = items(reply, f"listing pods of {group_id}")
-            now = datetime.now(UTC)
-            waiting = []
-            for handle in group:
-                name = self.where(handle)[1]
-                if name not in jobs:
-                    result[handle.job_id] = yield from self._status_plan(handle)
-                    continue
-                mine = [p for p in pods if _labels(p).get("job-name") == name]
-                report = k8s_status.job_status(jobs[name], mine, now=now, limits=self.limits)
-                wait = handle.capacity_wait_s
-                if self._wants_events(report, mine, now) or k8s_capacity.capacity_due(
-                    report, jobs[name], mine, now, wait
-                ):
-                    waiting.append((handle, name, mine))
-                else:
-                    result[handle.job_id] = report
-            if waiting:
-                reply = yield Call("CoreV1Api", "list_namespaced_event", (ns,), {})
-                events = items(reply, f"listing events in {ns}") if reply.status != 403 else []
-                for handle, name, mine in waiting:
-                    names = {name} | {p["metadata"]["name"] for p in mine}
-                    own = [
-                        e for e in events if (e.get("involvedObject") or {}).get("name") in names
-                    ]
-                    report = k8s_status.job_status(
-                        jobs[name], mine, own, now=now, limits=self.limits
-                    )
-                    result[handle.job_id] = k8s_capacity.capacity_verdict(
-                        report, jobs[name], mine, now, handle.capacity_wait_s, self.limits, own
-                    )
-        return result
-
-    def _pods_plan(self, ns: str, name: str) -> Plan[list[dict[str, Any]]]:
-        call = Call(
-            "CoreV1Api", "list_namespaced_pod", (ns,), {"label_selector": f"job-name={name}"}
-        )
-        return items((yield call), f"listing pods of {name}")
-
-    def _events_plan(self, ns: str, name: str) -> Plan[list[dict[str, Any]]]:
-        selector = {"field_selector": f"involvedObject.name={name}"}
-        reply = yield Call("CoreV1Api", "list_namespaced_event", (ns,), selector)
-        return items(reply, f"listing events of {name}") if reply.status != 403 else []
-
     def _log_pod_plan(self, ns: str, name: str) -> Plan[dict[str, Any] | None]:
         """The pod whose log is the job's log (kinetic: the status pick)."""
         return k8s_status.select_pod((yield from self._pods_plan(ns, name)))
 
     def _logs_plan(
-        self, handle: JobHandle, offset: int, max_bytes: int | None
+        self, handle: JobHandle, offset: int, max_bytes: int | None, pod: Any = _UNREAD
     ) -> Plan[tuple[str, int] | k8s_logs.LogTail]:
         """The read's result, or the :class:`~k8s_logs.LogTail` that makes it (its
-        ``finish()`` parses the log: the caller decides on which thread)."""
+        ``finish()`` parses the log: the caller decides on which thread).  ``pod``:
+        the log's pod as a listed read found it (else it is looked up first)."""
         ns, name = self.where(handle)
-        pod = yield from self._log_pod_plan(ns, name)
+        if pod is _UNREAD:
+            pod = yield from self._log_pod_plan(ns, name)
         if pod is None:
             return "", offset
         meta = pod.get("metadata") or {}
@@ -363,7 +298,3 @@ class GkeBackend(PlanDriver, Backend):
         reply = yield call
         if not reply.ok and reply.status != 404:
             raise KubernetesApiError(f"deleting Job {ns}/{name}", reply)
-
-
-def _labels(obj: dict[str, Any]) -> dict[str, str]:
-    return (obj.get("metadata") or {}).get("labels") or {}

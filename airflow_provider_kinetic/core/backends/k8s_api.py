@@ -134,29 +134,45 @@ class PlanDriver:
                 self._client = None
                 _invalidate(self._factory)
 
-    async def _arun(self, plan: Plan[T]) -> T:
-        client = await self._new_async_client()
+    async def _arun(self, plan: Plan[T], shared: list[Any] | None = None) -> T:
+        """Run ``plan`` on a fresh async client, closed after; or on ``shared[0]``, a
+        client its owner keeps open for many plans at once (a shared reader's: making
+        one costs an SSL context, tens of ms of the loop).  A renewed shared client
+        replaces ``shared[0]``; the stale one is left open for the plans still on it,
+        and every client made is appended to ``shared`` for its owner to close."""
+        if shared is not None and shared[0] is None:
+            shared[0] = await self._new_async_client()
+            shared.append(shared[0])
+        client = shared[0] if shared is not None else await self._new_async_client()
         try:
             call = next(plan)
             while True:
-                reply, client = await self._asend(call, client)
+                reply, client = await self._asend(call, client, shared)
                 call = plan.send(reply)
         except StopIteration as stop:
             return stop.value
         finally:
-            await client.close()
+            if shared is None:
+                await client.close()
 
-    async def _asend(self, call: Call, client: Any) -> tuple[Reply, Any]:
+    async def _asend(
+        self, call: Call, client: Any, shared: list[Any] | None = None
+    ) -> tuple[Reply, Any]:
         """:meth:`_send` on the event loop; returns the client to go on with."""
 
         async def renew(stale: Any) -> Any:
-            await stale.close()
+            if shared is None:
+                await stale.close()
             _invalidate(self._factory)
             if self._async_factory is not None:
                 _invalidate(self._async_factory)
             with self._lock:
                 self._client = None
-            return await self._new_async_client()
+            fresh = await self._new_async_client()
+            if shared is not None:
+                shared[0] = fresh
+                shared.append(fresh)
+            return fresh
 
         policy = k8s_retry.policy_for(self)
         answer, client = await k8s_retry.asend(call, client, renew, policy)

@@ -37,7 +37,9 @@ from airflow_provider_kinetic.core.backends.base import lines_within
 #: Extra seconds re-read before the last shown line, to absorb clock skew between
 #: this machine and the API server (lines already shown are filtered out).
 LOG_SINCE_MARGIN_S = 60
-_MAX_CURSORS = 512
+#: A cursor is ~0.2 KB: enough for every job a triggerer follows (its log budget reads
+#: each only every few polls, so a smaller cache would lose them all in turn).
+_MAX_CURSORS = 4096
 #: Lines read past a capped read's end, kept per pod for the next read (bytes), and
 #: for how many pods at once (the most recently read).
 PENDING_BYTES = 8 * 1024 * 1024

@@ -14,7 +14,7 @@ from typing import Any
 from airflow_provider_kinetic.core.accelerators import Accelerator
 from airflow_provider_kinetic.core.backends import k8s_capacity, k8s_status
 from airflow_provider_kinetic.core.backends.gke import GkeBackend, KubernetesApiError
-from airflow_provider_kinetic.core.backends.k8s_api import Call, Plan, json_or_none
+from airflow_provider_kinetic.core.backends.k8s_api import Call, Plan, items, json_or_none
 from airflow_provider_kinetic.core.backends.manifests import (
     LWS_DEFAULT_VERSION,
     LWS_GROUP,
@@ -79,39 +79,68 @@ class PathwaysBackend(GkeBackend):
         )
         yield from self._with_secrets(spec, create, f"LeaderWorkerSet {spec.namespace}/{name}")
 
-    def _status_plan(self, handle: JobHandle) -> Plan[StatusReport]:
-        ns, name = self.where(handle)
+    def _owner_plan(self, ns: str, name: str) -> Plan[dict[str, Any] | None]:
         version = yield from self._version_plan()
         reply = yield self._custom(
             "get_namespaced_custom_object", LWS_GROUP, version, ns, LWS_PLURAL, name
         )
-        lws = json_or_none(reply, f"reading LeaderWorkerSet {name}")
-        leader = leader_pod_name(name)
-        if lws is None:
-            return k8s_status.pathways_status(None, [], leader_name=leader)
-        pods = yield from self._pods_plan(ns, name)
-        now = datetime.now(UTC)
+        return json_or_none(reply, f"reading LeaderWorkerSet {name}")
+
+    def _owners_plan(self, ns: str, selector: str) -> Plan[dict[str, dict[str, Any]]]:
+        version = yield from self._version_plan()
+        reply = yield self._custom(
+            "list_namespaced_custom_object", LWS_GROUP, version, ns, LWS_PLURAL,
+            label_selector=selector,
+        )  # fmt: skip
+        found = items(reply, f"listing LeaderWorkerSets ({selector})")
+        return {o["metadata"]["name"]: o for o in found}
+
+    def _report(
+        self,
+        handle: JobHandle,
+        owner: dict[str, Any] | None,
+        pods: list[dict[str, Any]],
+        events: list[dict[str, Any]] | tuple[()] = (),
+        *,
+        now: datetime | None = None,
+    ) -> StatusReport:
+        """The leader/worker rules (:func:`k8s_status.pathways_status`) + the capacity verdict."""
+        if owner is None:
+            return k8s_status.pathways_status(None, [], leader_name="")
+        now = now or datetime.now(UTC)
+        leader = leader_pod_name(owner["metadata"]["name"])
         report = k8s_status.pathways_status(
-            lws, pods, leader_name=leader, now=now, limits=self.limits
+            owner, pods, events, leader_name=leader, now=now, limits=self.limits
         )
-        wait = handle.capacity_wait_s
-        due = k8s_capacity.capacity_due(report, lws, pods, now, wait)
+        return k8s_capacity.capacity_verdict(
+            report, owner, pods, now, handle.capacity_wait_s, self.limits, events
+        )
+
+    def _events_target(
+        self,
+        handle: JobHandle,
+        owner: dict[str, Any],
+        pods: list[dict[str, Any]],
+        report: StatusReport,
+        now: datetime,
+    ) -> str | None:
+        """Without a leader pod, the leader StatefulSet (named like the LWS) has the
+        FailedCreate events; a leader stuck starting may have FailedMount events."""
+        due = k8s_capacity.capacity_due(report, owner, pods, now, handle.capacity_wait_s)
         if report.status is not JobStatus.PENDING and not due:
-            return report
-        # Without a leader pod, the leader StatefulSet (named like the LWS) has the
-        # FailedCreate events; a leader stuck starting may have FailedMount events.
-        pod = next((p for p in pods if p["metadata"]["name"] == leader), None)
+            return None
+        name = owner["metadata"]["name"]
+        pod = self._log_pod_of(name, pods)
         if pod is None:
-            target = name
-        elif due or k8s_status.needs_pod_events(pod, now, self.limits):
-            target = leader
-        else:
-            return report
-        events = yield from self._events_plan(ns, target)
-        report = k8s_status.pathways_status(
-            lws, pods, events, leader_name=leader, now=now, limits=self.limits
-        )
-        return k8s_capacity.capacity_verdict(report, lws, pods, now, wait, self.limits, events)
+            return name
+        if due or k8s_status.needs_pod_events(pod, now, self.limits):
+            return pod["metadata"]["name"]
+        return None
+
+    def _log_pod_of(self, name: str, pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The leader: it runs process 0, whose output is the job's."""
+        leader = leader_pod_name(name)
+        return next((p for p in pods if p["metadata"]["name"] == leader), None)
 
     def _batch_plan(self, group_id: str, handles: list[JobHandle]) -> Plan[dict[str, StatusReport]]:
         """One status per LeaderWorkerSet (multi-host batches are small)."""
