@@ -198,7 +198,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
                 more = await self._show_logs(reads, final)
             if report.describe() != last:
                 self.log.info("kinetic job %s: %s", job_id, report.describe())
-                if last is not None and "(NotAdmitted)" in last:
+                if "(NotAdmitted)" in (last or "") or (last is None and self._queued()):
                     await self._admitted(report.reason)
                 last = report.describe()
             if report.status.is_terminal:
@@ -209,6 +209,12 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
                     f"job {job_id} still {report.status.value} at the task's execution deadline",
                 )
             await reads.wait()
+
+    def _queued(self) -> bool:
+        """Whether the job waits in a Kueue queue: Kueue may admit it between the
+        worker's last look and this trigger's first, which then notes it (late by at
+        most a poll; a note already made is kept)."""
+        return (self._job.capacity or "").startswith("queue:")
 
     async def _admitted(self, reason: str | None) -> None:
         """Kueue let a queued job in (it left NotAdmitted): its usage splits the wait

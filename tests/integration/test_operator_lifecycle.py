@@ -212,11 +212,16 @@ def test_resumed_task_takes_the_final_state_from_the_event(local_conn):
     from airflow.providers.common.compat.sdk import TaskDeferred
 
     from airflow_provider_kinetic.core.backends.local import STATE_DIR
+    from airflow_provider_kinetic.core.backends.local_presence import live_supervisors
 
     config = KineticConfig(backend="local", root=str(local_conn))
     backend = LocalBackend(config.bucket_name)
     handle, _ = submit_job(JobRequest(func=sleepy, args=(0, 11)), config, backend)
     _wait(lambda: backend.status(handle).status.value == "SUCCEEDED")
+    # The supervisor writes the exit code, then exits: a record removed while it lives
+    # reads as a store that cannot be seen, not as a job that is gone.
+    state_dir = str(local_conn / STATE_DIR)
+    _wait(lambda: handle.job_id not in live_supervisors(state_dir))
     event = {"status": "SUCCEEDED", "message": "", "reason": None, "handle": handle.to_dict()}
     shutil.rmtree(local_conn / STATE_DIR / handle.job_id)
     assert backend.status(handle).status.value == "NOT_FOUND"

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -111,6 +112,20 @@ def load_hf_to_disk(uri: str, target: str, trust_remote_code: bool = False) -> s
             source.repo,
         )
     log.info("Loading Hugging Face dataset %s into %s", uri, target)
+    with _PROCESS_STATE:  # the runner downloads Data inputs in threads
+        return _load_in_scratch(datasets, source, target, kwargs)
+
+
+#: A load changes process-wide state (the working directory, the hub cache's
+#: environment), so loads in different threads of one process take turns: two at once
+#: removed each other's hub cache mid-download.
+_PROCESS_STATE = threading.Lock()
+
+
+def _load_in_scratch(
+    datasets: ModuleType, source: HfSource, target: str, kwargs: dict[str, object]
+) -> str:
+    """The load itself, in a fresh scratch dir that is also the working directory."""
     scratch = tempfile.mkdtemp(prefix="kinetic-hf-")
     cwd = os.getcwd()
     try:
