@@ -41,4 +41,5 @@ exec "$VENV/bin/pytest" -q -p no:cacheprovider \
   tests/integration/test_assets.py \
   tests/integration/test_openlineage.py \
   tests/unit/test_metrics.py \
+  tests/integration/test_deferral_settle.py \
   "$@"

@@ -22,7 +22,8 @@ $UV pip install --quiet --python .venv/bin/python --no-deps keras-kinetic==0.0.4
 .venv/bin/ruff format --check .
 # The layers and no import cycles (pyproject.toml [tool.importlinter]).
 .venv/bin/lint-imports --no-cache
-.venv/bin/pytest -q -p no:cacheprovider "$@"
+# The slowest tests, listed at the end: what to trim when the run nears its time budget.
+.venv/bin/pytest -q -p no:cacheprovider --durations=25 "$@"
 # The oldest supported Airflow (3.1): the version-sensitive tests again, from its own
 # lock (skipped when arguments pick tests for the main run).
 if [ $# -eq 0 ]; then
