@@ -12,28 +12,24 @@ created or ended in that poll (bounded by ``max_concurrent``).
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from typing import Any
 
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
-from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
 from airflow_provider_kinetic.core.jobs.request import JobRequest
-from airflow_provider_kinetic.core.jobs.signing import RESULT_KEY_ENV, sign, signature_key
-from airflow_provider_kinetic.core.storage import store_for_uri
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 from tests.fixtures.k8s_double import ThreadedDouble, by_code_under_test
 from tests.integration.test_gke_dags import (  # noqa: F401 - fixtures
     JOBS,
-    Kubelet,
     api,
     connections,
     google_token,
 )
+from tests.integration.test_sweep_gke_scale import ResultKubelet
 
 MAX_CONCURRENT = 4
 SMALL, LARGE = 8, 48
@@ -41,38 +37,6 @@ SMALL, LARGE = 8, 48
 
 def twice(i: int) -> int:
     return 2 * i
-
-
-class ResultKubelet(Kubelet):
-    """Finishes every child Job as it appears, its result written as the runner would."""
-
-    def __init__(self, double: ThreadedDouble, total: int, after: int) -> None:
-        super().__init__(double)
-        self.total, self.cursor = total, after
-
-    def play(self) -> None:
-        seen = 0
-        while seen < self.total:
-            if not self.until("a child Job", lambda d: len(d.requests) > self.cursor):
-                return
-            new = self.api.call(lambda d: list(d.requests[self.cursor :]))
-            self.cursor += len(new)
-            for request in by_code_under_test(new):
-                if request.method == "POST" and request.url.path == JOBS:
-                    self.finish(json.loads(request.body))
-                    seen += 1
-
-    def finish(self, job: dict[str, Any]) -> None:
-        container = job["spec"]["template"]["spec"]["containers"][0]
-        env = {e["name"]: self.env_value(e) for e in container["env"]}
-        args = container["args"]
-        uri = args[args.index("--result-gcs") + 1]
-        index = int(env["KINETIC_GROUP_INDEX"])
-        blob, _ = dump_result(make_result(success=True, result=2 * index, host_index=0))
-        store, key = store_for_uri(uri)
-        store.write_bytes(key, blob)
-        store.write_bytes(signature_key(key), sign(env[RESULT_KEY_ENV], blob).encode())
-        self.api.patch_status(f"{JOBS}/{job['metadata']['name']}", {"succeeded": 1})
 
 
 async def _events(trigger: KineticBatchTrigger) -> list[Any]:

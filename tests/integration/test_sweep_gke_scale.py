@@ -32,15 +32,20 @@ TOTAL = int(os.environ.get("KINETIC_TEST_SWEEP_N", "1000"))
 
 
 class ResultKubelet(Kubelet):
-    """Plays every child Job as it appears: its result written as the runner would."""
+    """Plays every child Job as it appears: its result written as the runner would.
+    ``total``: children to play; ``after``: requests already sent before it starts."""
+
+    def __init__(self, double: Any, total: int = TOTAL, after: int = 0) -> None:
+        super().__init__(double)
+        self.total, self.cursor = total, after
 
     def play(self) -> None:
-        seen, cursor = 0, 0  # requests read so far: each poll looks only at new ones
-        while seen < TOTAL:
-            if not self.until("a child Job", lambda d, c=cursor: len(d.requests) > c):
+        seen = 0  # each poll looks only at requests after self.cursor
+        while seen < self.total:
+            if not self.until("a child Job", lambda d: len(d.requests) > self.cursor):
                 return
-            new = self.api.call(lambda d, c=cursor: list(d.requests[c:]))
-            cursor += len(new)
+            new = self.api.call(lambda d: list(d.requests[self.cursor :]))
+            self.cursor += len(new)
             for request in by_code_under_test(new):
                 if request.method == "POST" and request.url.path == JOBS:
                     self.finish(json.loads(request.body))
