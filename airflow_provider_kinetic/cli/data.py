@@ -44,35 +44,38 @@ def _cache_row(entry: inventory.CacheEntry, now: float, action: str | None = Non
     return row
 
 
-def _venv_row(entry: local_venv.VenvEntry, now: float, action: str | None = None) -> dict:
+def _aged_row(
+    digest: str,
+    kind: str,
+    complete: bool,
+    age_s: float,
+    files: int,
+    nbytes: int,
+    action: str | None,
+    **extra: Any,
+) -> dict:
+    """A row for what is collected by age alone (a venv, a killed upload's parts)."""
     row: dict[str, Any] = {
-        "hash": entry.digest,
-        "kind": "venv",
-        "complete": True,
-        "age_s": round(entry.age(now), 1),
-        "age": human_age(entry.age(now)),
-        "files": entry.files,
-        "bytes": entry.bytes,
-        "size": human_bytes(entry.bytes),
-        "path": entry.path,
-    }
+        "hash": digest, "kind": kind, "complete": complete, "age_s": round(age_s, 1),
+        "age": human_age(age_s), "files": files, "bytes": nbytes, "size": human_bytes(nbytes),
+        **extra,
+    }  # fmt: skip
     if action:
         row["action"] = action
     return row
 
 
+def _venv_row(entry: local_venv.VenvEntry, now: float, action: str | None = None) -> dict:
+    age = entry.age(now)
+    return _aged_row(
+        entry.digest, "venv", True, age, entry.files, entry.bytes, action, path=entry.path
+    )
+
+
 def _parts_row(parts: inventory.LeftParts, now: float, action: str) -> dict:
-    return {
-        "hash": parts.token,
-        "kind": "upload parts",
-        "complete": False,
-        "age_s": round(parts.age(now), 1),
-        "age": human_age(parts.age(now)),
-        "files": parts.files,
-        "bytes": parts.bytes,
-        "size": human_bytes(parts.bytes),
-        "action": action,
-    }
+    return _aged_row(
+        parts.token, "upload parts", False, parts.age(now), parts.files, parts.bytes, action
+    )
 
 
 def _expired_row(state: Any, dry_run: bool) -> dict:
