@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # what editors and type checkers see; runtime imports stay la
     from airflow_provider_kinetic.core.data import Data
     from airflow_provider_kinetic.core.errors import KineticError
     from airflow_provider_kinetic.core.jobs.resultref import load_result
+    from airflow_provider_kinetic.core.keys.window import BroadcastWindow
     from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
     from airflow_provider_kinetic.decorators.kinetic import kinetic_task
     from airflow_provider_kinetic.exceptions import (
@@ -38,6 +39,7 @@ _LAZY = {
     "AttachedJob": "airflow_provider_kinetic.attached",
     "attach": "airflow_provider_kinetic.attached",
     "BatchState": "airflow_provider_kinetic.core.batch.state",
+    "BroadcastWindow": "airflow_provider_kinetic.core.keys.window",
     "Data": "airflow_provider_kinetic.core.data",
     "JobHandle": "airflow_provider_kinetic.core.spec.handles",
     "JobStatus": "airflow_provider_kinetic.core.spec.handles",
@@ -61,6 +63,7 @@ _LAZY = {
 __all__ = [
     "AttachedJob",
     "BatchState",
+    "BroadcastWindow",
     "Data",
     "JobHandle",
     "JobStatus",
