@@ -20,9 +20,10 @@ import os
 from typing import Any
 
 from airflow_provider_kinetic.core.jobs import history
-from airflow_provider_kinetic.core.keys import env, fetch
+from airflow_provider_kinetic.core.keys import env, fetch, tensor_broadcast, tensors
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.records import DEFAULT_KEEP, user_at_host
+from airflow_provider_kinetic.core.keys.window import BroadcastWindow
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 CONF_SECTION = "kinetic"
@@ -76,26 +77,39 @@ class Store:
     def put(
         self,
         key: str,
-        src: str | os.PathLike[str],
+        src: str | os.PathLike[str] | Any,
         *,
         ttl: str | float | None = None,
         conn_id: str | None = None,
     ) -> dict[str, Any]:
-        """Make ``src`` (a file or directory) ``key``'s new current version; returns
-        its row (key, version, time, size, files, by, uploaded).  ``ttl``: the key
-        expires this long after its latest put ("7d"); None keeps the key's ttl."""
+        """Make ``src`` (a file or directory, or a torch tensor or state dict, stored
+        as safetensors) ``key``'s new current version; returns its row (key, version,
+        time, size, files, by, uploaded).  ``ttl``: the key expires this long after
+        its latest put ("7d"); None keeps the key's ttl."""
+        if tensors.is_tensors(src):
+            return tensors.put(key_store(conn_id), key, src, ttl=ttl)
         return key_store(conn_id).put(key, src, ttl=ttl)
 
     def get(
         self,
         key: str,
-        dest: str | os.PathLike[str],
+        dest: str | os.PathLike[str] | Any,
         version: str | None = None,
         overwrite: bool = False,
         conn_id: str | None = None,
+        broadcast: BroadcastWindow | None = None,
     ) -> dict[str, Any]:
         """Write ``key``'s current version (or ``version``, or ``key@version``) to
-        ``dest``, every file verified against the hash."""
+        ``dest``, every file verified against the hash.  A tensor or state dict
+        ``dest`` is filled in place; with ``broadcast`` (world_size=N) one of a
+        batch's N children reads the store and the rest receive through
+        torch.distributed."""
+        if tensors.is_tensors(dest):
+            if broadcast is not None:
+                return tensor_broadcast.get(
+                    key_store(conn_id), key, dest, version, broadcast, env.peer_scope()
+                )
+            return tensors.get(key_store(conn_id), key, dest, version)
         return fetch.get(key_store(conn_id), key, dest, version, overwrite=overwrite)
 
     def ls(self, prefix: str = "", conn_id: str | None = None) -> list[dict[str, Any]]:

@@ -20,6 +20,8 @@ import cloudpickle
 from airflow_provider_kinetic.core.jobs import unpickling
 
 GROUP_INDEX_ENV = "KINETIC_GROUP_INDEX"
+#: The batch id a child belongs to (its peers share it: a broadcast's rendezvous scope).
+GROUP_ID_ENV = "KINETIC_GROUP_ID"
 
 
 def batch_guard(*_args: Any, **_kwargs: Any) -> None:

@@ -27,7 +27,7 @@ from airflow_provider_kinetic.core.capacity import (
 )
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data.mounts import FuseMount
-from airflow_provider_kinetic.core.jobs.batchwire import GROUP_INDEX_ENV
+from airflow_provider_kinetic.core.jobs.batchwire import GROUP_ID_ENV, GROUP_INDEX_ENV
 from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S, checkpoint_env
 from airflow_provider_kinetic.core.jobs.signing import (
     AUTH_HMAC,
@@ -136,6 +136,7 @@ class JobTemplate:
             labels[GROUP_INDEX_LABEL] = str(index)
         if self.group_id is not None:
             labels[GROUP_LABEL] = self.group_id
+            env[GROUP_ID_ENV] = self.group_id
         capacity = self.capacity_step(step)
         accel = parse_accelerator(with_spot(self.accelerator, capacity.kind == "spot"))
         spec = build_job_spec(

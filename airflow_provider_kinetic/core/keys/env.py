@@ -16,6 +16,7 @@ from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore
 JOB_ENV = "JOB_ID"
 BUCKET_ENV = "GCS_BUCKET"
 GROUP_INDEX_ENV = "KINETIC_GROUP_INDEX"
+GROUP_ID_ENV = "KINETIC_GROUP_ID"
 
 
 def in_job() -> bool:
@@ -40,3 +41,11 @@ def job_who() -> dict[str, Any]:
     if os.environ.get(GROUP_INDEX_ENV):
         who["group_index"] = int(os.environ[GROUP_INDEX_ENV])
     return who
+
+
+def peer_scope() -> str | None:
+    """What a job's peers share: its batch id (a batch's children), else its job id
+    (an LWS job's hosts); None outside a job."""
+    if not in_job():
+        return None
+    return os.environ.get(GROUP_ID_ENV) or os.environ.get(JOB_ENV)
