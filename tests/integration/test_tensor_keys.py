@@ -19,6 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 
+from airflow_provider_kinetic import BroadcastWindow  # noqa: E402
 from airflow_provider_kinetic.core.backends.local import LocalBackend  # noqa: E402
 from airflow_provider_kinetic.core.batch import run as batchrun  # noqa: E402
 from airflow_provider_kinetic.core.batch.plan import plan_batch  # noqa: E402
@@ -307,3 +308,23 @@ def test_tensor_broadcast_nccl_between_two_gpus(tmp_path: Path) -> None:
     assert [p.returncode for p in procs] == [0, 0], outs
     rows = [json.loads(o.decode().strip().splitlines()[-1]) for o in outs]
     assert {r["sum"] for r in rows} == {checksum(sd)}
+
+
+def test_public_store_puts_and_gets_tensors_inside_a_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_kinetic import store
+
+    monkeypatch.setenv("JOB_ID", "job-tensors")
+    monkeypatch.setenv("GCS_BUCKET", str(tmp_path / "bucket"))
+    sd = model_state(seed=3)
+    row = store.put("models/public", sd)
+    assert row["tensors"] is True and row["by"]["job_id"] == "job-tensors"
+    dest = empty_like(sd)
+    got = store.get("models/public", dest=dest)
+    assert got["version"] == row["version"] and checksum(dest) == checksum(sd)
+    one = torch.zeros(3)
+    alone = store.get("models/public", dest=dest, broadcast=BroadcastWindow(world_size=1))
+    assert alone["rank"] == 0 and alone["source"] == "store"
+    with pytest.raises(TensorMismatch, match="holds 5 tensors"):
+        store.get("models/public", dest=one)
