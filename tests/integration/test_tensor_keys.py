@@ -68,7 +68,7 @@ def empty_like(sd: dict[str, Any]) -> dict[str, Any]:
     return dest
 
 
-def test_put_stores_safetensors_and_get_fills_in_place(store: ObjectStore) -> None:
+def test_put_stores_safetensors_and_get_fills_in_place(store: ObjectStore, tmp_path: Path) -> None:
     keys = KeyStore(store)
     sd = model_state()
     first = tensors.put(keys, "models/tiny", sd)
@@ -94,6 +94,8 @@ def test_put_stores_safetensors_and_get_fills_in_place(store: ObjectStore) -> No
     tensors.get(keys, "models/one", into)
     assert torch.equal(into, one)
     assert [p for p in store.list("") if "kinetic-tensors" in p] == []
+    # The staging files' stat-cache records are dropped (they would only evict others).
+    assert list((tmp_path / "statcache").glob("*")) == []
 
 
 @pytest.mark.parametrize(

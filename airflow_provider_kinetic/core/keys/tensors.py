@@ -20,6 +20,7 @@ imported torch cannot hold a tensor).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_kinetic.core.data.hashing.statcache import StatCache
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.keys import fetch
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
@@ -193,10 +195,21 @@ def put(keys: KeyStore, key: str, obj: Any, *, ttl: object = None) -> dict[str, 
         path = os.path.join(tmp, FILE_NAME)
         write_file(obj, path, f"put {key!r}")
         row = keys.put(key, path, ttl=ttl)
+        _forget_stat_record(path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     row["tensors"] = True
     return row
+
+
+def _forget_stat_record(path: str) -> None:
+    """Drop the stat cache's record of the staging file: it names a temporary path
+    that is never hashed again, and would only push a useful record (a dataset's
+    tree) out of the cache's least-recently-used window."""
+    cache = StatCache.default()
+    if cache is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(cache.path_for(path, os.stat(path).st_dev))
 
 
 class Fetched:
