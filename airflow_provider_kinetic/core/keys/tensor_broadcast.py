@@ -103,12 +103,12 @@ def get(
     got: tensors.Fetched | None = None
     try:
         _form_group(dist, rdv, rank, n, backend, keys)
-        if rank == 0:
-            rdv.remove()  # every peer has connected: the address was read by all
         header, got, failure = _header(keys, ref, version, rank)
         problem = header.get("error") or tensors.check_dest(header, dest, ref)
         verdicts: list[Any] = [None] * n
         dist.all_gather_object(verdicts, problem)
+        if rank == 0:  # every rank gave a verdict, so every rank had read the address
+            rdv.remove()  # (NCCL's init is lazy: init_process_group alone proves nothing)
         if failure is not None:
             raise failure
         if header.get("error"):

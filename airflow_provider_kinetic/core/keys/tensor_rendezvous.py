@@ -16,8 +16,8 @@ The protocol, under ``_groups/{scope}/rendezvous/{digest of the group}/``:
    address:port and the session id to ``address.json`` (an address of another
    session is ignored);
 3. the others poll ``address.json`` (bounded by the window's timeout) and connect;
-4. once the process group has formed every peer has read the address, so rank 0
-   removes both objects (also when it fails).
+4. once every rank has taken part in a collective, every peer has read the address,
+   so rank 0 removes both objects (also when it fails).
 
 ``scope`` is the batch id (``KINETIC_GROUP_ID``), else the job id (an LWS job's hosts
 share it), so two batches broadcasting the same key never meet.
