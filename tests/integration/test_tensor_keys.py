@@ -149,7 +149,9 @@ def test_tied_weights_are_stored_and_restored(tmp_path: Path) -> None:
 
 
 # ---- broadcast among a batch's children ----------------------------------------------
-def receive(index: int, key: str, world: int, bad_index: int) -> dict[str, Any]:
+def receive(
+    index: int, key: str, world: int, bad_index: int, group: str | None = None
+) -> dict[str, Any]:
     """A batch child: count its reads of the key's blob, get by broadcast, checksum."""
     import torch
 
@@ -170,7 +172,8 @@ def receive(index: int, key: str, world: int, bad_index: int) -> dict[str, Any]:
     ids = {k: id(v) for k, v in dest.items()}
     before = checksum(dest)
     try:
-        row = store.get(key, dest=dest, broadcast=BroadcastWindow(world_size=world, timeout=120))
+        window = BroadcastWindow(world_size=world, timeout=120, group_id=group)
+        row = store.get(key, dest=dest, broadcast=window)
     except Exception as exc:  # noqa: BLE001 - the test asserts what every child saw
         return {"error": f"{type(exc).__name__}: {exc}", "untouched": checksum(dest) == before}
     return {
@@ -231,15 +234,25 @@ def test_tensor_broadcast_gloo_among_4_local_children(tmp_path: Path) -> None:
     assert sorted(v["source"] for v in values) == ["peer", "peer", "peer", "store"]
 
 
-def test_one_child_mismatch_fails_every_child_before_any_is_modified(tmp_path: Path) -> None:
+def test_a_mismatch_or_a_failed_read_fails_every_peer_before_any_dest_is_modified(
+    tmp_path: Path,
+) -> None:
+    """One batch, two broadcasts told apart by group_id: children 0-1 get a key into
+    dests where child 1's has a wrong shape; children 2-3 get a key that does not
+    exist (rank 0's read fails)."""
     store = LocalStore(str(tmp_path / "bucket"))
     tensors.put(KeyStore(store), "models/bcast", model_state())
-    values = _run_batch(tmp_path, store, [[i, "models/bcast", 2, 1] for i in range(2)])
+    inputs = [[i, "models/bcast", 2, 1, "shape"] for i in range(2)]
+    inputs += [[i, "models/absent", 2, -1, "absent"] for i in range(2, 4)]
+    values = _run_batch(tmp_path, store, inputs)
     assert all(v["untouched"] for v in values), values
-    errors = sorted(v["error"] for v in values)
-    assert all(e.startswith("TensorMismatch") for e in errors), errors
-    assert all("tensor 'proj' is stored as torch.float32 (8, 32) but dest has" in e for e in errors)
-    assert all("(9, 32)" in e and "'models/bcast'" in e for e in errors)
+    shape, absent = [v["error"] for v in values[:2]], [v["error"] for v in values[2:]]
+    assert all(e.startswith("TensorMismatch") for e in shape), shape
+    assert all("tensor 'proj' is stored as torch.float32 (8, 32) but dest has" in e for e in shape)
+    assert all("(9, 32)" in e and "'models/bcast'" in e for e in shape)
+    # Rank 0 raises the store's own error; its peer is told why.
+    assert sorted(e.split(":")[0] for e in absent) == ["KeyNotFound", "PeerReadError"], absent
+    assert all("no key 'models/absent'" in e for e in absent), absent
 
 
 # ---- the same broadcast on a bucket (fake-gcs-server), peers as real subprocesses ----
