@@ -7,6 +7,10 @@ key fails before any job is submitted."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,7 @@ from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.pins import read_pins
 from tests.fixtures.airflow_env import task_states, xcoms
+from tests.fixtures.standalone import REPO
 
 FILE = "kinetic_keyio_dags.py"
 DAY = pendulum.datetime(2026, 11, 22, tz="UTC")
@@ -29,6 +34,17 @@ def _x(dr: Any) -> dict[tuple[str, str], Any]:
 
 def _keys(airflow_home: Path) -> KeyStore:
     return KeyStore(KineticConfig(backend="local", root=str(airflow_home / "kinetic")).store())
+
+
+def _gc(airflow_home: Path) -> dict[str, str]:
+    """``airflow kinetic data gc --older-than 0s --dry-run`` (a real CLI process on the
+    session's Airflow database): hash -> action."""
+    cmd = [sys.executable, "-m", "airflow_provider_kinetic.cli", "data", "gc", "--older-than"]
+    cmd += ["0s", "--dry-run", "-o", "json"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return {r["hash"]: r.get("action") for r in json.loads(out.stdout) if r["kind"] == "data"}
 
 
 def _queued_for(dag_id: str) -> list[str]:
@@ -101,6 +117,22 @@ def test_output_key_then_read_by_key_pinned_per_run(
     assert _x(fresh)[("score", "kinetic_keys")][0] == {
         "key": "keyio/churn", "version": moved, "source": "resolved"
     }  # fmt: skip
+
+    # data gc: with the key removed, what a job in the history reads, or an XCom
+    # names, stays; a cache entry nothing points to goes.
+    keys.rm("keyio/churn")
+    (tmp_path / "loose").write_text("nobody holds me")
+    loose = KeyStore(keys.store).put("keyio/loose", tmp_path / "loose")["version"]
+    keys.rm("keyio/loose")
+    gc = _gc(airflow_home)
+    assert gc[row["version"]].startswith(f"kept: job {job['job_id']} in the history")
+    assert gc[loose] == "would delete"
+    for entry in history.entries(keys.store):  # the history goes: the XComs still hold
+        if entry.get("dag_id") in ("kinetic_keyio_score", "kinetic_keyio_train"):
+            history.remove(keys.store, entry["job_id"])
+    gc = _gc(airflow_home)
+    assert gc[row["version"]].startswith("kept: XCom kinetic_"), gc[row["version"]]
+    assert gc[moved].startswith("kept: XCom kinetic_"), gc[moved]
 
 
 def test_a_missing_key_fails_before_any_job(
