@@ -52,13 +52,18 @@ def check_output_key(value: Any, task_id: str, rendered: bool) -> str | None:
 
 
 def pin_request(
-    operator: Any, context: Mapping[str, Any], store: ObjectStore, request: JobRequest
-) -> tuple[JobRequest, list[dict[str, str]]]:
-    """The request with its ``kinetic://`` Data pinned; the pins' rows (logged)."""
-    values = [request.args, request.kwargs, request.volumes]
-    (args, kwargs, volumes), pins = pin_values(store, task_identity(context), values)
+    operator: Any,
+    context: Mapping[str, Any],
+    store: ObjectStore,
+    request: JobRequest,
+    inputs: Any = None,
+) -> tuple[JobRequest, Any, list[dict[str, str]]]:
+    """The request (and a batch's ``inputs``) with its ``kinetic://`` Data pinned;
+    the pins' rows (logged)."""
+    values = [request.args, request.kwargs, request.volumes, inputs]
+    (args, kwargs, volumes, inputs), pins = pin_values(store, task_identity(context), values)
     if not pins:
-        return request, []
+        return request, inputs, []
     for pin in pins:
         how = {
             "pinned": "as the Data names it",
@@ -66,12 +71,22 @@ def pin_request(
             "resolved": "the current version; recorded: this run's retries read the same",
         }[pin.source]
         operator.log.info(
-            "kinetic: Data kinetic://%s -> version %s (%s)",
-            pin.key,
-            pin.version,
-            how,
+            "kinetic: Data kinetic://%s -> version %s (%s)", pin.key, pin.version, how
         )
-    return replace(request, args=args, kwargs=kwargs, volumes=volumes), [p.row() for p in pins]
+    pinned = replace(request, args=args, kwargs=kwargs, volumes=volumes)
+    return pinned, inputs, [p.row() for p in pins]
+
+
+def pin_batch(
+    operator: Any, context: Any, store: ObjectStore, request: JobRequest, inputs: Any
+) -> tuple[JobRequest, Any]:
+    """A batch's request and inputs pinned (XCom ``kinetic_keys``); a dry run
+    (no context) resolves at packing instead."""
+    if context is None:
+        return request, inputs
+    request, inputs, rows = pin_request(operator, context, store, request, inputs)
+    push_pins(context, rows)
+    return request, inputs
 
 
 def with_pins(planned: PlannedJob, rows: list[dict[str, str]]) -> PlannedJob:
@@ -82,10 +97,10 @@ def with_pins(planned: PlannedJob, rows: list[dict[str, str]]) -> PlannedJob:
     return planned
 
 
-def push_pins(context: Mapping[str, Any], handle: JobHandle) -> None:
-    """XCom ``kinetic_keys``: the versions the task's job reads (from its handle, so
-    an adopted or collected job of an earlier try shows its own)."""
-    rows = handle.extra.get(DATA_KEYS)
+def push_pins(context: Mapping[str, Any], handle: JobHandle | list[dict[str, str]]) -> None:
+    """XCom ``kinetic_keys``: the versions the task's job (or batch) reads (from a
+    job's handle, so an adopted or collected job of an earlier try shows its own)."""
+    rows = handle if isinstance(handle, list) else handle.extra.get(DATA_KEYS)
     if rows:
         context["ti"].xcom_push(key=XCOM_KEYS, value=list(rows))
 

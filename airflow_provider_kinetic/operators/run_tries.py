@@ -69,7 +69,7 @@ class RunTriesBase(KineticOperatorBase):
         id; nothing uploaded or built.  Its work digest is what an earlier try's job is
         compared with."""
         request = self.build_request(task_identity(context), store.uri, context)
-        request, pins = keyio.pin_request(self, context, store, request)  # kinetic:// Data
+        request, _, pins = keyio.pin_request(self, context, store, request)  # kinetic:// Data
         self.resolve_image(request, config, store, build=False)
         planned = plan_job(request, config, store, new_job_id(), deployment_secret(), step)
         self._work = planned.work

@@ -11,7 +11,7 @@ import os
 import pendulum
 from airflow.sdk import DAG, Asset, task
 
-from airflow_provider_kinetic import Data, KineticRunOperator
+from airflow_provider_kinetic import Data, KineticMapOperator, KineticRunOperator
 
 START = pendulum.datetime(2026, 11, 1, tz="UTC")
 WORK = os.environ.get("KINETIC_KEYIO_TEST_DIR", "/tmp/kinetic-keyio-test")
@@ -101,5 +101,23 @@ with DAG("kinetic_keyio_missing", schedule=None, start_date=START, catchup=False
         task_id="score",
         python_callable=score,
         op_kwargs={"model": Data("kinetic://keyio/chrun"), "work": WORK},
+        poll_interval=0.2,
+    )
+
+
+def score_one(x: int, model: str) -> str:
+    """One batch input scored with the model read by key."""
+    import os
+
+    with open(os.path.join(model, "model.txt")) as f:
+        return f"{x}:{f.read()}"
+
+
+with DAG("kinetic_keyio_map", schedule=None, start_date=START, catchup=False) as map_dag:
+    KineticMapOperator(
+        task_id="batch",
+        python_callable=score_one,
+        inputs=[1, 2],
+        op_kwargs={"model": Data("kinetic://keyio/map-model")},
         poll_interval=0.2,
     )

@@ -148,3 +148,20 @@ def test_a_missing_key_fails_before_any_job(
     out = capfd.readouterr()
     text = out.out + out.err  # the task's log: the key, and the nearest keys
     assert "KeyNotFound: no key 'keyio/chrun'" in text and "keyio/churn-near" in text
+
+
+def test_a_batch_reads_a_key_pinned_for_its_run(load_dag, airflow_home: Path, tmp_path) -> None:
+    keys = _keys(airflow_home)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "model.txt").write_text("batch model")
+    put = keys.put("keyio/map-model", tmp_path / "m")
+    dr = load_dag(FILE, "kinetic_keyio_map").test(logical_date=DAY)
+    assert dr.state == "success", task_states(dr)
+    x = _x(dr)
+    assert x[("batch", "return_value")] == ["1:batch model", "2:batch model"]
+    assert x[("batch", "kinetic_keys")] == [
+        {"key": "keyio/map-model", "version": put["version"], "source": "resolved"}
+    ]
+    identity = {"dag_id": "kinetic_keyio_map", "run_id": dr.run_id, "task_id": "batch",
+                "map_index": -1}  # fmt: skip
+    assert read_pins(keys.store, identity) == {"keyio/map-model": put["version"]}
