@@ -194,6 +194,12 @@ def get_kinetic_cli_commands() -> list[Any]:
                 "data.data_gc",
                 Arg(("--older-than",), help="e.g. 7d, 12h, 30m, 45s", metavar="AGE", required=True),
                 Arg(("--dry-run",), help="Only show what would be deleted", action="store_true"),
+                Arg(
+                    ("--force",),
+                    help="Skip the check of Airflow's database for XComs that name cache "
+                    "entries (jobs in the history and live keys still keep theirs)",
+                    action="store_true",
+                ),
             ),
         ),
     )

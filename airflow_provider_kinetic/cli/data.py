@@ -12,7 +12,7 @@ import time
 from argparse import Namespace
 from typing import Any
 
-from airflow_provider_kinetic.cli import inventory
+from airflow_provider_kinetic.cli import dataholds, inventory
 from airflow_provider_kinetic.cli.common import command, output_format
 from airflow_provider_kinetic.cli.output import emit, human_age, human_bytes
 from airflow_provider_kinetic.core.backends import local_venv
@@ -120,7 +120,8 @@ def data_ls(args: Namespace) -> None:
 @command
 def data_gc(args: Namespace) -> None:
     """Remove keys past their ttl; then complete cache entries (and context archives)
-    older than ``--older-than`` that no live key keeps (any kept version), and local
+    older than ``--older-than`` that no live key keeps (any kept version), no job in
+    the history reads and no XCom names (``dataholds``), and local
     requirements venvs unused for that long that no live job runs in; and the parts of
     big uploads a killed client never composed (older than an hour at least)."""
     age = inventory.parse_age(args.older_than)
@@ -129,10 +130,12 @@ def data_gc(args: Namespace) -> None:
     now = time.time()
     keys = KeyStore(store)
     rows = [_expired_row(st, args.dry_run) for st in keys_gc.expire(keys, now, args.dry_run)]
-    held = keys_gc.referenced_hashes(keys, now)
+    held = dict.fromkeys(keys_gc.referenced_hashes(keys, now), "a live key holds it")
+    for digest, why in dataholds.holds(store, getattr(args, "force", False)).items():
+        held.setdefault(digest, why)  # jobs in the history, XComs
     for entry in inventory.gc_candidates(inventory.cache_entries(store), age, now):
         if entry.kind == "data" and entry.content_hash in held:
-            rows.append(_cache_row(entry, now, "kept: a live key holds it"))
+            rows.append(_cache_row(entry, now, f"kept: {held[entry.content_hash]}"))
         elif args.dry_run:
             rows.append(_cache_row(entry, now, "would delete"))
         else:

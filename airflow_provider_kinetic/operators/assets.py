@@ -183,3 +183,25 @@ def emit(operator: Any, context: Mapping[str, Any], output_dir: str, extra: dict
             operator.log.info("kinetic: asset event %s through alias %s", asset.uri, outlet.name)
         elif isinstance(outlet, Asset):
             events[outlet].extra.update(extra)
+
+
+def key_asset_uri(key: str) -> str:
+    """The asset a key's versions are events of: ``kinetic://KEY``."""
+    return f"kinetic://{key}"
+
+
+def emit_key(operator: Any, context: Mapping[str, Any], key: str, row: Mapping) -> None:
+    """A key's new version (``output_key``): an event for ``kinetic://KEY`` through
+    every alias in the outlets (a DAG scheduled on ``Asset("kinetic://KEY")`` runs),
+    and the version's row on a declared ``kinetic://KEY`` outlet's own event."""
+    events = context.get("outlet_events")
+    if not operator.output_asset or events is None:
+        return
+    extra = {k: row[k] for k in ("key", "version", "size", "files", "time") if k in row}
+    asset = Asset(uri=key_asset_uri(key))
+    for outlet in operator.outlets:
+        if isinstance(outlet, AssetAlias):
+            events[outlet].add(asset, extra=extra)
+            operator.log.info("kinetic: asset event %s through alias %s", asset.uri, outlet.name)
+        elif isinstance(outlet, Asset) and outlet.uri == asset.uri:
+            events[outlet].extra.update(extra)

@@ -33,7 +33,7 @@ from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 from airflow_provider_kinetic.links import KineticBatchLink, batch_url
-from airflow_provider_kinetic.operators import assets
+from airflow_provider_kinetic.operators import assets, keyio
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
     XCOM_BATCH,
@@ -162,11 +162,12 @@ class KineticMapOperator(MapTriesBase):
         """Validate and pack the batch (the same request path as a single job)."""
         identity = task_identity(context) if context is not None else self._dry_identity()
         request = self.build_request(identity, store.uri, context)
+        request, inputs = keyio.pin_batch(self, context, store, request, self.inputs)
         # The image once for every child; built (if missing) only when executing.
         self._image_plan = self.resolve_image(request, config, store, build=context is not None)
         return plan_batch(
             request,
-            self.inputs,
+            inputs,
             self.input_mode,
             store,
             config=config,

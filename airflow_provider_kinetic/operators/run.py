@@ -34,7 +34,7 @@ from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key
 from airflow_provider_kinetic.links import KineticJobLink, KineticLogsLink, KineticOutputLink
-from airflow_provider_kinetic.operators import assets
+from airflow_provider_kinetic.operators import assets, keyio
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
     deadline,
@@ -82,6 +82,12 @@ class KineticRunOperator(RunDeferredWait):
             ``outlets`` are given, attaches its extra (job id, accelerator, capacity,
             a small JSON value) to theirs (``operators.assets``); ``Data`` of an asset
             becomes an inlet.  ``False``: none of this.
+        output_key: a key (``"models/churn"``, templated) the output dir becomes the
+            new version of when the job succeeds (never on failure; a retry that
+            collects the same content makes no second version); the version's row
+            is XCom ``kinetic_output_key``, and a new version is an asset event for
+            ``kinetic://KEY``.  ``Data("kinetic://KEY")`` reads a key (pinned per
+            DAG run: XCom ``kinetic_keys``).
 
     Every try first looks for the task's job from an earlier try (``core.jobs.taskrecord``):
     a running job is adopted, a finished one collected, so a job is never run twice.
@@ -101,6 +107,7 @@ class KineticRunOperator(RunDeferredWait):
         "accelerator",
         "capture_env_vars",
         "requirements",
+        "output_key",
         *CAPACITY_TEMPLATE_FIELDS,
     )
     template_fields_renderers = {"op_args": "py", "op_kwargs": "py"}
@@ -116,10 +123,12 @@ class KineticRunOperator(RunDeferredWait):
         preemption_retries: int = 2,
         wait_for_completion: bool = True,
         output_asset: bool = True,
+        output_key: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.output_asset = output_asset
+        self.output_key = keyio.check_output_key(output_key, self.task_id, rendered=False)
         self.python_callable = self.require_callable(python_callable)
         self.op_args = op_args
         self.op_kwargs = op_kwargs
@@ -146,6 +155,7 @@ class KineticRunOperator(RunDeferredWait):
         store = hook.get_store()
         backend = hook.get_backend(config.backend_kind(self.accelerator_spec()))
         self._backend, self._store = backend, store
+        keyio.check_output_key(self.output_key, self.task_id, rendered=True)
         planned = self._plan(context, config, store)  # bad input fails here, before anything
         if self.output_asset and planned.handle.output_dir:  # rendered or default: pre-job
             assets.asset_uri(planned.handle.output_dir, f"task {self.task_id!r}: output dir")
@@ -202,6 +212,7 @@ class KineticRunOperator(RunDeferredWait):
         """Collect (``run_sync``), then the output dir's asset event: on every path
         that delivers a value (this worker, a resumed deferral, a later try)."""
         value = super()._finish(context, store, backend, handle, report, offset)
+        keyio.put_output_key(self, context, store, handle)  # succeeded: super() raised else
         if handle.output_dir:
             out = directory_uri(handle.output_dir) or handle.output_dir
             assets.emit(self, context, out, assets.job_extra(handle, value, out))

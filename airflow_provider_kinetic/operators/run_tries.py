@@ -34,6 +34,7 @@ from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport, 
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 from airflow_provider_kinetic.links import job_links
+from airflow_provider_kinetic.operators import keyio
 from airflow_provider_kinetic.operators.capacity import request_fields as capacity_fields
 from airflow_provider_kinetic.operators.common import (
     XCOM_JOB,
@@ -68,10 +69,11 @@ class RunTriesBase(KineticOperatorBase):
         id; nothing uploaded or built.  Its work digest is what an earlier try's job is
         compared with."""
         request = self.build_request(task_identity(context), store.uri, context)
+        request, _, pins = keyio.pin_request(self, context, store, request)  # kinetic:// Data
         self.resolve_image(request, config, store, build=False)
         planned = plan_job(request, config, store, new_job_id(), deployment_secret(), step)
         self._work = planned.work
-        return planned
+        return keyio.with_pins(planned, pins)
 
     def _submit(
         self,
@@ -160,6 +162,7 @@ class RunTriesBase(KineticOperatorBase):
         ti = context["ti"]
         ti.xcom_push(key=XCOM_JOB, value=handle.to_dict())
         ti.xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(handle.output_dir))
+        keyio.push_pins(context, handle)
         self.published_links = job_links(handle, self.kinetic_conn_id)
         for key, url in self.published_links.items():
             ti.xcom_push(key=key, value=url)

@@ -1,6 +1,7 @@
 """The Kinetic FastAPI app the plugin mounts on the API server (``/kinetic``).
 
-Routes: ``/`` (jobs list, ``?group=`` for one batch), ``/jobs/{id}`` (job page),
+Routes: ``/`` (jobs list, ``?group=`` for one batch), ``/keys`` (keys and their
+versions, ``?prefix=``), ``/jobs/{id}`` (job page),
 ``/api/jobs/{id}/log?offset=`` (the live log's JSON feed), ``/jobs/{id}/files?name=``
 (one output file, as a download), ``POST /jobs/{id}/cancel``; the task instance tab
 ``/ti/{dag_id}/{run_id}/{task_id}/{map_index}`` (``?child=N``: a batch child's log),
@@ -33,7 +34,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
-from airflow_provider_kinetic.plugins import jobs, tasks, taskview, views
+from airflow_provider_kinetic.plugins import jobs, keyview, tasks, taskview, views
 
 
 class Denied(Exception):
@@ -117,6 +118,19 @@ def create_app() -> FastAPI:
             if allowed[row.dag_id]:
                 visible.append(row)
         return views.jobs_page(visible, _base(request), conn_id, group or None)
+
+    @app.get("/keys", response_class=HTMLResponse)
+    def keys_list(
+        request: Request, user: User, conn_id: ConnId = "kinetic_default", prefix: str = ""
+    ) -> str:
+        # Keys are shared by every DAG (not tied to one): reading them needs read
+        # access to the task instances of every DAG, as a job no record ties to a DAG.
+        _require(user, None, "GET")
+        try:
+            states = keyview.key_states(KineticHook(_conn(conn_id)).get_store(), prefix)
+        except ValueError as exc:  # a prefix not of the key form
+            raise Denied(400, str(exc)) from None
+        return keyview.keys_page(states, _base(request), conn_id, prefix)
 
     @app.get("/jobs/{job_id}", response_class=HTMLResponse)
     def job_page(

@@ -184,6 +184,7 @@ def jobs_page(rows: list[JobRow], base: str, conn_id: str, group: str | None) ->
     empty = "" if rows else "<p id='no-jobs'>No kinetic jobs in this store.</p>"
     return page(
         title,
+        f"<nav><a id='keys-link' href='{escape(_link(base, '/keys', conn_id))}'>Keys</a></nav>"
         f"<h1>{escape(title)}</h1><p>Connection <code>{escape(conn_id)}</code></p>"
         f"<table id='jobs'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody>"
         f"</table>{empty}",

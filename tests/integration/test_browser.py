@@ -320,3 +320,49 @@ def test_the_kinetic_tab_of_a_map_task_shows_children_and_live_logs(server, page
     expect(frame.locator("#log")).to_have_attribute("data-complete", "true")
     assert server.wait_finished(BATCH_DAG, BATCH_RUN) == "success"
     shot(page, "kinetic-tab-done")
+
+
+def test_the_keys_page_lists_keys_with_versions_and_who_wrote_them(server, page, tmp_path):
+    from playwright.sync_api import expect
+
+    from airflow_provider_kinetic.core.keys.keystore import KeyStore
+    from airflow_provider_kinetic.core.storage import LocalStore
+
+    store = LocalStore(str(server.home / "kinetic"))  # the standalone's default store
+    by_task = {"dag_id": "train_dag", "run_id": "r<1>", "task_id": "train", "map_index": -1}
+    put = KeyStore(store, who=lambda: dict(by_task, job_id="job-0001")).put
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v1" / "w.bin").write_bytes(b"x" * 2048)
+    first = put("browser/model", tmp_path / "v1")
+    (tmp_path / "v1" / "more.txt").write_text("second")
+    second = put("browser/model", tmp_path / "v1")
+    (tmp_path / "notes.txt").write_text("n")
+    by_user = {"user": "ana", "host": "laptop"}
+    other = KeyStore(store, who=lambda: by_user).put("browser/notes", tmp_path / "notes.txt")
+
+    page.goto("/kinetic/")
+    page.locator("#keys-link").click()
+    page.wait_for_url("**/kinetic/keys")
+    rows = page.locator("#keys tbody tr[data-key='browser/model']")
+    expect(rows).to_have_count(2)
+    newest, oldest = rows.nth(0), rows.nth(1)
+    expect(newest).to_have_attribute("data-version", second["version"])
+    expect(newest).to_have_attribute("data-current", "true")
+    expect(newest.locator("td").nth(0)).to_contain_text("browser/model")
+    expect(newest.locator("td").nth(0)).to_contain_text("2 version(s)")
+    expect(newest.locator("td").nth(1)).to_have_text(f"{second['version'][:12]} (current)")
+    expect(newest.locator("td").nth(2)).to_have_text(second["time"])
+    expect(newest.locator("td").nth(3)).to_have_attribute("data-bytes", str(2048 + 6))
+    expect(newest.locator("td").nth(4)).to_have_text("2")
+    expect(newest.locator("td.by")).to_have_text("train_dag / r<1> / train; job job-0001")
+    expect(oldest).to_have_attribute("data-version", first["version"])
+    expect(oldest.locator("td").nth(4)).to_have_text("1")
+    expect(oldest.locator("td").nth(3)).to_have_attribute("data-bytes", "2048")
+    notes = page.locator("#keys tbody tr[data-key='browser/notes']")
+    expect(notes).to_have_attribute("data-version", other["version"])
+    expect(notes.locator("td.by")).to_have_text("ana@laptop")
+    shot(page, "kinetic-keys")
+    # A prefix narrows the list; one not of the key form is refused, naming it.
+    page.goto("/kinetic/keys?prefix=browser/notes")
+    expect(page.locator("#keys tbody tr")).to_have_count(1)
+    assert page.goto("/kinetic/keys?prefix=../x").status == 400

@@ -39,7 +39,7 @@ JSON_COMMANDS = (
     # --force: this home has no Airflow database to read XComs from.
     ("jobs", "cleanup", "--older-than", "1d", "--dry-run", "--force"),
     ("data", "ls"),
-    ("data", "gc", "--older-than", "7d", "--dry-run"),
+    ("data", "gc", "--older-than", "7d", "--dry-run", "--force"),
     ("accelerators",),
 )
 FALLBACK_WARNING = "No 'kinetic_default' connection: jobs run ON THIS MACHINE"

@@ -97,6 +97,7 @@ def test_data_gc_expires_keys_and_keeps_what_keys_hold(
     short = keys.put("drop/me", tmp_path / "b", ttl=0.001)
     gc = [sys.executable, "-m", "airflow_provider_kinetic.cli", "data", "gc"]
     gc += ["--older-than", "0s", "--conn-id", CONN, "-o", "json"]
+    gc += ["--force"]  # no Airflow database here: the XCom side is test_keyio.py's
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run(gc, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -20,6 +20,7 @@ __all__ = [
     "EMPTY_TREE_HASH",
     "KEEP",
     "MARKER_PREFIX",
+    "cache_hash",
     "cache_key",
     "is_data_ref",
     "make_data_ref",
@@ -49,6 +50,13 @@ def cache_key(content_hash: str) -> str:
 
 def marker_key(content_hash: str) -> str:
     return f"{MARKER_PREFIX}/{content_hash}"
+
+
+def cache_hash(uri: str) -> str | None:
+    """The content hash of a ref URI that names a data-cache entry (a local Data or a
+    ``kinetic://`` key), else None: what a job holds, for ``data gc``."""
+    head, sep, tail = uri.rstrip("/").rpartition(f"{CACHE_PREFIX}/")
+    return tail if sep and tail and "/" not in tail else None
 
 
 def make_data_ref(

@@ -76,6 +76,11 @@ def _identity_fields(identity: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
+#: The data-cache entries a job reads (its handle's extra, copied here): ``data gc``
+#: keeps them while the job's entry is in the history.
+DATA_HASHES = "data_hashes"
+
+
 def submitted(
     store: ObjectStore,
     job_id: str,
@@ -133,6 +138,7 @@ def job_submitted(
         submitted_at=handle.created_at,
         log_location=log_location,
         capacity=handle.capacity,  # absent (older handles): usage.capacity_of derives it
+        **({DATA_HASHES: list(held)} if (held := handle.extra.get(DATA_HASHES)) else {}),
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
@@ -20,6 +20,7 @@ import cloudpickle
 from airflow_provider_kinetic.core.accelerators import Accelerator, parse_accelerator
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.mounts import FUSE_ROOT, FuseMount
+from airflow_provider_kinetic.core.data.refs import cache_hash
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.jobs.payload import (
     build_context_zip,
@@ -29,6 +30,7 @@ from airflow_provider_kinetic.core.jobs.payload import (
 )
 from airflow_provider_kinetic.core.jobs.request import JobRequest, validate_data, validate_volumes
 from airflow_provider_kinetic.core.jobs.work import call_digest
+from airflow_provider_kinetic.core.keys import resolve as _key_resolver  # noqa: F401 - installs kinetic://
 from airflow_provider_kinetic.core.runtime import context as job_context
 from airflow_provider_kinetic.core.storage import ObjectStore
 
@@ -54,6 +56,9 @@ class PackedJob:
     #: ``core.jobs.work.call_digest`` of the call (None: it could not be computed,
     #: and a later try then compares nothing: the rule of earlier versions).
     call_sha256: str | None = None
+    #: Data-cache entries the job reads (local Data and ``kinetic://`` keys): its
+    #: handle and history entry name them, so ``data gc`` keeps them meanwhile.
+    data_hashes: list[str] = field(default_factory=list)
 
     @property
     def context_sha256(self) -> str:
@@ -122,7 +127,9 @@ def prepare(
     check_payload_size(payload, args, kwargs, request.max_payload_mb)
     local = [d for d, _, _ in found if d.uploads]
     call = _call_digest(request, args, kwargs, volume_refs, env_vars)
-    return PackedJob(accel, local, payload, build_context(request, excludes, local), fuse, call)
+    held = {cache_hash(r["uri"]) for r in [*refs.values(), *volume_refs]} - {None}
+    context = build_context(request, excludes, local)
+    return PackedJob(accel, local, payload, context, fuse, call, sorted(h for h in held if h))
 
 
 def _mib(size: int) -> str:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import cache as datacache
 from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.history import DATA_HASHES
 from airflow_provider_kinetic.core.jobs.pack import PackedJob, prepare
 from airflow_provider_kinetic.core.jobs.request import (
     JobRequest,
@@ -179,6 +180,8 @@ def plan_job(
         options = template_options(template, request.capture_env_vars)
         work = work_digest(call=packed.call_sha256, options=options)
     handle = template.handle(config, store, spec, step=step)
+    if packed.data_hashes:  # what the job reads: data gc keeps it while the job is known
+        handle = replace(handle, extra={**handle.extra, DATA_HASHES: packed.data_hashes})
     return PlannedJob(packed, template, spec, handle, image, work)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from airflow_provider_kinetic.core.data.schemes.base import DataScheme
 from airflow_provider_kinetic.core.data.schemes.gcs import GcsScheme
 from airflow_provider_kinetic.core.data.schemes.hf import HfScheme
+from airflow_provider_kinetic.core.data.schemes.kinetic import KineticKeyScheme
 from airflow_provider_kinetic.core.data.schemes.local import FileUriScheme, LocalPathScheme
 
 __all__ = ["DataScheme", "register_scheme", "scheme_for", "scheme_names"]
@@ -46,3 +47,4 @@ register_scheme(LocalPathScheme())
 register_scheme(FileUriScheme())
 register_scheme(GcsScheme())
 register_scheme(HfScheme())
+register_scheme(KineticKeyScheme())

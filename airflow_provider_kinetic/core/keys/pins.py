@@ -1,0 +1,103 @@
+"""Pins: a task's ``kinetic://KEY`` Data resolved once per DAG run, read the same on
+every try.
+
+Why a record: "the current version" moves when someone puts the key again, but a
+retry (or a clear) of the same task in the same DAG run must read the bytes its
+first try read, or the run is not reproducible.  So the first resolution of each
+unpinned key is written to ``_airflow/keypins/{dag}/{run}/{task}/{map_index}.json``
+(ids through ``spec/identity.task_key``, like the task records) and every later try
+of that task instance uses it; a new DAG run has another record and resolves anew.
+``kinetic://KEY@VERSION`` pins by itself and is not recorded.
+
+The Data are replaced by pinned copies (``kinetic://KEY@FULLHASH``): the operator's
+own objects are never changed, so a later run in the same process (``dag.test``)
+still resolves anew.  The job's handle and history entry name the versions
+(``data_hashes``), so ``data gc`` keeps them while the job is in the history.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_kinetic.core.data.refs import KEEP, map_leaves
+from airflow_provider_kinetic.core.data.schemes.kinetic import PREFIX, key_ref
+from airflow_provider_kinetic.core.data.value import Data
+from airflow_provider_kinetic.core.keys.keystore import KeyStore
+from airflow_provider_kinetic.core.keys.names import parse_ref
+from airflow_provider_kinetic.core.spec.identity import task_key
+from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
+
+PINS_PREFIX = "_airflow/keypins"
+
+
+def pins_key(identity: Mapping[str, Any]) -> str:
+    """Where a task instance's pins live."""
+    return f"{PINS_PREFIX}/{task_key(identity)}.json"
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One ``kinetic://`` Data of a try: its key and the version it reads."""
+
+    key: str
+    version: str
+    #: "pinned" (the Data named it), "recorded" (an earlier try of this run resolved
+    #: it) or "resolved" (the key's current version, now recorded).
+    source: str
+
+    def row(self) -> dict[str, str]:
+        return {"key": self.key, "version": self.version, "source": self.source}
+
+
+def read_pins(store: ObjectStore, identity: Mapping[str, Any]) -> dict[str, str]:
+    """The recorded ``{key: version}`` of a task instance (empty: none yet)."""
+    try:
+        body = json.loads(store.read_bytes(pins_key(identity)))
+    except ObjectNotFound:
+        return {}
+    return {str(k): str(v) for k, v in (body.get("pins") or {}).items()}
+
+
+def pin_values(
+    store: ObjectStore, identity: Mapping[str, Any], values: list[Any]
+) -> tuple[list[Any], list[Pin]]:
+    """``values`` (op_args, op_kwargs, volumes...) with every ``kinetic://`` Data
+    pinned to one version, and the pins (one per key, in order of appearance).
+    Raises ``KeyNotFound`` (naming the key and the nearest keys) before anything is
+    written when a key or version is missing."""
+    recorded = read_pins(store, identity)
+    keys = KeyStore(store)
+    pins: dict[str, Pin] = {}
+    fresh: dict[str, str] = {}
+
+    def leaf(value: Any) -> Any:
+        if not isinstance(value, Data) or not value.path.startswith(PREFIX):
+            return KEEP
+        key, version = parse_ref(key_ref(value.path))
+        if version is not None:
+            _, found = keys.resolve(key, version)
+            pin = Pin(key, found.version, "pinned")
+        elif key in fresh:
+            pin = Pin(key, fresh[key], "resolved")
+        elif key in recorded:
+            pin = Pin(key, recorded[key], "recorded")
+        else:
+            _, found = keys.resolve(key)
+            fresh[key] = found.version
+            pin = Pin(key, found.version, "resolved")
+        pins.setdefault(f"{pin.key}@{pin.version}", pin)
+        return Data(
+            f"{PREFIX}{key}@{pin.version}",
+            fuse=value.fuse,
+            hf_trust_remote_code=value.hf_trust_remote_code,
+        )
+
+    out = [map_leaves(v, leaf) for v in values]
+    if fresh:
+        body = {"format": 1, "identity": dict(identity), "pins": {**recorded, **fresh}}
+        text = json.dumps(body, sort_keys=True, default=str)
+        store.write_bytes(pins_key(identity), text.encode())
+    return out, list(pins.values())
