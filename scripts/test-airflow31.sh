@@ -5,7 +5,7 @@
 # provider info, two `airflow standalone` runs (mark a deferred task failed across a
 # triggerer restart; clear one), and `python -m airflow_provider_kinetic.cli` (3.1 does
 # not load provider CLI commands, so `airflow kinetic` is absent there).
-# Called by scripts/test.sh after the main suite; extra arguments go to pytest.
+# Called by scripts/test.sh beside the main suite; extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv-3.1

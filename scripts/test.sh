@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: fresh (or reused) .venv from the lock, lint and import contracts, the whole suite on
-# Airflow 3.3, then the version-sensitive tests on Airflow 3.1 (scripts/test-airflow31.sh).
+# Airflow 3.3 and, beside it, the version-sensitive tests on Airflow 3.1 (scripts/test-airflow31.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -22,10 +22,31 @@ $UV pip install --quiet --python .venv/bin/python --no-deps keras-kinetic==0.0.4
 .venv/bin/ruff format --check .
 # The layers and no import cycles (pyproject.toml [tool.importlinter]).
 .venv/bin/lint-imports --no-cache
-# The slowest tests, listed at the end: what to trim when the run nears its time budget.
-.venv/bin/pytest -q -p no:cacheprovider --durations=25 "$@"
 # The oldest supported Airflow (3.1): the version-sensitive tests again, from its own
-# lock (skipped when arguments pick tests for the main run).
+# lock, beside the main run (skipped when arguments pick tests for the main run).  Each
+# pytest process works in a temp dir of its own (tests/fixtures/airflow_env.py), so the
+# runs do not share local job slots or work dirs; most tests wait on subprocesses, so
+# two cores carry the 3.1 run and the main run's two workers together.
+LOG31=""
 if [ $# -eq 0 ]; then
-  bash scripts/test-airflow31.sh
+  LOG31="$(mktemp)"
+  bash scripts/test-airflow31.sh >"$LOG31" 2>&1 &
+  PID31=$!
 fi
+# The main run on Airflow 3.3, in two worker processes (one test module per worker:
+# module fixtures such as an `airflow standalone` stay in one process).  The slowest
+# tests are listed at the end: what to trim when the run nears its time budget.
+set +e
+.venv/bin/pytest -q -p no:cacheprovider -n "${KINETIC_TEST_WORKERS:-2}" --dist loadfile \
+  --durations=25 "$@"
+RC=$?
+RC31=0
+if [ -n "$LOG31" ]; then
+  wait "$PID31"
+  RC31=$?
+  echo "== Airflow 3.1 (scripts/test-airflow31.sh) =="
+  cat "$LOG31"
+  rm -f "$LOG31"
+fi
+echo "Airflow 3.3 run: exit $RC; Airflow 3.1 run: exit $RC31"
+[ "$RC" -eq 0 ] && [ "$RC31" -eq 0 ]

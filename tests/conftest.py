@@ -14,10 +14,11 @@ __all__ = ["airflow_home", "fake_gcs", "gcs_bucket", "hf_hub", "load_dag"]
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ARG001 - pytest's signature
-    """Remove the session's throwaway AIRFLOW_HOME, and fail the session if jobs left
+    """Remove the session's throwaway AIRFLOW_HOME and temp dir, and fail the session if jobs left
     work dirs or mount-link state in the temp dir: tests leave nothing behind."""
     airflow_env.remove_home()
     left = sorted(airflow_env.kinetic_temp_entries() - _TEMP_BEFORE)
+    airflow_env.remove_temp_dir()
     if left:
         session.config.get_terminal_writer().line(
             f"left behind in the temp dir: {', '.join(left[:10])}", red=True

@@ -59,8 +59,10 @@ def playwright_api() -> Iterator[Any]:
         if os.environ.get("KINETIC_REQUIRE_BROWSER"):
             pytest.fail(reason + " (KINETIC_REQUIRE_BROWSER is set)")
         pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # expect() has its own timeout (5 s), apart from the contexts' default
+    expect.set_options(timeout=UI_TIMEOUT_MS)
     with sync_playwright() as api:
         yield api
 

@@ -18,11 +18,12 @@ from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobStatus
 
 
-def hold(mount: str, release: str) -> list[str]:
+def hold(mount: str, release: str, started: str) -> list[str]:
     import os
     import time
 
     seen = sorted(os.listdir(mount))
+    open(started, "w").close()
     while not os.path.exists(release):
         time.sleep(0.02)
     return seen
@@ -36,18 +37,22 @@ def test_concurrent_jobs_share_a_mount_link_and_the_last_removes_it(tmp_path):
     config = KineticConfig(backend="local", root=str(tmp_path / "store"))
     backend = LocalBackend(config.bucket_name)
     release = [tmp_path / "release-0", tmp_path / "release-1"]
+    started = [tmp_path / "started-0", tmp_path / "started-1"]
     handles = [
         submit_job(
-            JobRequest(func=hold, args=(str(mount), str(r)), volumes={str(mount): Data(str(data))}),
+            JobRequest(
+                func=hold, args=(str(mount), str(r), str(s)), volumes={str(mount): Data(str(data))}
+            ),
             config,
             backend,
         )[0]
-        for r in release
+        for r, s in zip(release, started, strict=True)
     ]
     deadline = time.monotonic() + 60
-    while not mount.is_symlink():
+    while not all(s.exists() for s in started):  # both jobs hold the link
         assert time.monotonic() < deadline
         time.sleep(0.02)
+    assert mount.is_symlink()
     release[0].touch()
     first = handles[0]
     while not (report := backend.status(first)).status.is_terminal:
