@@ -20,9 +20,12 @@ import os
 from typing import Any
 
 from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.keys import broadcast as broadcast_mod
 from airflow_provider_kinetic.core.keys import env, fetch
+from airflow_provider_kinetic.core.keys import locale as locale_mod
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.records import DEFAULT_KEEP, user_at_host
+from airflow_provider_kinetic.core.keys.window import BroadcastWindow
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 CONF_SECTION = "kinetic"
@@ -80,10 +83,16 @@ class Store:
         *,
         ttl: str | float | None = None,
         conn_id: str | None = None,
+        locale: str = "store",
     ) -> dict[str, Any]:
         """Make ``src`` (a file or directory) ``key``'s new current version; returns
         its row (key, version, time, size, files, by, uploaded).  ``ttl``: the key
-        expires this long after its latest put ("7d"); None keeps the key's ttl."""
+        expires this long after its latest put ("7d"); None keeps the key's ttl.
+        ``locale="local"`` (inside a job only): nothing is uploaded; this job's runner
+        serves ``src`` to its batch's peers until the job ends (``core/keys/locale.py``)."""
+        if locale_mod.check_locale(locale) == "local":
+            locale_mod.scope_or_refuse(f"put({key!r}, locale='local')")
+            return locale_mod.put_local(key_store(conn_id), key, src)
         return key_store(conn_id).put(key, src, ttl=ttl)
 
     def get(
@@ -93,10 +102,21 @@ class Store:
         version: str | None = None,
         overwrite: bool = False,
         conn_id: str | None = None,
+        broadcast: BroadcastWindow | None = None,
     ) -> dict[str, Any]:
         """Write ``key``'s current version (or ``version``, or ``key@version``) to
-        ``dest``, every file verified against the hash."""
-        return fetch.get(key_store(conn_id), key, dest, version, overwrite=overwrite)
+        ``dest``, every file verified against the hash.  Inside a job, a key a peer
+        published with ``locale="local"`` comes from that peer; ``broadcast=`` makes
+        the batch's getters a tree (``core/keys/broadcast.py``)."""
+        keys = key_store(conn_id)
+        if broadcast is not None:
+            return broadcast_mod.get_broadcast(keys, key, dest, version, overwrite, broadcast)
+        local = locale_mod.get_local(keys, key, dest, version, overwrite) if env.in_job() else None
+        if isinstance(local, dict):
+            return local
+        if isinstance(local, str):  # the local copy's version, read from the store
+            version, key = local, key.partition("@")[0]
+        return fetch.get(keys, key, dest, version, overwrite=overwrite)
 
     def ls(self, prefix: str = "", conn_id: str | None = None) -> list[dict[str, Any]]:
         """Keys starting with ``prefix``: current version, size, files, time, who."""

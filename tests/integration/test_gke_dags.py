@@ -166,6 +166,9 @@ class Kubelet(threading.Thread):
         """A container env entry's value, resolving ``secretKeyRef`` as the kubelet does."""
         if "value" in entry:
             return entry["value"]
+        if "fieldRef" in entry["valueFrom"]:  # the downward API: this "node" is loopback
+            assert entry["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP", entry
+            return "127.0.0.1"
         ref = entry["valueFrom"]["secretKeyRef"]
         secret = self.api.read(f"/api/v1/namespaces/{NS}/secrets/{ref['name']}")
         assert secret is not None, f"the pod needs Secret {ref['name']}, which does not exist"
