@@ -25,7 +25,7 @@ import pytest
 
 from airflow_provider_kinetic.core.data.refs import cache_key
 from airflow_provider_kinetic.core.data.value import content_hash_of
-from airflow_provider_kinetic.core.keys import peerserve
+from airflow_provider_kinetic.core.keys import peerfetch, peerserve
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.names import KeyNameError
 from airflow_provider_kinetic.core.keys.peers import (
@@ -265,3 +265,22 @@ def test_locale_local_outside_a_job_is_refused(tmp_path, monkeypatch) -> None:
         public_store.put("scratch/x", src, locale="local", conn_id="no_such_connection")
     with pytest.raises(KeyNameError, match="locale='nearby'"):
         public_store.put("scratch/x", src, locale="nearby")
+
+
+def test_a_peers_list_cannot_write_outside_the_copy(tmp_path) -> None:
+    (tmp_path / "evil").write_bytes(b"12345")
+    server = peerserve.PeerServer(TOKEN)
+    base = tmp_path / "copy" / "inside"
+    base.mkdir(parents=True)
+    try:
+        for rel in ("../evil", "/etc/evil", "a/../../evil", "./x"):
+            server.add(peerserve.Root("abc123", "dir", "", [(rel, 5)],
+                                      ready={rel: (str(tmp_path / "evil"), "")}))  # fmt: skip
+            with pytest.raises(peerfetch.PeerUnavailable, match="not relative: refused"):
+                peerfetch.pull_peer(
+                    server.address, "abc123", TOKEN, str(base), [[rel, 5]],
+                    lambda *_: None, 5.0,
+                )  # fmt: skip
+    finally:
+        server.close()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["copy", "evil", "inside"]

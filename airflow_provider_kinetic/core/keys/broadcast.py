@@ -38,6 +38,7 @@ from airflow_provider_kinetic.core.keys.locale import (
     unreachable_once,
 )
 from airflow_provider_kinetic.core.keys.peerfetch import (
+    PeerNotServing,
     PeerUnavailable,
     drop_others,
     missing,
@@ -173,8 +174,8 @@ class Broadcast:
                     parent.address, self.v.version, self.token, self.window.timeout_s
                 )
                 return [list(f) for f in manifest["files"]]
-            except PeerUnavailable as exc:
-                if "(404)" not in str(exc) or deadline.passed():
+            except PeerNotServing:
+                if deadline.passed():
                     raise
                 deadline.pause()
 

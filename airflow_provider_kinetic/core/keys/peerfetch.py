@@ -49,6 +49,10 @@ class PeerUnavailable(KineticError, ConnectionError):
     """A peer could not be reached, refused us, or stalled: try another source."""
 
 
+class PeerNotServing(PeerUnavailable):
+    """The peer answered, but does not serve that content (yet): 404."""
+
+
 class PeerForbidden(PeerUnavailable):
     """The peer answered 403: our token is not its scope's."""
 
@@ -89,6 +93,8 @@ def peer_manifest(address: str, version: str, token: str, timeout: float) -> dic
         raise PeerUnavailable(f"peer {address}: {exc}") from exc
     if resp.status == 403:
         raise PeerForbidden(f"peer {address} refused our token (403)")
+    if resp.status == 404:
+        raise PeerNotServing(f"peer {address} does not serve {version[:12]} (404)")
     if resp.status != 200:
         raise PeerUnavailable(f"peer {address} does not serve {version[:12]} ({resp.status})")
     return json.loads(body)
@@ -121,7 +127,12 @@ def drop_others(base: str, files: list[list[Any]]) -> None:
 
 
 def _part(base: str, rel: str) -> tuple[str, str]:
-    path = os.path.join(base, *rel.split("/"))
+    """The file's place in ``base`` and its temporary name; a path from a peer's
+    list that would leave ``base`` is refused (the list is not trusted)."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise PeerUnavailable(f"a peer listed the path {rel!r}, which is not relative: refused")
+    path = os.path.join(base, *parts)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     return path, f"{path}.{secrets.token_hex(4)}.kinetic-part"
 
