@@ -284,3 +284,32 @@ def test_a_peers_list_cannot_write_outside_the_copy(tmp_path) -> None:
     finally:
         server.close()
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["copy", "evil", "inside"]
+
+
+def test_a_child_whose_parent_died_re_parents_to_the_grandparent(store, peers, tmp_path) -> None:  # noqa: F811
+    src = make_tree(tmp_path / "src", files=4)
+    version = KeyStore(store).put("models/reparent", src)["version"]
+    registry = PeerRegistry(store, SCOPE)
+    board = board_name("bcast", f"models/reparent@{version}")
+    files = sorted(
+        (p.relative_to(src).as_posix(), p.stat().st_size) for p in src.rglob("*") if p.is_file()
+    )
+    # Position 0: a complete copy, served by a live peer; position 1: died.
+    root = peerserve.PeerServer(TOKEN)
+    try:
+        ready = {rel: (str(src / rel), "") for rel, _ in files}
+        root.add(peerserve.Root(version, "dir", "", files, ["empty"], ready=ready))
+        registry.register(board, Peer("root", root.address, version))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            dead = f"127.0.0.1:{s.getsockname()[1]}"
+        registry.register(board, Peer("dead", dead, version, state=RECEIVING))
+        proc = peers.start("child", "bcast", "models/reparent", str(tmp_path / "d"), "1", "30")
+        row = peers.row(proc)
+        log = peers.end(proc)
+    finally:
+        root.close()
+    assert row["broadcast"]["sources"] == [root.address], (row, log)
+    assert row["broadcast"]["read"]["store"] == 0
+    assert content_hash_of(str(tmp_path / "d"), stat_cache=None) == version
+    assert f"parent {dead} is gone" in log
