@@ -108,9 +108,12 @@ class Store:
         ``dest``, every file verified against the hash.  Inside a job, a key a peer
         published with ``locale="local"`` comes from that peer; ``broadcast=`` makes
         the batch's getters a tree (``core/keys/broadcast.py``)."""
+        if broadcast is not None:  # refused outside a job before any store is asked
+            locale_mod.scope_or_refuse(f"get({key!r}, broadcast=...)")
+            return broadcast_mod.get_broadcast(
+                key_store(conn_id), key, dest, version, overwrite, broadcast
+            )
         keys = key_store(conn_id)
-        if broadcast is not None:
-            return broadcast_mod.get_broadcast(keys, key, dest, version, overwrite, broadcast)
         local = locale_mod.get_local(keys, key, dest, version, overwrite) if env.in_job() else None
         if isinstance(local, dict):
             return local

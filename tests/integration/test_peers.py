@@ -35,6 +35,7 @@ from airflow_provider_kinetic.core.keys.peers import (
     board_name,
     peer_token,
 )
+from airflow_provider_kinetic.core.keys.window import BroadcastWindow
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.hooks.keys import store as public_store
 from tests.fixtures.stores import store  # noqa: F401 - the fixture, by name
@@ -265,6 +266,10 @@ def test_locale_local_outside_a_job_is_refused(tmp_path, monkeypatch) -> None:
         public_store.put("scratch/x", src, locale="local", conn_id="no_such_connection")
     with pytest.raises(KeyNameError, match="locale='nearby'"):
         public_store.put("scratch/x", src, locale="nearby")
+    window = BroadcastWindow(fanout=2)
+    with pytest.raises(KeyNameError, match="broadcast=.*only inside a kinetic job"):
+        public_store.get("scratch/x", tmp_path / "d", broadcast=window, conn_id="no_such")
+    assert not (tmp_path / "d").exists()
 
 
 def test_a_peers_list_cannot_write_outside_the_copy(tmp_path) -> None:
