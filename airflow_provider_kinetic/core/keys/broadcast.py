@@ -112,7 +112,7 @@ class Broadcast:
                     todo = missing(tmp, files)
                     self.read["peer"] += pull_peer(
                         parent.address, self.v.version, self.token, tmp, todo,
-                        self._whole, self.window.timeout_s,
+                        self._whole, self.window.timeout_s, self._bytes,
                     )  # fmt: skip
                     self.sources.append(parent.address)
                     return
@@ -123,7 +123,9 @@ class Broadcast:
             drop_others(tmp, files)
             self._serve(tmp, files)
             todo = missing(tmp, files)
-            self.read["store"] += pull_store(self.store, self.v.version, tmp, todo, self._whole)
+            self.read["store"] += pull_store(
+                self.store, self.v.version, tmp, todo, self._whole, self._bytes
+            )
             self.sources.append("store")
         except BaseException:
             self.failed()
@@ -190,6 +192,9 @@ class Broadcast:
             list(self.v.empty_dirs), RECEIVING, ready,
         )  # fmt: skip
         self.server.add(root)
+
+    def _bytes(self, nbytes: int) -> None:
+        self.server.progressed(self.v.version, nbytes)
 
     def _whole(self, rel: str, path: str, sha: str) -> None:
         self.server.file_ready(self.v.version, rel, path, sha)

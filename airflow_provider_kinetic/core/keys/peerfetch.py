@@ -29,6 +29,7 @@ from airflow_provider_kinetic.core.keys.peerserve import (
     CHUNK,
     HOLD_HEADER,
     HOLD_S,
+    RECEIVED_HEADER,
     SHA_HEADER,
     TOKEN_HEADER,
     sha_file,
@@ -138,9 +139,15 @@ def _part(base: str, rel: str) -> tuple[str, str]:
 
 
 def pull_store(
-    store: ObjectStore, version: str, base: str, files: list[list[Any]], on_file: OnFile
+    store: ObjectStore,
+    version: str,
+    base: str,
+    files: list[list[Any]],
+    on_file: OnFile,
+    on_bytes: Callable[[int], None] | None = None,
 ) -> int:
-    """Read ``files`` of ``version`` from the store into ``base``; bytes read."""
+    """Read ``files`` of ``version`` from the store into ``base``; bytes read
+    (``on_bytes`` told of each whole file's size)."""
     prefix = cache_key(version)
 
     def one(entry: list[Any]) -> int:
@@ -155,6 +162,8 @@ def pull_store(
         finally:
             if os.path.exists(part):
                 os.unlink(part)
+        if on_bytes is not None:
+            on_bytes(size)
         on_file(rel, path, sha)
         return size
 
@@ -173,12 +182,23 @@ class _PeerPull:
         self.progress = time.monotonic()
         self.failed = threading.Event()
         self.local = threading.local()
+        self.lock = threading.Lock()
+        self.parent_seen: str | None = None
+        #: Told of every chunk received (a parent's children see it as progress).
+        self.on_bytes: Callable[[int], None] = lambda _n: None
 
     def conn(self) -> http.client.HTTPConnection:
         c = getattr(self.local, "conn", None)
         if c is None:  # reads wait out a held request, plus the stall allowance
             c = self.local.conn = _conn(self.address, self.stall_s + HOLD_S)
         return c
+
+    def parent_progress(self, received: str | None) -> None:
+        """A parent whose own copy grew since we last asked is not stalled."""
+        with self.lock:
+            if received is not None and received != self.parent_seen:
+                self.parent_seen = received
+                self.progress = time.monotonic()
 
     def hold(self) -> str:
         """How long the parent may hold a request for a file it does not have yet."""
@@ -211,6 +231,7 @@ class _PeerPull:
                 raise PeerUnavailable(f"peer {self.address}: {exc}") from exc
             if resp.status == 503:  # the parent is still receiving it
                 resp.read()
+                self.parent_progress(resp.getheader(RECEIVED_HEADER))
                 continue
             if resp.status != 200:
                 resp.read()
@@ -235,6 +256,7 @@ class _PeerPull:
                     h.update(chunk)
                     got += len(chunk)
                     self.progress = time.monotonic()
+                    self.on_bytes(len(chunk))
             sent = resp.getheader(SHA_HEADER, "")
             if got != size or h.hexdigest() != sent:
                 self.failed.set()
@@ -263,11 +285,14 @@ def pull_peer(
     files: list[list[Any]],
     on_file: OnFile,
     stall_s: float,
+    on_bytes: Callable[[int], None] | None = None,
 ) -> int:
     """Read ``files`` from the peer at ``address``; bytes read.  Raises
     ``PeerUnavailable`` on the first file that fails or stalls (what arrived whole
-    stays in ``base``)."""
+    stays in ``base``).  ``on_bytes`` is told of every chunk as it arrives."""
     pull = _PeerPull(address, version, token, base, stall_s)
+    if on_bytes is not None:
+        pull.on_bytes = on_bytes
     with ThreadPoolExecutor(WORKERS, thread_name_prefix="kinetic-peer-get") as pool:
         futures = [pool.submit(pull.one, f, on_file) for f in files]
         total, error = 0, None

@@ -44,6 +44,9 @@ TOKEN_HEADER = "X-Kinetic-Peer-Token"
 SHA_HEADER = "X-Kinetic-Sha256"
 #: How long the getter lets a request for a file still arriving be held (seconds).
 HOLD_HEADER = "X-Kinetic-Hold"
+#: On a 503: the bytes this copy has received so far (a parent that is itself
+#: progressing is waited for; one whose count stands still is stalled).
+RECEIVED_HEADER = "X-Kinetic-Received"
 #: How long a request for a file that is still arriving is held before a 503.
 HOLD_S = 5.0
 CHUNK = 1 << 20
@@ -61,6 +64,8 @@ class Root:
     state: str = COMPLETE
     #: relpath -> (absolute path, sha256 hex): the files that are whole.
     ready: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: Bytes received so far (a receiving copy's progress, told to its children).
+    received: int = 0
 
     def manifest(self) -> dict[str, Any]:
         return {
@@ -96,6 +101,12 @@ class PeerServer:
         with self.changed:
             self.roots[root.version] = root
             self.changed.notify_all()
+
+    def progressed(self, version: str, nbytes: int) -> None:
+        """``nbytes`` more of ``version`` arrived (from its own source)."""
+        root = self.roots.get(version)
+        if root is not None:
+            root.received += nbytes
 
     def file_ready(self, version: str, rel: str, path: str, sha256: str) -> None:
         with self.changed:
@@ -205,7 +216,9 @@ class _Handler(BaseHTTPRequestHandler):
             hold = HOLD_S
         got = owner.wait_file(version, rel, hold)
         if isinstance(got, str):
-            self._reply({"later": 503, "failed": 410}.get(got, 404), got.encode())
+            root = owner.roots.get(version)
+            extra = {RECEIVED_HEADER: str(root.received)} if root is not None else {}
+            self._reply({"later": 503, "failed": 410}.get(got, 404), got.encode(), extra=extra)
             return
         path, sha = got
         if not sha:  # a published file: hashed on its first read, then remembered
@@ -232,8 +245,12 @@ class _Handler(BaseHTTPRequestHandler):
             except (TimeoutError, BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
 
-    def _reply(self, code: int, body: bytes, ctype: str = "text/plain") -> None:
+    def _reply(
+        self, code: int, body: bytes, ctype: str = "text/plain", extra: dict[str, str] | None = None
+    ) -> None:
         self.send_response(code)
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
