@@ -47,7 +47,8 @@ class Proxy:
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "latency_proxy.py"), "--upstream",
              endpoint.removeprefix("http://"), "--rtt-ms", str(rtt_ms),
-             "--total-mbps", str(total_mbps), "--count-file", str(self.count)],
+             "--total-mbps", str(total_mbps), "--count-file", str(self.count),
+             "--max-seconds", "7200"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )  # fmt: skip
         port = self.proc.stdout.readline().strip()  # type: ignore[union-attr]
@@ -143,7 +144,10 @@ def _one(
         f"{case}: until every child holds it", "every child from the store", t_all, t_tree,
         GOAL_TIME, "the goal 'at most 0.4x' as a ratio: every child from the store / tree",
     )  # fmt: skip
-    return [bytes_row, time_row, paper(case, rows, t_all, t_tree, n, fanout)]
+    out_rows = [bytes_row, time_row, paper(case, rows, t_all, t_tree, n, fanout)]
+    for row in out_rows:  # as they come: a long run that is stopped keeps what it measured
+        print(f"{row.case} | {row.baseline} | {row.ours} | {row.goal} | {row.note}", flush=True)
+    return out_rows
 
 
 def paper(
