@@ -32,11 +32,19 @@ CHILDREN = 3
 api, google_token, connections = gke.api, gke.google_token, gke.connections
 
 
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One work dir for the module: the DAG file reads it once, when first parsed."""
+    return tmp_path_factory.mktemp("peers-work")
+
+
 def shared_data(work: Path) -> str:
+    """The batch's shared Data (made once per module) and its content hash."""
     shared = work / "shared"
-    (shared / "inner").mkdir(parents=True)
-    for i in range(5):
-        (shared / "inner" / f"s{i}.bin").write_bytes(os.urandom(20_000))
+    if not shared.exists():
+        (shared / "inner").mkdir(parents=True)
+        for i in range(5):
+            (shared / "inner" / f"s{i}.bin").write_bytes(os.urandom(20_000))
     return content_hash_of(str(shared), stat_cache=None)
 
 
@@ -64,11 +72,11 @@ def check_batch(dr: Any, data_hash: str, out: str, store: ObjectStore, prefix: s
 
 
 def test_batch_peers_on_the_local_backend(
-    load_dag, airflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd
+    load_dag, airflow_home: Path, work: Path, monkeypatch: pytest.MonkeyPatch, capfd
 ) -> None:
-    monkeypatch.setenv("KINETIC_PEERS_TEST_DIR", str(tmp_path))
+    monkeypatch.setenv("KINETIC_PEERS_TEST_DIR", str(work))
     monkeypatch.setenv("KINETIC_LOCAL_MAX_JOBS", str(CHILDREN))  # the children meet
-    data_hash = shared_data(tmp_path)
+    data_hash = shared_data(work)
     dr = load_dag("kinetic_peers_dags.py", "kinetic_peers_local").test(logical_date=LOGICAL)
     out = "".join(capfd.readouterr())
     store = KineticConfig(backend="local", root=str(airflow_home / "kinetic")).store()
@@ -133,11 +141,11 @@ def test_batch_peers_on_the_gke_backend(
     load_dag,
     connections,  # noqa: F811
     api,  # noqa: F811
-    tmp_path: Path,
+    work: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("KINETIC_PEERS_TEST_DIR", str(tmp_path))
-    data_hash = shared_data(tmp_path)
+    monkeypatch.setenv("KINETIC_PEERS_TEST_DIR", str(work))
+    data_hash = shared_data(work)
     kubelet = ConcurrentKubelet(api, CHILDREN)
     dr = run_dag(load_dag, "kinetic_peers_gke", kubelet, "kinetic_peers_dags.py")
     out = "\n".join(sum(kubelet.logs.values(), []))  # the pods' own logs, once each
