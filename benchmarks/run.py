@@ -21,6 +21,8 @@ Prints one table (case, baseline, ours, ratio, goal, pass/fail) for:
    a per-connection cap (``--mbps``), and without it (info).
 8. one triggerer with 10 / 100 / 1,000 deferred GKE jobs: API calls per minute and
    memory per job (``cases_triggerer.py``).
+9. broadcast of a key to a batch's children as a tree, against every child reading
+   the store (bytes from the store, time; 1,000 pods on paper): ``cases_broadcast.py``.
 
 Each ratio is kinetic's (or the baseline's) time over ours, best of ``--repeat``
 interleaved runs.  ``--quick`` uses small sizes (the test suite runs it); its ratios
@@ -42,6 +44,7 @@ sys.path.insert(0, str(HERE))
 
 import cases_batch  # noqa: E402
 import cases_batch10k  # noqa: E402
+import cases_broadcast  # noqa: E402
 import cases_hash  # noqa: E402
 import cases_keys  # noqa: E402
 import cases_overhead  # noqa: E402
@@ -55,10 +58,13 @@ from table import Row, render  # noqa: E402
 FULL = {"files": 20_000, "size": 4096, "big": 1 << 30, "upload": 2_000, "batch": 1_000,
         "pod_files": 2_000, "pod_big": 2 << 30}  # fmt: skip
 CASES = ["hash", "big", "rehash", "keys", "upload", "batch", "overhead", "transfer", "triggerer",
-         "batch10k"]  # fmt: skip
+         "batch10k", "broadcast"]  # fmt: skip
 QUICK = {"files": 2_000, "size": 4096, "big": 64 << 20, "upload": 200, "batch": 20,
          "pod_files": 20, "pod_big": 64 << 20}  # fmt: skip
 FULL["batch10k"], QUICK["batch10k"] = (1_000, 10_000), (8, 24)  # type: ignore[assignment]
+#: broadcast: one big key, many files (count, size), children, fanout
+FULL["bcast"] = (1 << 30, 2_000, 512 << 10, 16, 4)  # type: ignore[assignment]
+QUICK["bcast"] = (4 << 20, 40, 64 << 10, 4, 2)  # type: ignore[assignment]
 #: deferred jobs in one triggerer (shared reads), and per-job polling (before) for comparison
 TRIGGERER = {"full": ((10, 100, 1_000), (10, 100)), "quick": ((10, 50), (10,))}
 
@@ -71,11 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--mbps", type=float, default=10.0, help="transfer cases: per-connection cap, MB/s"
     )
+    parser.add_argument(
+        "--bcast-mbps", type=float, default=200.0,
+        help="broadcast case: the store's cap shared by every child, MB/s",
+    )  # fmt: skip
     parser.add_argument("--only", nargs="*", choices=CASES)
     ns = parser.parse_args(argv)
     sizes = QUICK if ns.quick else FULL
     only = set(ns.only or CASES)
-    if only - {"keys"} and kinetic_ref.kinetic_dir() is None:  # keys: no kinetic side
+    if only - {"keys", "broadcast"} and kinetic_ref.kinetic_dir() is None:  # no kinetic side
         print("keras-kinetic 0.0.4 is not installed: pip install --no-deps keras-kinetic==0.0.4")
         return 2
     rows: list[Row] = []
@@ -131,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             print("transfers done", flush=True)
         if "triggerer" in only:
             rows.extend(cases_triggerer.triggerer(*TRIGGERER["quick" if ns.quick else "full"]))
+        if "broadcast" in only:
+            rows.extend(cases_broadcast.broadcast(tmp, *sizes["bcast"], ns.rtt_ms, ns.bcast_mbps))
     title = "airflow-provider-kinetic vs keras-kinetic 0.0.4" + (" (--quick)" if ns.quick else "")
     print(render(rows, title))
     return 0

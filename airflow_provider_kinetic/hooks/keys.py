@@ -20,7 +20,9 @@ import os
 from typing import Any
 
 from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.keys import broadcast as broadcast_mod
 from airflow_provider_kinetic.core.keys import env, fetch, tensor_broadcast, tensors
+from airflow_provider_kinetic.core.keys import locale as locale_mod
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.records import DEFAULT_KEEP, user_at_host
 from airflow_provider_kinetic.core.keys.window import BroadcastWindow
@@ -81,11 +83,17 @@ class Store:
         *,
         ttl: str | float | None = None,
         conn_id: str | None = None,
+        locale: str = "store",
     ) -> dict[str, Any]:
         """Make ``src`` (a file or directory, or a torch tensor or state dict, stored
         as safetensors) ``key``'s new current version; returns its row (key, version,
         time, size, files, by, uploaded).  ``ttl``: the key expires this long after
-        its latest put ("7d"); None keeps the key's ttl."""
+        its latest put ("7d"); None keeps the key's ttl.  ``locale="local"`` (inside a
+        job only): nothing is uploaded; this job's runner serves ``src`` to its batch's
+        peers until the job ends (``core/keys/locale.py``)."""
+        if locale_mod.check_locale(locale) == "local":
+            locale_mod.scope_or_refuse(f"put({key!r}, locale='local')")
+            return locale_mod.put_local(key_store(conn_id), key, src)
         if tensors.is_tensors(src):
             return tensors.put(key_store(conn_id), key, src, ttl=ttl)
         return key_store(conn_id).put(key, src, ttl=ttl)
@@ -103,14 +111,27 @@ class Store:
         ``dest``, every file verified against the hash.  A tensor or state dict
         ``dest`` is filled in place; with ``broadcast`` (world_size=N) one of a
         batch's N children reads the store and the rest receive through
-        torch.distributed."""
+        torch.distributed.  Inside a job, a key a peer published with
+        ``locale="local"`` comes from that peer; ``broadcast=`` makes the batch's
+        file getters a tree (``core/keys/broadcast.py``)."""
         if tensors.is_tensors(dest):
             if broadcast is not None:
                 return tensor_broadcast.get(
                     key_store(conn_id), key, dest, version, broadcast, env.peer_scope()
                 )
             return tensors.get(key_store(conn_id), key, dest, version)
-        return fetch.get(key_store(conn_id), key, dest, version, overwrite=overwrite)
+        if broadcast is not None:  # refused outside a job before any store is asked
+            locale_mod.scope_or_refuse(f"get({key!r}, broadcast=...)")
+            return broadcast_mod.get_broadcast(
+                key_store(conn_id), key, dest, version, overwrite, broadcast
+            )
+        keys = key_store(conn_id)
+        local = locale_mod.get_local(keys, key, dest, version, overwrite) if env.in_job() else None
+        if isinstance(local, dict):
+            return local
+        if isinstance(local, str):  # the local copy's version, read from the store
+            version, key = local, key.partition("@")[0]
+        return fetch.get(keys, key, dest, version, overwrite=overwrite)
 
     def ls(self, prefix: str = "", conn_id: str | None = None) -> list[dict[str, Any]]:
         """Keys starting with ``prefix``: current version, size, files, time, who."""

@@ -191,7 +191,7 @@ class KineticMapOperator(MapTriesBase):
         hook = KineticHook(self.kinetic_conn_id)
         config = hook.get_config()
         store = hook.get_store()
-        planned = self.plan(context, store, config)  # bad input fails here, before anything
+        planned = self.with_broadcast(self.plan(context, store, config))  # bad input fails here
         if self.output_asset:  # the rendered (or default) dir, before any job runs
             out = planned[0].template.output_dir
             assets.asset_uri(out, f"task {self.task_id!r}: output dir")
@@ -238,7 +238,7 @@ class KineticMapOperator(MapTriesBase):
         """The manifest of the batch's first child, printed as YAML; creates nothing."""
         config = KineticHook(self.kinetic_conn_id).get_config()
         store = config.store()  # a dry run needs no credentials
-        state, _, _ = self.plan(None, store, config)
+        state, _, _ = self.with_broadcast(self.plan(None, store, config))
         spec = batchrun.child_spec(state, 0, "job-dryrun00", config, store, deployment_secret())
         manifest = backend_class(state.backend).manifest(spec)
         print("\n".join(self.image_report(self._image_plan, config)))

@@ -28,6 +28,8 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
     supersede_record,
     write_record,
 )
+from airflow_provider_kinetic.core.keys import databroadcast
+from airflow_provider_kinetic.core.keys.window import BroadcastWindow
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.exceptions import KineticBatchFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
@@ -48,6 +50,19 @@ class MapTriesBase(KineticOperatorBase):
     ordered: bool
     return_exceptions: bool
     _state: BatchState | None
+
+    def __init__(self, *, broadcast: bool | BroadcastWindow = False, **kwargs: Any) -> None:
+        """``broadcast``: ``True`` or a ``BroadcastWindow`` (its fanout and timeout):
+        the children's shared ``Data`` travels as a tree, one child reading the store
+        and the rest each other (``core/keys/databroadcast.py``)."""
+        super().__init__(**kwargs)
+        self.broadcast = databroadcast.window_of(broadcast)
+
+    def with_broadcast(self, planned: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The planned batch, its children's env carrying the broadcast window."""
+        if self.broadcast is not None:
+            planned[0].template.env.update(databroadcast.window_env(self.broadcast))
+        return planned
 
     def _resume(
         self, context: Any, hook: KineticHook, store: ObjectStore, work: str | None

@@ -30,6 +30,7 @@ from typing import Any
 from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
 from airflow_provider_kinetic.core.jobs.polling import STORE_OUTAGE_WINDOW_S
 from airflow_provider_kinetic.core.jobs.signing import RESULT_KEY_ENV, sign, signature_key
+from airflow_provider_kinetic.core.keys.locale import job_ended as peers_end
 from airflow_provider_kinetic.core.storage import store_for_uri
 from airflow_provider_kinetic.runner.invocation import host_index, parse_args
 from airflow_provider_kinetic.runner.lws import (
@@ -109,6 +110,7 @@ def run(argv: list[str]) -> int:
         # group) must not start it all again.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         resume.on_sigterm()
+        peers_end()
         clean_up(workdir, links)
         os._exit(143)
 
@@ -117,6 +119,7 @@ def run(argv: list[str]) -> int:
         return _run(ns, workdir, result_key, links, resume)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        peers_end()  # local keys end with the job; children finish reading first
         clean_up(workdir, links)
 
 

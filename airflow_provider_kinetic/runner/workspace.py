@@ -34,6 +34,7 @@ from airflow_provider_kinetic.core.data.schemes.base import create_empty_dirs
 from airflow_provider_kinetic.core.jobs import unpickling
 from airflow_provider_kinetic.core.jobs.batchwire import select_input
 from airflow_provider_kinetic.core.jobs.resultref import resolve_result_refs
+from airflow_provider_kinetic.core.keys import databroadcast
 from airflow_provider_kinetic.core.storage import store_for_uri
 
 log = logging.getLogger("kinetic.runner")
@@ -121,6 +122,9 @@ def _download_ref(ref: dict[str, Any], target: str) -> str:
     (``gs://``/``file://``: a store download; ``hf://``: a datasets load).  A directory
     ref's path exists afterwards, with the empty directories its ref lists (the store
     holds files only), whatever the scheme."""
+    cast = databroadcast.wanted(ref)  # KineticMapOperator(broadcast=True): a tree
+    if cast is not None:
+        return databroadcast.get_data(ref, target, *cast)
     path = scheme_for(ref["uri"]).materialise(ref, target)
     if ref.get("is_dir"):
         create_empty_dirs(ref, path)

@@ -38,8 +38,10 @@ from airflow_provider_kinetic.core.backends.manifests import job_manifest
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.checkpoint import checkpoint_env
 from airflow_provider_kinetic.core.jobs.signing import job_key
+from airflow_provider_kinetic.core.keys.peers import peer_token
 from airflow_provider_kinetic.core.runtime.context import build_context
 from airflow_provider_kinetic.core.spec.identity import key_part
+from airflow_provider_kinetic.core.spec.peerport import SCOPE_ENV, TOKEN_ENV
 from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
 from airflow_provider_kinetic.core.storage.gcs import GcsStore
 from airflow_provider_kinetic.hooks.signing import deployment_secret
@@ -166,6 +168,9 @@ class Kubelet(threading.Thread):
         """A container env entry's value, resolving ``secretKeyRef`` as the kubelet does."""
         if "value" in entry:
             return entry["value"]
+        if "fieldRef" in entry["valueFrom"]:  # the downward API: this "node" is loopback
+            assert entry["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP", entry
+            return "127.0.0.1"
         ref = entry["valueFrom"]["secretKeyRef"]
         secret = self.api.read(f"/api/v1/namespaces/{NS}/secrets/{ref['name']}")
         assert secret is not None, f"the pod needs Secret {ref['name']}, which does not exist"
@@ -247,10 +252,14 @@ def expected_job(bucket: str, job_id: str, dr: Any, task_id: str) -> dict[str, A
             output_dir=f"gs://{bucket}/outputs/{dr.dag_id}/{run}/{task_id}/-1",
             namespace=NS,
             identity=identity,
-            # The task run's checkpoint slot (core.jobs.checkpoint), stable across tries.
-            env=checkpoint_env(store, identity, job_id),
-            # Only a reference reaches the manifest; the value is in the Secret.
-            secrets={"KINETIC_RESULT_KEY": job_key(deployment_secret(), job_id)},
+            # The job's peer scope (a single job: its id), then the task run's
+            # checkpoint slot (core.jobs.checkpoint), stable across tries.
+            env={SCOPE_ENV: job_id, **checkpoint_env(store, identity, job_id)},
+            # Only a reference reaches the manifest; the values are in the Secret.
+            secrets={
+                "KINETIC_RESULT_KEY": job_key(deployment_secret(), job_id),
+                TOKEN_ENV: peer_token(deployment_secret(), job_id),
+            },
         )
     )
     return to_json(job_manifest(spec))
@@ -312,7 +321,10 @@ def test_gke_job_end_to_end(load_dag, connections, api, google_token, capfd, mod
     secret_name = f"kinetic-{job_id}-secrets"
     assert key_ref["valueFrom"] == {"secretKeyRef": {"name": secret_name, "key": key_ref["name"]}}
     secret = api.read(f"/api/v1/namespaces/{NS}/secrets/{secret_name}")
-    assert secret["stringData"] == {"KINETIC_RESULT_KEY": job_key(deployment_secret(), job_id)}
+    assert secret["stringData"] == {
+        "KINETIC_RESULT_KEY": job_key(deployment_secret(), job_id),
+        TOKEN_ENV: peer_token(deployment_secret(), job_id),  # the job's peers' token
+    }
     assert secret["metadata"]["labels"]["job-id"] == job_id
     posts = [r.url.path for r in api.requests() if r.method == "POST"]
     assert posts.index(f"/api/v1/namespaces/{NS}/secrets") < posts.index(JOBS)  # Secret first

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from airflow_provider_kinetic.core.spec.peerport import declare_peer_port
 from airflow_provider_kinetic.core.spec.pod import JobSpec, secret_name
 
 #: Label that marks every Job (and pod) of one batch, so one list call answers for
@@ -55,6 +56,10 @@ def job_manifest(spec: JobSpec) -> dict[str, Any]:
     name = spec.name  # the builder's name: kinetic-{job_id}
     labels = {**spec.labels, **spec.capacity.owner_labels}
     queued = {"suspend": True} if spec.capacity.suspend else {}  # Kueue admits, unsuspends
+    # A deep copy, so a caller editing the manifest never edits the spec.
+    template = copy.deepcopy(spec.pod_template({"job-name": name}))
+    for container in template["spec"]["containers"]:
+        declare_peer_port(container)  # batch peers read from this pod (core/keys/peers.py)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -68,8 +73,7 @@ def job_manifest(spec: JobSpec) -> dict[str, Any]:
             **queued,
             "backoffLimit": 0,
             "ttlSecondsAfterFinished": spec.ttl_seconds,
-            # A deep copy, so a caller editing the manifest never edits the spec.
-            "template": copy.deepcopy(spec.pod_template({"job-name": name})),
+            "template": template,
         },
     }
 
@@ -103,6 +107,7 @@ def lws_manifest(
             {"name": "TPU_WORKER_ID", "value": "$(LWS_WORKER_INDEX)"},
             {"name": "KINETIC_LWS", "value": "1"},
         ]
+        declare_peer_port(container)
         container["readinessProbe"] = {
             "exec": {"command": ["test", "-e", FINISHED_FILE]},
             "periodSeconds": 5,

@@ -38,7 +38,9 @@ from airflow_provider_kinetic.core.jobs.signing import (
     key_id,
     ring_of,
 )
+from airflow_provider_kinetic.core.keys.peers import peer_token
 from airflow_provider_kinetic.core.spec.handles import JobHandle, artifact_key, utc_now_iso
+from airflow_provider_kinetic.core.spec.peerport import SCOPE_ENV, TOKEN_ENV
 from airflow_provider_kinetic.core.spec.pod import (
     KINETIC_RUNNER_COMMAND,
     JobSpec,
@@ -128,6 +130,9 @@ class JobTemplate:
         if self.result_auth == AUTH_HMAC:
             secrets[RESULT_KEY_ENV] = job_key(signing_secret, job_id)
         env = dict(self.env)
+        if self.result_auth == AUTH_HMAC:  # peers (core/keys/peers.py): a batch shares one scope
+            env[SCOPE_ENV] = self.group_id or job_id
+            secrets[TOKEN_ENV] = peer_token(signing_secret, env[SCOPE_ENV])
         # The checkpoint slot: per task run, and per input for a batch child.
         env.update(checkpoint_env(store, self.identity, job_id, index, self.checkpoint_sync_s))
         labels = dict(self.labels)

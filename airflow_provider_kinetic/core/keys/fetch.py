@@ -18,6 +18,7 @@ import contextlib
 import os
 import secrets
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_kinetic.core.data.refs import cache_key, marker_key
@@ -26,6 +27,7 @@ from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.names import KeyNameError, KeyNotFound
 from airflow_provider_kinetic.core.keys.records import Version
+from airflow_provider_kinetic.core.storage import ObjectStore
 
 DEST_FORM = "give a path that does not exist or an empty directory, or overwrite=True"
 
@@ -57,25 +59,44 @@ def get(
 ) -> dict[str, Any]:
     """Write ``ref``'s version (current, or ``version``) to ``dest``; returns its row
     with ``dest`` (the path written)."""
-    path = os.path.abspath(os.fspath(dest))
     check_dest(os.fspath(dest), overwrite)
     _, v = keys.resolve(ref, version)
     key = ref.partition("@")[0]
-    if v.kind == "file" and os.path.isdir(path) and not os.path.islink(path):
-        path = os.path.join(path, v.name)
-        check_dest(path, overwrite)
     store = keys.store
     if not store.exists(marker_key(v.version)):
         raise KeyNotFound(
             f"key {key!r} version {v.version[:12]}: its content is no longer in "
             f"{store.uri()} (collected by data gc?); put it again"
         )
+    return place_version(key, v, dest, overwrite, lambda tmp: _from_store(store, v, tmp))
+
+
+def _from_store(store: ObjectStore, v: Version, tmp: str) -> None:
+    store.download_prefix(cache_key(v.version), tmp)
+
+
+def place_version(
+    key: str,
+    v: Version,
+    dest: str | os.PathLike[str],
+    overwrite: bool,
+    receive: Callable[[str], None],
+    placed: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """``receive(tmp)`` fills a temporary directory beside ``dest`` (from the store,
+    or from peers: ``locale.py``, ``broadcast.py``); the tree is verified against
+    ``v`` and renamed into place; ``placed(path)`` is told where it went."""
+    path = os.path.abspath(os.fspath(dest))
+    check_dest(os.fspath(dest), overwrite)
+    if v.kind == "file" and os.path.isdir(path) and not os.path.islink(path):
+        path = os.path.join(path, v.name)
+        check_dest(path, overwrite)
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     tmp = os.path.join(parent, f".{os.path.basename(path)}.{secrets.token_hex(6)}.kinetic-get")
     try:
         os.makedirs(tmp)
-        store.download_prefix(cache_key(v.version), tmp)
+        receive(tmp)
         if v.kind == "dir":
             for rel in v.empty_dirs:
                 os.makedirs(os.path.join(tmp, *rel.split("/")), exist_ok=True)
@@ -83,6 +104,8 @@ def get(
         _place(os.path.join(tmp, v.name) if v.kind == "file" else tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if placed is not None:
+        placed(path)
     row = v.row(key)
     row["dest"] = path
     return row

@@ -1,0 +1,306 @@
+"""Reading a content hash's files from one source: a peer's server, or the store.
+
+Both sources fill the same *receiving* directory the same way, so a broadcast child
+can switch source half way (its parent died) and keep what it has: each file is
+written under a temporary name, its sha256 taken while it streams, and renamed to
+its place only when whole (and, from a peer, only when the sha256 is the one the
+peer sent).  ``on_file`` is told of every whole file, which is how a child serves
+its own children while it is still receiving.  The whole tree is checked against
+the content hash by the caller afterwards: nothing here is trusted on its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import secrets
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from airflow_provider_kinetic.core.data.refs import cache_key
+from airflow_provider_kinetic.core.errors import KineticError
+from airflow_provider_kinetic.core.keys.peerserve import (
+    CHUNK,
+    HOLD_HEADER,
+    HOLD_S,
+    RECEIVED_HEADER,
+    SHA_HEADER,
+    TOKEN_HEADER,
+    sha_file,
+)
+from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.core.storage.stat import stat_objects
+
+OnFile = Callable[[str, str, str], None]
+#: Parallel reads per source (many small files need several in flight).
+WORKERS = 8
+#: Seconds to open a connection to a peer (a network policy that drops pod-to-pod
+#: packets shows up here); ``KINETIC_PEER_CONNECT_S`` changes it.
+CONNECT_S = 5.0
+CONNECT_ENV = "KINETIC_PEER_CONNECT_S"
+
+
+class PeerUnavailable(KineticError, ConnectionError):
+    """A peer could not be reached, refused us, or stalled: try another source."""
+
+
+class PeerNotServing(PeerUnavailable):
+    """The peer answered, but does not serve that content (yet): 404."""
+
+
+class PeerForbidden(PeerUnavailable):
+    """The peer answered 403: our token is not its scope's."""
+
+
+class _Conn(http.client.HTTPConnection):
+    """Connects within ``CONNECT_S``, then reads with the caller's (longer) timeout."""
+
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        super().__init__(host, port, timeout=min(timeout, connect_s()))
+        self.read_timeout = timeout
+
+    def connect(self) -> None:
+        super().connect()
+        assert self.sock is not None
+        self.sock.settimeout(self.read_timeout)
+
+
+def connect_s() -> float:
+    return float(os.environ.get(CONNECT_ENV) or CONNECT_S)
+
+
+def _conn(address: str, timeout: float) -> http.client.HTTPConnection:
+    host, _, port = address.rpartition(":")
+    return _Conn(host, int(port), timeout)
+
+
+def peer_manifest(address: str, version: str, token: str, timeout: float) -> dict[str, Any]:
+    """The peer's manifest of ``version``; ``PeerUnavailable`` when it has none."""
+    try:
+        conn = _conn(address, timeout)
+        try:
+            conn.request("GET", f"/v/{version}/manifest", headers={TOKEN_HEADER: token})
+            resp = conn.getresponse()
+            body = resp.read()
+        finally:
+            conn.close()
+    except OSError as exc:
+        raise PeerUnavailable(f"peer {address}: {exc}") from exc
+    if resp.status == 403:
+        raise PeerForbidden(f"peer {address} refused our token (403)")
+    if resp.status == 404:
+        raise PeerNotServing(f"peer {address} does not serve {version[:12]} (404)")
+    if resp.status != 200:
+        raise PeerUnavailable(f"peer {address} does not serve {version[:12]} ({resp.status})")
+    return json.loads(body)
+
+
+def store_manifest(store: ObjectStore, version: str, kind: str, name: str) -> list[list[Any]]:
+    """``[[relpath, size], ...]`` of ``version`` in the store's data cache (one listing)."""
+    prefix = cache_key(version) + "/"
+    return sorted([k[len(prefix) :], size] for k, (size, _) in stat_objects(store, prefix).items())
+
+
+def _done(base: str, rel: str, size: int) -> bool:
+    path = os.path.join(base, *rel.split("/"))
+    return os.path.isfile(path) and os.path.getsize(path) == size
+
+
+def missing(base: str, files: list[list[Any]]) -> list[list[Any]]:
+    """The files not yet whole in ``base``."""
+    return [f for f in files if not _done(base, f[0], int(f[1]))]
+
+
+def drop_others(base: str, files: list[list[Any]]) -> None:
+    """Remove what is in ``base`` but not in ``files`` (a parent's list was wrong)."""
+    keep = {f[0] for f in files}
+    for top, _, names in os.walk(base):
+        for name in names:
+            path = os.path.join(top, name)
+            if os.path.relpath(path, base).replace(os.sep, "/") not in keep:
+                os.unlink(path)
+
+
+def _part(base: str, rel: str) -> tuple[str, str]:
+    """The file's place in ``base`` and its temporary name; a path from a peer's
+    list that would leave ``base`` is refused (the list is not trusted)."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise PeerUnavailable(f"a peer listed the path {rel!r}, which is not relative: refused")
+    path = os.path.join(base, *parts)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return path, f"{path}.{secrets.token_hex(4)}.kinetic-part"
+
+
+def pull_store(
+    store: ObjectStore,
+    version: str,
+    base: str,
+    files: list[list[Any]],
+    on_file: OnFile,
+    on_bytes: Callable[[int], None] | None = None,
+) -> int:
+    """Read ``files`` of ``version`` from the store into ``base``; bytes read
+    (``on_bytes`` told of each whole file's size)."""
+    prefix = cache_key(version)
+
+    def one(entry: list[Any]) -> int:
+        rel, size = entry[0], int(entry[1])
+        path, part = _part(base, rel)
+        try:
+            store.download_file(f"{prefix}/{rel}", part)
+            if os.path.getsize(part) != size:
+                raise OSError(f"{rel}: {os.path.getsize(part)} bytes from the store, not {size}")
+            sha = sha_file(part)
+            os.replace(part, path)
+        finally:
+            if os.path.exists(part):
+                os.unlink(part)
+        if on_bytes is not None:
+            on_bytes(size)
+        on_file(rel, path, sha)
+        return size
+
+    with ThreadPoolExecutor(WORKERS, thread_name_prefix="kinetic-store-get") as pool:
+        return sum(pool.map(one, files))
+
+
+class _PeerPull:
+    """``files`` from one peer, in threads, each thread on its own kept-alive
+    connection; any file that cannot be had within ``stall_s`` of the last progress
+    makes the whole pull fail (the caller picks another source)."""
+
+    def __init__(self, address: str, version: str, token: str, base: str, stall_s: float):
+        self.address, self.version, self.token = address, version, token
+        self.base, self.stall_s = base, stall_s
+        self.progress = time.monotonic()
+        self.failed = threading.Event()
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.parent_seen: str | None = None
+        #: Told of every chunk received (a parent's children see it as progress).
+        self.on_bytes: Callable[[int], None] = lambda _n: None
+
+    def conn(self) -> http.client.HTTPConnection:
+        c = getattr(self.local, "conn", None)
+        if c is None:  # reads wait out a held request, plus the stall allowance
+            c = self.local.conn = _conn(self.address, self.stall_s + HOLD_S)
+        return c
+
+    def parent_progress(self, received: str | None) -> None:
+        """A parent whose own copy grew since we last asked is not stalled."""
+        with self.lock:
+            if received is not None and received != self.parent_seen:
+                self.parent_seen = received
+                self.progress = time.monotonic()
+
+    def hold(self) -> str:
+        """How long the parent may hold a request for a file it does not have yet."""
+        left = self.stall_s - (time.monotonic() - self.progress)
+        return f"{max(0.05, min(HOLD_S, left)):.2f}"
+
+    def stall(self) -> PeerUnavailable:
+        self.failed.set()
+        self.local.conn = None
+        return PeerUnavailable(
+            f"peer {self.address}: no progress for {self.stall_s:.0f}s (stalled or gone)"
+        )
+
+    def stalled(self) -> bool:
+        return self.failed.is_set() or time.monotonic() - self.progress > self.stall_s
+
+    def one(self, entry: list[Any], on_file: OnFile) -> int:
+        rel, size = entry[0], int(entry[1])
+        url = f"/v/{self.version}/f/{urllib.parse.quote(rel)}"
+        while not self.stalled():
+            try:
+                c = self.conn()
+                c.request("GET", url, headers={TOKEN_HEADER: self.token, HOLD_HEADER: self.hold()})
+                resp = c.getresponse()
+            except TimeoutError as exc:
+                raise self.stall() from exc
+            except OSError as exc:
+                self.local.conn = None
+                self.failed.set()
+                raise PeerUnavailable(f"peer {self.address}: {exc}") from exc
+            if resp.status == 503:  # the parent is still receiving it
+                resp.read()
+                self.parent_progress(resp.getheader(RECEIVED_HEADER))
+                continue
+            if resp.status != 200:
+                resp.read()
+                self.failed.set()
+                what = "refused our token" if resp.status == 403 else f"answered {resp.status}"
+                raise (PeerForbidden if resp.status == 403 else PeerUnavailable)(
+                    f"peer {self.address} {what} for {rel}"
+                )
+            self._receive(resp, rel, size, on_file)
+            return size
+        raise self.stall()
+
+    def _receive(
+        self, resp: http.client.HTTPResponse, rel: str, size: int, on_file: OnFile
+    ) -> None:
+        path, part = _part(self.base, rel)
+        h, got = hashlib.sha256(), 0
+        try:
+            with open(part, "wb") as f:
+                while chunk := resp.read(CHUNK):
+                    f.write(chunk)
+                    h.update(chunk)
+                    got += len(chunk)
+                    self.progress = time.monotonic()
+                    self.on_bytes(len(chunk))
+            sent = resp.getheader(SHA_HEADER, "")
+            if got != size or h.hexdigest() != sent:
+                self.failed.set()
+                raise PeerUnavailable(
+                    f"peer {self.address}: {rel} arrived with {got} of {size} bytes or a "
+                    "sha256 other than the peer's: not kept"
+                )
+            os.replace(part, path)
+        except TimeoutError as exc:
+            raise self.stall() from exc
+        except OSError as exc:
+            self.local.conn = None
+            self.failed.set()
+            raise PeerUnavailable(f"peer {self.address}: {rel}: {exc}") from exc
+        finally:
+            if os.path.exists(part):
+                os.unlink(part)
+        on_file(rel, path, h.hexdigest())
+
+
+def pull_peer(
+    address: str,
+    version: str,
+    token: str,
+    base: str,
+    files: list[list[Any]],
+    on_file: OnFile,
+    stall_s: float,
+    on_bytes: Callable[[int], None] | None = None,
+) -> int:
+    """Read ``files`` from the peer at ``address``; bytes read.  Raises
+    ``PeerUnavailable`` on the first file that fails or stalls (what arrived whole
+    stays in ``base``).  ``on_bytes`` is told of every chunk as it arrives."""
+    pull = _PeerPull(address, version, token, base, stall_s)
+    if on_bytes is not None:
+        pull.on_bytes = on_bytes
+    with ThreadPoolExecutor(WORKERS, thread_name_prefix="kinetic-peer-get") as pool:
+        futures = [pool.submit(pull.one, f, on_file) for f in files]
+        total, error = 0, None
+        for fut in futures:
+            try:
+                total += fut.result()
+            except PeerUnavailable as exc:
+                error = error or exc
+    if error is not None:
+        raise error
+    return total

@@ -1,0 +1,286 @@
+"""The runner's peer server: serves a job's local keys and broadcast copies to the
+peers of its scope, over plain HTTP on one port.
+
+Why a server in the runner (not a sidecar): the files live in the runner's file
+system and die with it, which is exactly the lifetime a ``locale="local"`` key has.
+It starts on first use (a thread; stdlib ``http.server``), so a job that never
+publishes opens no port.  On GKE the port is declared on the pod
+(``KINETIC_PEER_PORT``, ``manifests.py``) and the address is the pod's IP
+(``KINETIC_POD_IP``, from the downward API); elsewhere (the local backend, the GKE
+double's kubelet) it is loopback and any free port.
+
+What it serves, per content hash (a *root*):
+
+- ``GET /v/{hash}/manifest``: the kind (``dir``/``file``), name, every file with its
+  size, the empty dirs, and the state;
+- ``GET /v/{hash}/f/{relpath}``: one file, with its sha256 in ``X-Kinetic-Sha256``,
+  only once the file is whole.  A root still *receiving* (a broadcast child) holds
+  a request for a file not yet there up to ``HOLD_S`` and then answers 503, so a
+  child may read from a parent that is itself still reading.
+
+Every request must carry the scope's token (``X-Kinetic-Peer-Token``); a wrong or
+missing one gets 403 and no bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import threading
+import urllib.parse
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from airflow_provider_kinetic.core.keys.peers import COMPLETE, FAILED, RECEIVING
+from airflow_provider_kinetic.core.spec.peerport import POD_IP_ENV, PORT_ENV
+
+log = logging.getLogger("kinetic.peers")
+
+TOKEN_HEADER = "X-Kinetic-Peer-Token"
+SHA_HEADER = "X-Kinetic-Sha256"
+#: How long the getter lets a request for a file still arriving be held (seconds).
+HOLD_HEADER = "X-Kinetic-Hold"
+#: On a 503: the bytes this copy has received so far (a parent that is itself
+#: progressing is waited for; one whose count stands still is stalled).
+RECEIVED_HEADER = "X-Kinetic-Received"
+#: How long a request for a file that is still arriving is held before a 503.
+HOLD_S = 5.0
+CHUNK = 1 << 20
+
+
+@dataclass
+class Root:
+    """One content hash this runner serves."""
+
+    version: str
+    kind: str
+    name: str
+    expected: list[tuple[str, int]]
+    empty_dirs: list[str] = field(default_factory=list)
+    state: str = COMPLETE
+    #: relpath -> (absolute path, sha256 hex): the files that are whole.
+    ready: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: Bytes received so far (a receiving copy's progress, told to its children).
+    received: int = 0
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "kind": self.kind,
+            "name": self.name,
+            "files": [list(f) for f in self.expected],
+            "empty_dirs": self.empty_dirs,
+            "state": self.state,
+        }
+
+
+class PeerServer:
+    """The server thread and what it serves (one per runner process)."""
+
+    def __init__(self, token: str, host: str | None = None, port: int | None = None) -> None:
+        self.token = token
+        self.roots: dict[str, Root] = {}
+        self.changed = threading.Condition()
+        pod_ip = os.environ.get(POD_IP_ENV, "")
+        bind = host or ("0.0.0.0" if pod_ip else "127.0.0.1")  # noqa: S104 - a pod's peers
+        wanted = port if port is not None else int(os.environ.get(PORT_ENV) or 0)
+        self.httpd = _bind(bind, wanted, self)
+        self.address = f"{pod_ip or '127.0.0.1'}:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, name="kinetic-peer-server", daemon=True
+        )
+        self.thread.start()
+        log.info("peer server listening on %s", self.address)
+
+    # ---- what is served -----------------------------------------------------------
+    def add(self, root: Root) -> None:
+        with self.changed:
+            self.roots[root.version] = root
+            self.changed.notify_all()
+
+    def progressed(self, version: str, nbytes: int) -> None:
+        """``nbytes`` more of ``version`` arrived (from its own source)."""
+        root = self.roots.get(version)
+        if root is not None:
+            root.received += nbytes
+
+    def file_ready(self, version: str, rel: str, path: str, sha256: str) -> None:
+        with self.changed:
+            root = self.roots.get(version)
+            if root is not None:
+                root.ready[rel] = (path, sha256)
+                self.changed.notify_all()
+
+    def set_state(self, version: str, state: str, moved_to: dict[str, str] | None = None) -> None:
+        """A root's new state; ``moved_to`` (relpath -> path) after a copy is placed."""
+        with self.changed:
+            root = self.roots.get(version)
+            if root is not None:
+                root.state = state
+                for rel, path in (moved_to or {}).items():
+                    if rel in root.ready:
+                        root.ready[rel] = (path, root.ready[rel][1])
+                self.changed.notify_all()
+
+    def remove(self, version: str) -> None:
+        with self.changed:
+            self.roots.pop(version, None)
+            self.changed.notify_all()
+
+    def wait_file(self, version: str, rel: str, hold_s: float) -> tuple[str, str] | str:
+        """The file's (path, sha256) once whole, else why not (``missing``,
+        ``failed``, ``later``)."""
+        with self.changed:
+            ok = self.changed.wait_for(
+                lambda: _settled(self.roots.get(version), rel), timeout=hold_s
+            )
+            root = self.roots.get(version)
+            if root is None:
+                return "missing"
+            if rel in root.ready:
+                return root.ready[rel]
+            if not ok or root.state == RECEIVING:
+                return "later"
+            return "failed" if root.state == FAILED else "missing"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(10)
+
+
+def _settled(root: Root | None, rel: str) -> bool:
+    return root is None or rel in root.ready or root.state != RECEIVING
+
+
+def _bind(host: str, port: int, owner: PeerServer) -> ThreadingHTTPServer:
+    try:
+        httpd = _Httpd((host, port), _Handler)
+    except OSError:
+        if port == 0:
+            raise
+        log.info("peer port %d is taken on this host; using a free one", port)
+        httpd = _Httpd((host, 0), _Handler)
+    httpd.owner = owner
+    return httpd
+
+
+def sha_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class _Httpd(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    owner: PeerServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Httpd
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
+        log.debug("peer request: " + format, *args)
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib's name
+        owner = self.server.owner
+        given = self.headers.get(TOKEN_HEADER, "")
+        if not hmac.compare_digest(given.encode(), owner.token.encode()):
+            self._reply(403, b"")
+            return
+        parts = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).split("/", 4)
+        if len(parts) >= 4 and parts[1] == "v" and parts[3] == "manifest":
+            root = owner.roots.get(parts[2])
+            if root is None:
+                self._reply(404, b"")
+                return
+            self._reply(200, json.dumps(root.manifest()).encode(), "application/json")
+            return
+        if len(parts) == 5 and parts[1] == "v" and parts[3] == "f":
+            self._file(owner, parts[2], parts[4])
+            return
+        self._reply(404, b"")
+
+    def _file(self, owner: PeerServer, version: str, rel: str) -> None:
+        try:
+            hold = min(HOLD_S, max(0.0, float(self.headers.get(HOLD_HEADER) or HOLD_S)))
+        except ValueError:
+            hold = HOLD_S
+        got = owner.wait_file(version, rel, hold)
+        if isinstance(got, str):
+            root = owner.roots.get(version)
+            extra = {RECEIVED_HEADER: str(root.received)} if root is not None else {}
+            self._reply({"later": 503, "failed": 410}.get(got, 404), got.encode(), extra=extra)
+            return
+        path, sha = got
+        if not sha:  # a published file: hashed on its first read, then remembered
+            try:
+                sha = sha_file(path)
+            except OSError:
+                self._reply(410, b"gone")
+                return
+            owner.file_ready(version, rel, path, sha)
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - closed below, after the headers
+        except OSError:
+            self._reply(410, b"gone")
+            return
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            self.send_response(200)
+            self.send_header("Content-Length", str(size))
+            self.send_header(SHA_HEADER, sha)
+            self.end_headers()
+            try:  # the kernel copies file to socket (no pass through Python)
+                self.wfile.flush()
+                sent = self.connection.sendfile(f)
+                if sent != size:  # the file changed under us: the child's check fails it
+                    self.close_connection = True
+            except (TimeoutError, BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
+    def _reply(
+        self, code: int, body: bytes, ctype: str = "text/plain", extra: dict[str, str] | None = None
+    ) -> None:
+        self.send_response(code)
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+_lock = threading.Lock()
+_server: PeerServer | None = None
+
+
+def server(token: str) -> PeerServer:
+    """This process's peer server, started on first use."""
+    global _server
+    with _lock:
+        if _server is None:
+            _server = PeerServer(token)
+        return _server
+
+
+def running() -> PeerServer | None:
+    """The server if one was started (the runner's end asks, starting nothing)."""
+    return _server
+
+
+def stop() -> None:
+    """Stop this process's server (the runner's end, after unregistering)."""
+    global _server
+    with _lock:
+        if _server is not None:
+            _server.close()
+            _server = None
