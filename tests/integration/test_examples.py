@@ -52,3 +52,34 @@ def test_lr_sweep_picks_the_best_child(load_dag):
     best = x[("pick_best", "return_value")]
     assert best == min(results, key=lambda r: r["loss"]) and best["lr"] == 0.5
     assert x[("sweep", "kinetic_batch")]["counts"]["succeeded"] == 4
+
+
+def test_keys_example_publishes_by_output_key_and_scores_by_key_with_broadcast(load_dag, capfd):
+    """train -> output_key -> a broadcast batch that reads the model by key."""
+    import re
+
+    from airflow_provider_kinetic.core.keys.keystore import KeyStore
+
+    x = run(load_dag, "keys_publish_score.py", "keys_publish_score")
+    out = "".join(capfd.readouterr())
+    published = x[("train", "kinetic_output_key")]
+    assert published["key"] == "examples/churn-model"
+    store = LocalStore(x[("train", "kinetic_job")]["bucket_name"])
+    state = KeyStore(store).state("examples/churn-model")
+    assert state.current.version == published["version"]
+    assert (
+        state.current.by["dag_id"] == "keys_publish_score"
+        and state.current.by["task_id"] == "train"
+    )
+    # The batch read the version train published, pinned for the run.
+    (pin,) = x[("score", "kinetic_keys")]
+    assert (pin["key"], pin["version"]) == ("examples/churn-model", published["version"])
+    results = x[("score", "return_value")]
+    model = x[("train", "return_value")]
+    assert [r["model_ds"] for r in results] == [LOGICAL.to_date_string()] * 3
+    first = [round(model["w"][0] * 0.5 - model["w"][1] * 0.5 + model["b"], 2)]
+    assert [round(p, 2) for p in results[0]["predictions"][:1]] == first
+    assert x[("report", "return_value")] == 6
+    # broadcast=True: one child read the model from the store, the others from a peer.
+    came = re.findall(r"data [0-9a-f]{12}: \d+ file\(s\) by broadcast from (\S+), verified", out)
+    assert sorted(c.rstrip(",") == "store" for c in came) == [False, False, True], came
