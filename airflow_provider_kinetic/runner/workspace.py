@@ -29,8 +29,6 @@ import cloudpickle
 from airflow_provider_kinetic.core.data import KEEP, is_data_ref, locallinks, map_leaves
 from airflow_provider_kinetic.core.data.locallinks import LOCAL_MOUNTS_ENV
 from airflow_provider_kinetic.core.data.refs import EMPTY_DIRS
-from airflow_provider_kinetic.core.data.schemes import scheme_for
-from airflow_provider_kinetic.core.data.schemes.base import create_empty_dirs
 from airflow_provider_kinetic.core.jobs import unpickling
 from airflow_provider_kinetic.core.jobs.batchwire import select_input
 from airflow_provider_kinetic.core.jobs.resultref import resolve_result_refs
@@ -121,6 +119,11 @@ def _download_ref(ref: dict[str, Any], target: str) -> str:
     (``gs://``/``file://``: a store download; ``hf://``: a datasets load).  A directory
     ref's path exists afterwards, with the empty directories its ref lists (the store
     holds files only), whatever the scheme."""
+    # Imported here: the schemes bring the hashing stack, which a call without Data
+    # refs never uses (it would cost every job's start ~25 ms of imports).
+    from airflow_provider_kinetic.core.data.schemes import scheme_for
+    from airflow_provider_kinetic.core.data.schemes.base import create_empty_dirs
+
     path = scheme_for(ref["uri"]).materialise(ref, target)
     if ref.get("is_dir"):
         create_empty_dirs(ref, path)
@@ -204,6 +207,8 @@ def _mount_volume(ref: dict[str, Any], workdir: str, n: int, links: list[tuple[s
         if not ref.get("fuse"):
             _download_ref(ref, mount)
         return
+    from airflow_provider_kinetic.core.data.schemes import scheme_for
+
     source = scheme_for(ref["uri"]).local_source(ref)
     if source is None:
         source = os.path.join(workdir, "volumes", str(n))

@@ -15,13 +15,16 @@ import platform
 import sys
 import types
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from airflow_provider_kinetic.core.data import KEEP, Data, map_leaves
+from airflow_provider_kinetic.core.data import KEEP, map_leaves
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.version import __version__
+
+if TYPE_CHECKING:
+    from airflow_provider_kinetic.core.data import Data
 
 #: Modules never pickled by value even when they live under a by-value root.
 _NEVER_BY_VALUE = ("airflow_provider_kinetic", "airflow", "kinetic", "__main__")
@@ -36,6 +39,8 @@ class UnpicklableArgumentError(KineticError, ValueError):
 
 def find_data(obj: Any, where: str) -> Iterator[tuple[Data, str]]:
     """Yield every ``Data`` in list/tuple/dict containers with a readable location."""
+    from airflow_provider_kinetic.core.data import Data  # not at import: see _LAZY there
+
     if isinstance(obj, Data):
         yield obj, where
     elif isinstance(obj, dict):
@@ -73,6 +78,8 @@ def _holds_data(value: Any) -> bool:
 
 def replace_data(obj: Any, refs: dict[int, dict[str, Any]]) -> Any:
     """Return ``obj`` with each ``Data`` replaced by its ref dict (keyed by ``id``)."""
+    from airflow_provider_kinetic.core.data import Data
+
     return map_leaves(obj, lambda x: refs[id(x)] if isinstance(x, Data) else KEEP)
 
 
