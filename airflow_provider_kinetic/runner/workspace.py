@@ -29,12 +29,9 @@ import cloudpickle
 from airflow_provider_kinetic.core.data import KEEP, is_data_ref, locallinks, map_leaves
 from airflow_provider_kinetic.core.data.locallinks import LOCAL_MOUNTS_ENV
 from airflow_provider_kinetic.core.data.refs import EMPTY_DIRS
-from airflow_provider_kinetic.core.data.schemes import scheme_for
-from airflow_provider_kinetic.core.data.schemes.base import create_empty_dirs
 from airflow_provider_kinetic.core.jobs import unpickling
 from airflow_provider_kinetic.core.jobs.batchwire import select_input
 from airflow_provider_kinetic.core.jobs.resultref import resolve_result_refs
-from airflow_provider_kinetic.core.keys import databroadcast
 from airflow_provider_kinetic.core.storage import store_for_uri
 
 log = logging.getLogger("kinetic.runner")
@@ -122,6 +119,12 @@ def _download_ref(ref: dict[str, Any], target: str) -> str:
     (``gs://``/``file://``: a store download; ``hf://``: a datasets load).  A directory
     ref's path exists afterwards, with the empty directories its ref lists (the store
     holds files only), whatever the scheme."""
+    # Imported here: the schemes (and the broadcast, built on them) bring the hashing
+    # stack, which a call without Data refs never uses (~25 ms of every job's start).
+    from airflow_provider_kinetic.core.data.schemes import scheme_for
+    from airflow_provider_kinetic.core.data.schemes.base import create_empty_dirs
+    from airflow_provider_kinetic.core.keys import databroadcast
+
     cast = databroadcast.wanted(ref)  # KineticMapOperator(broadcast=True): a tree
     if cast is not None:
         return databroadcast.get_data(ref, target, *cast)
@@ -208,6 +211,8 @@ def _mount_volume(ref: dict[str, Any], workdir: str, n: int, links: list[tuple[s
         if not ref.get("fuse"):
             _download_ref(ref, mount)
         return
+    from airflow_provider_kinetic.core.data.schemes import scheme_for
+
     source = scheme_for(ref["uri"]).local_source(ref)
     if source is None:
         source = os.path.join(workdir, "volumes", str(n))

@@ -55,6 +55,8 @@ BROADCAST = [
 ]  # fmt: skip
 MUST_PASS += BROADCAST[0::3]
 INFO = ["job overhead: 7 s job, deferrable (it defers), local"]
+#: (info) what deferring itself adds, beside Airflow's deferral: present here
+SPLIT = ["deferral overhead less a job's own start and collect, local"]
 #: a ratio to Airflow's own deferral: judged by the full run, present here
 RATIOS = ["deferral overhead: 7 s job deferred vs Airflow's own 7 s deferral, local"]
 #: the transfer case's rows (issue 23): through the capped proxy, and straight
@@ -82,7 +84,7 @@ def test_quick_benchmark_prints_every_row(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert "| case | baseline | ours | ratio | goal | result |" in lines
     rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ")}
-    for case in ROWS + MUST_PASS + INFO + RATIOS + TRANSFER + BROADCAST:
+    for case in ROWS + MUST_PASS + INFO + RATIOS + SPLIT + TRANSFER + BROADCAST:
         assert case in rows, f"missing row {case!r} in:\n{done.stdout}"
         assert rows[case].rstrip(" |").split(" | ")[-1] in ("pass", "FAIL", "info"), rows[case]
     for case in [*ROWS[-2:], *MUST_PASS]:  # budgets, fixed costs and counts: they hold
@@ -92,6 +94,7 @@ def test_quick_benchmark_prints_every_row(tmp_path: Path) -> None:
     for case in MUST_PASS[:2] + INFO + RATIOS:
         assert " s (+" in rows[case], rows[case]
     assert "x Airflow's" in rows[RATIOS[0]] and "from the function's end" in done.stdout
+    assert "x Airflow's" in rows[SPLIT[0]] and rows[SPLIT[0]].endswith("| info |")
     assert "| 121 (" in rows[MUST_PASS[2]] and "event SUCCEEDED" in done.stdout
     assert "machine:" in done.stdout and re.search(r"(?<![\d,])0 of 2,000 files read", done.stdout)
     assert list(tmp_path.iterdir()) == []  # the benchmark cleaned up after itself

@@ -16,6 +16,7 @@ import pytest
 
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data import cache as datacache
+from airflow_provider_kinetic.core.data.hashing.treehash import content_hash
 from airflow_provider_kinetic.core.data.refs import cache_key, make_data_ref
 from airflow_provider_kinetic.core.data.schemes.download import (
     PARTIAL,
@@ -25,6 +26,7 @@ from airflow_provider_kinetic.core.data.schemes.download import (
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.storage import GcsStore
 from airflow_provider_kinetic.core.storage import gcs_transfer as gt
+from airflow_provider_kinetic.core.storage.base import FileDigests
 from airflow_provider_kinetic.core.storage.gcs_transfer import CorruptObject, b64_crc
 from tests.fixtures.fake_gcs import requires_fake_gcs
 from tests.fixtures.waiting import wait_for
@@ -113,6 +115,42 @@ def test_an_object_changed_in_the_store_fails_naming_the_file(fake_gcs, gcs_buck
     ):
         download_from_store(ref, str(target))
     assert not target.exists() and os.listdir(tmp_path) == ["src"]
+
+
+def test_digests_taken_on_the_way_equal_a_second_read(fake_gcs, gcs_bucket, tmp_path):
+    """Each file downloaded whole is SHA-256'd as its bytes arrive (relpath + NUL +
+    bytes, kinetic's file digest); the content hash built from them is the entry's
+    name, as a full re-read is.  A sliced object is not hashed on the way (read
+    again), and a file changed after its download is never answered for."""
+    src = make_data(tmp_path / "src")
+    store = GcsStore(gcs_bucket, client=fake_gcs.client())
+    ref = uploaded_ref(store, Data(str(src)))
+    entry = ref["uri"].rsplit("/", 1)[-1]
+    key = cache_key(entry)
+    reader = GcsStore(gcs_bucket, client=fake_gcs.client(), sliced_min_bytes=100_000)
+    out = tmp_path / "out"
+    digests = FileDigests(lambda rel: rel.encode() + b"\0")
+    names = reader.download_prefix(key, str(out), digests=digests)
+    files = {str(out / n) for n in names}
+    assert set(digests.found) == files - {str(out / "big.bin")}
+    for name in names:
+        if name != "big.bin":
+            want = hashlib.sha256(name.encode() + b"\0" + (out / name).read_bytes()).digest()
+            assert digests.found[str(out / name)][1] == want
+    known = content_hash(str(out), "out", None, digests.lookup).hexdigest
+    assert known == content_hash(str(out), "out", None).hexdigest == entry
+    # Another prefix (another relpath rule) is not answered for.
+    sig = os.lstat(out / "zero")
+    sig4 = (sig.st_ino, sig.st_size, sig.st_mtime_ns, sig.st_ctime_ns)
+    assert digests.lookup(str(out / "zero"), b"zero\0", sig4) is not None
+    assert digests.lookup(str(out / "zero"), b"other\0", sig4) is None
+    # A file replaced after its download (same size, other bytes) is read again.
+    victim = out / "d3" / "deep" / "f10.bin"
+    fresh = out / "d3" / "deep" / "f10.new"
+    fresh.write_bytes(os.urandom(victim.stat().st_size))
+    os.replace(fresh, victim)
+    again = content_hash(str(out), "out", None, digests.lookup).hexdigest
+    assert again == content_hash(str(out), "out", None).hexdigest != entry
 
 
 @pytest.mark.parametrize("size", [3000, 300_000], ids=["whole", "sliced"])

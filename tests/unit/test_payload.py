@@ -222,6 +222,36 @@ def test_code_under_by_value_roots_travels_in_the_payload(tmp_path: Path) -> Non
     assert "my_helpers_xyz" not in cloudpickle.cloudpickle._PICKLE_BY_VALUE_MODULES
 
 
+def test_modules_under_roots_resolve_symlinks_as_realpath_does(tmp_path: Path) -> None:
+    """A module is under a by-value root when its real file is: reached through a
+    symlinked directory or as a symlinked file into the root, never a file outside
+    (directories are resolved once per call, a symlinked file in full)."""
+    real = tmp_path / "real_dags"
+    real.mkdir()
+    (real / "mod_in_root_q1.py").write_text("X = 1\n")
+    (tmp_path / "linked_dags").symlink_to(real, target_is_directory=True)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "mod_outside_q1.py").write_text("X = 2\n")
+    (outside / "mod_link_q1.py").symlink_to(real / "mod_in_root_q1.py")
+    paths = [str(tmp_path / "linked_dags"), str(outside)]
+    sys.path[:0] = paths
+    names = ("mod_in_root_q1", "mod_outside_q1", "mod_link_q1")
+    try:
+        mods = [__import__(name) for name in names]
+        from airflow_provider_kinetic.core.jobs.payload import _modules_under
+
+        found = _modules_under([str(real)])
+        assert [m for m in mods if m in found] == [mods[0], mods[2]]
+        assert _modules_under([str(tmp_path / "linked_dags")]) == found  # the root's link too
+        assert _modules_under([]) == []
+    finally:
+        for path in paths:
+            sys.path.remove(path)
+        for name in names:
+            sys.modules.pop(name, None)
+
+
 class Scaler:
     def __init__(self, k: int) -> None:
         self.k = k

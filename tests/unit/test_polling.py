@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import signal
 import sys
 import time
 
@@ -51,3 +53,82 @@ def test_local_wait_wakes_when_the_job_exits(tmp_path):
     start = time.monotonic()
     asyncio.run(backend.await_change([handle], 30.0))
     assert time.monotonic() - start < 1
+
+
+def _waiting_job(tmp_path, job_id: str, go: str) -> tuple[LocalBackend, object]:
+    """A real local job (supervisor + child) that runs until ``go`` exists."""
+    from airflow_provider_kinetic.core.accelerators import parse_accelerator
+    from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
+
+    code = f"import os, time\nwhile not os.path.exists({go!r}):\n    time.sleep(0.01)\n"
+    spec = build_job_spec(
+        SpecInputs(
+            job_id=job_id, bucket=str(tmp_path), context_uri="c", payload_uri="p",
+            result_uri="r", payload_sha256="0", context_sha256="0",
+            accelerator=parse_accelerator("cpu"), image="i", output_dir=str(tmp_path),
+            runner_command=[sys.executable, "-c", code],
+        )
+    )  # fmt: skip
+    spec.container["args"] = []
+    backend = LocalBackend(str(tmp_path))
+    backend.submit(spec)
+    return backend, records.handle(job_id, str(tmp_path))
+
+
+def test_waits_wake_on_the_supervisors_exit_through_a_pidfd(tmp_path):
+    """A running job is watched through its supervisor's pidfd: the sync wait and the
+    trigger's wait return when it ends (its exit code already written), long before
+    their 60 s; a pid that is not the job's supervisor is never watched."""
+    import threading
+
+    from airflow_provider_kinetic.core.backends import local_wake
+
+    go = str(tmp_path / "go")
+    backend, handle = _waiting_job(tmp_path, "job-0000cafe", go)
+    jdir = backend.job_dir(handle.job_id)
+    fds = local_wake.open_pidfds([jdir])
+    assert fds is not None and len(fds) == 1
+    local_wake.close(fds)
+    waiter = threading.Thread(target=backend.wait, args=([handle], 60.0))
+    waiter.start()
+    open(go, "w").close()
+    waiter.join(30)
+    assert not waiter.is_alive()
+    assert backend.status(handle).status.value == "SUCCEEDED"
+    assert local_wake.open_pidfds([jdir]) is None  # ended: nothing to watch
+    # A pid file naming another process (this one) is not a supervisor of the job.
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    (stranger / "pid").write_text(str(os.getpid()))
+    assert local_wake.open_pidfds([str(stranger)]) is None
+    assert local_wake.open_pidfds([jdir] * (local_wake.MAX_PIDFDS + 1)) is None
+
+    go2 = str(tmp_path / "go2")
+    backend, handle = _waiting_job(tmp_path, "job-0000f00d", go2)
+
+    async def trigger_wait() -> float:
+        task = asyncio.ensure_future(backend.await_change([handle], 60.0))
+        await asyncio.sleep(0)  # let it start watching
+        open(go2, "w").close()
+        start = time.monotonic()
+        await asyncio.wait_for(task, 30)
+        return time.monotonic() - start
+
+    assert asyncio.run(trigger_wait()) < 30
+    assert backend.status(handle).status.value == "SUCCEEDED"
+
+
+def test_a_killed_supervisor_ends_the_wait(tmp_path):
+    """No exit code is ever written when the supervisor is SIGKILLed: its pidfd still
+    ends the wait (no spin, no 60 s), and the job reads as FAILED."""
+    import threading
+
+    backend, handle = _waiting_job(tmp_path, "job-0000dead", str(tmp_path / "never"))
+    pid = int((tmp_path / ".local-jobs" / handle.job_id / "pid").read_text())
+    waiter = threading.Thread(target=backend.wait, args=([handle], 60.0))
+    waiter.start()
+    os.killpg(pid, signal.SIGKILL)
+    waiter.join(30)
+    assert not waiter.is_alive()
+    assert backend.status(handle).status.value == "FAILED"
+    backend.release(handle)  # its temp dir: a killed supervisor could not remove it

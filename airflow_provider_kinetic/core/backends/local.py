@@ -11,7 +11,6 @@ a queue that outlives the worker (``local_slots``).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -30,6 +29,7 @@ from airflow_provider_kinetic.core.backends import (
     local_presence,
     local_slots,
     local_venv,
+    local_wake,
 )
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.local_presence import supervisor_alive as _alive
@@ -50,8 +50,6 @@ STATE_DIR = ".local-jobs"
 #: The module the local process runs in place of the image's runner script.
 RUNNER_MODULE = "airflow_provider_kinetic.runner"
 _CANCEL_GRACE_S = 5.0
-#: How often a waiting poll loop looks for a local job's exit-code file.
-_WAKE_S = 0.02
 
 
 def local_devices() -> dict[str, int]:
@@ -278,14 +276,13 @@ class LocalBackend(Backend):
         )
 
     def wait(self, handles: list[JobHandle], seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self._any_ended(handles) and (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(_WAKE_S, left))
+        """Until a job ends (its supervisor's exit, ``local_wake``) or ``seconds`` pass."""
+        jdirs = [self.job_dir(h.job_id) for h in handles]
+        local_wake.wait(lambda: self._any_ended(handles), jdirs, seconds)
 
     async def await_change(self, handles: list[JobHandle], seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self._any_ended(handles) and (left := deadline - time.monotonic()) > 0:
-            await asyncio.sleep(min(_WAKE_S, left))
+        jdirs = [self.job_dir(h.job_id) for h in handles]
+        await local_wake.await_change(lambda: self._any_ended(handles), jdirs, seconds)
 
     def venvs_in_use(self) -> set[str]:
         """Requirements venvs of local jobs that have not ended (starting or running):

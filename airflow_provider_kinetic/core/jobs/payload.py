@@ -15,13 +15,16 @@ import platform
 import sys
 import types
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from airflow_provider_kinetic.core.data import KEEP, Data, map_leaves
+from airflow_provider_kinetic.core.data import KEEP, map_leaves
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.version import __version__
+
+if TYPE_CHECKING:
+    from airflow_provider_kinetic.core.data import Data
 
 #: Modules never pickled by value even when they live under a by-value root.
 _NEVER_BY_VALUE = ("airflow_provider_kinetic", "airflow", "kinetic", "__main__")
@@ -36,6 +39,8 @@ class UnpicklableArgumentError(KineticError, ValueError):
 
 def find_data(obj: Any, where: str) -> Iterator[tuple[Data, str]]:
     """Yield every ``Data`` in list/tuple/dict containers with a readable location."""
+    from airflow_provider_kinetic.core.data import Data  # not at import: see _LAZY there
+
     if isinstance(obj, Data):
         yield obj, where
     elif isinstance(obj, dict):
@@ -73,6 +78,8 @@ def _holds_data(value: Any) -> bool:
 
 def replace_data(obj: Any, refs: dict[int, dict[str, Any]]) -> Any:
     """Return ``obj`` with each ``Data`` replaced by its ref dict (keyed by ``id``)."""
+    from airflow_provider_kinetic.core.data import Data
+
     return map_leaves(obj, lambda x: refs[id(x)] if isinstance(x, Data) else KEEP)
 
 
@@ -88,15 +95,33 @@ def client_fingerprint() -> dict[str, str]:
 
 
 def _modules_under(roots: list[str]) -> list[Any]:
-    real_roots = [os.path.realpath(r) + os.sep for r in roots if r]
+    """The loaded modules whose files lie under one of ``roots`` (symlinks resolved)."""
+    real_roots = tuple(os.path.realpath(r) + os.sep for r in roots if r)
+    if not real_roots:
+        return []
+    real_dirs: dict[str, str] = {}
     found = []
     for name, mod in list(sys.modules.items()):
         if mod is None or name.split(".")[0] in _NEVER_BY_VALUE:
             continue
         path = getattr(mod, "__file__", None)
-        if path and any(os.path.realpath(path).startswith(r) for r in real_roots):
+        if path and _real_file(path, real_dirs).startswith(real_roots):
             found.append(mod)
     return found
+
+
+def _real_file(path: str, real_dirs: dict[str, str]) -> str:
+    """``os.path.realpath(path)``, resolving each directory once per call: a task
+    process has ~1,500 modules in a few hundred directories, and a full realpath per
+    module (an lstat per path component) cost ~50 ms of every job's submit.  The file
+    itself is resolved in full only when it is a symlink."""
+    head, tail = os.path.split(path)
+    real_head = real_dirs.get(head)
+    if real_head is None:
+        real_head = real_dirs[head] = os.path.realpath(head)
+    if os.path.islink(path):
+        return os.path.realpath(path)
+    return os.path.join(real_head, tail)
 
 
 def _layers(func: Any) -> Iterator[Any]:

@@ -8,6 +8,7 @@ speaks only this interface, so the local backend is an honest rehearsal of GCS.
 from __future__ import annotations
 
 import abc
+import os
 from collections.abc import Callable, Iterable
 
 from airflow_provider_kinetic.core.errors import KineticError
@@ -39,6 +40,34 @@ class StoreFullError(KineticError, OSError):
     def __init__(self, message: str, errno: int | None = None) -> None:
         super().__init__(message)
         self.errno = errno
+
+
+class FileDigests:
+    """Digests of downloaded files, taken from the bytes as they arrived, so a caller
+    that must hash what it downloaded (a data-cache entry's content hash) need not
+    read it all again.
+
+    ``prefix(rel)`` says what each file's digest starts with (``None``: not hashed);
+    a digest is ``sha256(prefix + bytes)``, kept by the file's local path with the
+    ``(inode, size, mtime_ns, ctime_ns)`` it had when its last byte was written: :meth:`lookup`
+    answers only for that same file, unchanged, and the same prefix, so a file that
+    was replaced or touched since is read again.  Only bytes that passed the store's
+    own checks (size, CRC32C) are recorded."""
+
+    def __init__(self, prefix: Callable[[str], bytes | None]) -> None:
+        self.prefix = prefix
+        self.found: dict[str, tuple[bytes, bytes, tuple[int, int, int, int]]] = {}
+
+    def record(self, path: str, prefix: bytes, digest: bytes, st: os.stat_result) -> None:
+        self.found[path] = (prefix, digest, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+
+    def lookup(self, path: str, prefix: bytes, sig: tuple[int, ...]) -> bytes | None:
+        """The digest of ``path`` if recorded with ``prefix`` for the file whose
+        ``lstat`` signature (``ino, size, mtime_ns, ctime_ns, ...``) is ``sig``, else None."""
+        got = self.found.get(path)
+        if got is None or got[0] != prefix or got[2] != tuple(sig[:4]):
+            return None
+        return got[1]
 
 
 class ObjectStore(abc.ABC):
@@ -99,7 +128,11 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def download_prefix(
-        self, prefix: str, local_dir: str, progress: ProgressFn | None = None
+        self,
+        prefix: str,
+        local_dir: str,
+        progress: ProgressFn | None = None,
+        digests: FileDigests | None = None,
     ) -> list[str]:
         """Download every object under ``prefix/`` into ``local_dir``.
 
@@ -107,6 +140,8 @@ class ObjectStore(abc.ABC):
         ``prefix`` has directory semantics: ``"a/b"`` and ``"a/b/"`` both mean the
         objects under ``a/b/`` (never ``a/bc``).  Object names ending in ``/`` are
         skipped; a name that would escape ``local_dir`` raises ``ValueError``.
+        ``digests``: where a store can, the files' digests as they arrive (a store
+        may record none; the caller then reads the files).
         """
 
     @abc.abstractmethod

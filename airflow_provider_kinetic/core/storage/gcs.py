@@ -33,6 +33,7 @@ from airflow_provider_kinetic.core.storage._keys import (
 )
 from airflow_provider_kinetic.core.storage._parallel import plan_workers, run_parallel
 from airflow_provider_kinetic.core.storage.base import (
+    FileDigests,
     ObjectNotFound,
     ObjectStore,
     PreconditionFailed,
@@ -275,7 +276,11 @@ class GcsStore(ObjectStore):
         return upload_composite(self._bucket(), path, key, part, CHUNK_WORKERS)
 
     def download_prefix(
-        self, prefix: str, local_dir: str, progress: ProgressFn | None = None
+        self,
+        prefix: str,
+        local_dir: str,
+        progress: ProgressFn | None = None,
+        digests: FileDigests | None = None,
     ) -> list[str]:
         """Download every object under ``prefix/`` (directory semantics), verified.
 
@@ -285,7 +290,9 @@ class GcsStore(ObjectStore):
         (``CorruptObject`` names one that does not); objects of ``sliced_min_bytes``
         or more download in parallel slices.  Files are written in place: a caller
         that must never see a partial tree downloads into a temp dir (as
-        ``data.schemes.base.download_from_store`` does).
+        ``data.schemes.base.download_from_store`` does).  ``digests``: each file
+        downloaded whole is hashed as its bytes arrive (sliced ones are not: their
+        slices arrive out of order).
         """
         base = dir_prefix(prefix)
         blobs = [
@@ -302,7 +309,8 @@ class GcsStore(ObjectStore):
         workers = self._workers_for(len(small), sum(b.size or 0 for b in small))
         self._workers_for(SLICE_WORKERS, 0)  # the pool serves a sliced object's streams
         pairs = list(zip(blobs, targets, strict=True))
-        nbytes = download_verified(pairs, workers, self.sliced_min_bytes)
+        hashed = (rels, digests) if digests is not None else None
+        nbytes = download_verified(pairs, workers, self.sliced_min_bytes, hashed)
         if progress:
             progress(len(pairs), len(pairs), nbytes)
         return rels

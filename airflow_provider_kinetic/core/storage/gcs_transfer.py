@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import mimetypes
 import os
 import secrets
@@ -41,6 +42,7 @@ from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.storage._crc import crc32c_combine
 from airflow_provider_kinetic.core.storage._keys import PARTS_PREFIX
 from airflow_provider_kinetic.core.storage._parallel import run_parallel
+from airflow_provider_kinetic.core.storage.base import FileDigests
 
 #: Objects this big download in slices (several streams for one object).
 SLICE_MIN_BYTES = 64 << 20
@@ -63,14 +65,18 @@ def b64_crc(value: int) -> str:
 
 
 class _CheckedFile:
-    """The destination of one download: opened on the first write, CRC32C'd as the
-    bytes arrive, closed once the listed size is written (so thousands of pending
-    downloads do not hold thousands of descriptors)."""
+    """The destination of one download: opened on the first write, CRC32C'd (and,
+    with a digest ``prefix``, SHA-256'd) as the bytes arrive, closed once the listed
+    size is written (so thousands of pending downloads do not hold thousands of
+    descriptors).  ``stat``: the file as its last byte left it (for ``FileDigests``)."""
 
-    def __init__(self, path: str, size: int) -> None:
+    def __init__(self, path: str, size: int, prefix: bytes | None = None) -> None:
         self.path, self.size = path, size
         self.written = 0
         self.crc = 0
+        self.prefix = prefix
+        self.sha = hashlib.sha256(prefix) if prefix is not None else None
+        self.stat: os.stat_result | None = None
         self._file: BinaryIO | None = None
 
     def write(self, chunk: bytes) -> int:
@@ -79,6 +85,8 @@ class _CheckedFile:
             self._file = open(self.path, mode)  # noqa: SIM115 - closed at the listed size
         self._file.write(chunk)
         self.crc = google_crc32c.extend(self.crc, chunk)
+        if self.sha is not None:  # releases the GIL on big chunks, as the CRC does
+            self.sha.update(chunk)
         self.written += len(chunk)
         if self.written == self.size:  # size -1: unknown (closed at the end)
             self.close()
@@ -86,10 +94,13 @@ class _CheckedFile:
 
     def close(self) -> None:
         if self._file is not None:
+            self._file.flush()
+            self.stat = os.fstat(self._file.fileno())
             self._file.close()
             self._file = None
         elif self.written == 0 and not os.path.exists(self.path):
             open(self.path, "wb").close()  # an empty object: never written to
+            self.stat = os.stat(self.path)
 
 
 def _for_download(blob: storage.Blob) -> storage.Blob:
@@ -108,12 +119,15 @@ def download_verified(
     pairs: Sequence[tuple[storage.Blob, str]],
     workers: int,
     slice_min: int = SLICE_MIN_BYTES,
+    hashed: tuple[Sequence[str], FileDigests] | None = None,
 ) -> int:
     """Download each listed ``(blob, path)``; returns the bytes written.
 
     Objects of ``slice_min`` bytes or more go in slices (:func:`slice_size`).  Parents
     of every path must exist.  Raises :class:`CorruptObject` naming the first
     file whose size or CRC32C is not the listing's, and re-raises the first failure.
+    ``hashed``: each pair's relative name and where the digests of the files
+    downloaded whole go (recorded only once a file passed its check).
     """
     # What the listing says, kept apart: a download updates a blob's properties from
     # the response's headers, and the check is against the listing.
@@ -124,7 +138,14 @@ def download_verified(
     whole = [_gzipped(b) or (b.size or 0) < slice_min for b, _ in pairs]
     small = [pair for pair, w in zip(pairs, whole, strict=True) if w]
     big = [pair for pair, w in zip(pairs, whole, strict=True) if not w]
-    files = [_CheckedFile(p, -1 if _gzipped(b) else b.size or 0) for b, p in small]
+    prefixes: list[bytes | None] = [None] * len(pairs)
+    if hashed is not None:
+        prefixes = [hashed[1].prefix(rel) for rel in hashed[0]]
+    small_prefixes = [pre for pre, w in zip(prefixes, whole, strict=True) if w]
+    files = [
+        _CheckedFile(p, -1 if _gzipped(b) else b.size or 0, pre)
+        for (b, p), pre in zip(small, small_prefixes, strict=True)
+    ]
     try:
         if small:
             transfer_manager.download_many(
@@ -140,6 +161,8 @@ def download_verified(
     for (blob, path), f in zip(small, files, strict=True):
         if not _gzipped(blob):
             _check(blob, path, (f.written, b64_crc(f.crc)), listed[id(blob)])
+        if hashed is not None and f.sha is not None and f.prefix is not None and f.stat:
+            hashed[1].record(path, f.prefix, f.sha.digest(), f.stat)
     for blob, path in big:
         _download_sliced(blob, path, slice_size(blob.size or 0))
         # The client compared the slices' combined CRC32C with the object's as the

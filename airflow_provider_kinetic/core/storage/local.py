@@ -35,6 +35,7 @@ from airflow_provider_kinetic.core.storage._keys import (
 )
 from airflow_provider_kinetic.core.storage._parallel import run_parallel
 from airflow_provider_kinetic.core.storage.base import (
+    FileDigests,
     ObjectNotFound,
     ObjectStore,
     PreconditionFailed,
@@ -327,9 +328,14 @@ class LocalStore(ObjectStore):
         return run_parallel(jobs, self.upload_file, self.workers, progress)
 
     def download_prefix(
-        self, prefix: str, local_dir: str, progress: ProgressFn | None = None
+        self,
+        prefix: str,
+        local_dir: str,
+        progress: ProgressFn | None = None,
+        digests: FileDigests | None = None,
     ) -> list[str]:
-        """Copy every file under ``prefix/`` (directory semantics) into ``local_dir``."""
+        """Copy every file under ``prefix/`` (directory semantics) into ``local_dir``
+        (``digests``: none recorded, the copies are made by the kernel)."""
         base = dir_prefix(prefix)
         rels, jobs = [], []
         for key in self.list(base):

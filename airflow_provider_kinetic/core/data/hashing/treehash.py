@@ -28,6 +28,7 @@ import gc
 import hashlib
 import logging
 import os
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from operator import attrgetter
@@ -88,11 +89,24 @@ class TreeHash:
         return [d.rel.rstrip("/") for d in self.scans if d.rel and d.empty]
 
 
+#: A file's digest known without reading it (``FileDigests.lookup``): its path, its
+#: ``relpath + NUL`` prefix and its ``lstat`` signature, or None to read it.
+Known = Callable[[str, bytes, Sig], "bytes | None"]
+
+
 class _Hasher:
     """Collects per-directory digests as the walk goes; big files finish on a pool."""
 
-    def __init__(self, label: str, base: str, record: TreeRecord | None, verify: bool):
+    def __init__(
+        self,
+        label: str,
+        base: str,
+        record: TreeRecord | None,
+        verify: bool,
+        known: Known | None = None,
+    ):
         self.label, self.base, self.record, self.verify = label, base, record, verify
+        self.known = known
         self.scans: list[DirScan] = []
         #: Per directory: its digests, or the record's view whose digests stand.
         self.blobs: list[bytes | DirView | list[bytes | memoryview | None]] = []
@@ -123,6 +137,9 @@ class _Hasher:
                 continue
             relb = relpath_bytes(self.label, scan.rel, name)
             where = self.base + scan.rel + name
+            if self.known is not None and (given := self.known(where, relb, sig)) is not None:
+                digests.append(given)  # hashed as it was downloaded: not read again
+                continue
             if sig[1] >= THREAD_FILE:
                 digests.append(None)
                 self._submit(i, j, where, relb, sig)
@@ -273,12 +290,12 @@ def _walk(root: str, label: str, hasher: _Hasher, facts: Facts) -> None:
         rel, path, dfacts = stack.pop()
         fd = open_dir(path, rel, label)
         try:
-            if hasher.record is None:
+            if hasher.record is None and hasher.known is None:
                 done = fresh_dir(fd, path, rel, label, THREAD_FILE, dfacts)
                 hasher.fresh(done)
                 subdirs = done.subdirs
             else:
-                old = hasher.record.dirs.get(rel)
+                old = hasher.record.dirs.get(rel) if hasher.record is not None else None
                 quick = _unchanged(fd, path, rel, label, dfacts, old)
                 if isinstance(quick, DirScan) and old is not None:
                     hasher.reuse(quick, old)
@@ -292,10 +309,14 @@ def _walk(root: str, label: str, hasher: _Hasher, facts: Facts) -> None:
             stack.append((f"{rel}{name}/", os.path.join(path, name), sub_facts))
 
 
-def content_hash(path: str, label: str, cache: StatCache | None) -> TreeHash:
+def content_hash(
+    path: str, label: str, cache: StatCache | None, known: Known | None = None
+) -> TreeHash:
     """kinetic's content hash of the file or directory ``path`` (absolute).
 
-    ``label`` is the Data path as the user wrote it (for error messages).
+    ``label`` is the Data path as the user wrote it (for error messages).  ``known``:
+    digests of files taken as they were downloaded (``core.storage.FileDigests``);
+    a file it answers for is not read, every other one is.
     """
     limit = cache.racy_limit() if cache else 0
     try:
@@ -310,10 +331,10 @@ def content_hash(path: str, label: str, cache: StatCache | None) -> TreeHash:
         raise _special(label, path, st.st_mode, is_root=True)
     record = cache.load(path, st.st_dev, kind) if cache else None
     try:
-        return _hash(path, label, cache, limit, st, kind, root, record)
+        return _hash(path, label, cache, limit, st, kind, root, record, known)
     except RecordError as exc:  # its digests proved unusable: hash as without it
         log.debug("stat cache record for %s unusable: %s", label, exc)
-        return _hash(path, label, cache, limit, st, kind, root, None)
+        return _hash(path, label, cache, limit, st, kind, root, None, known)
     finally:
         if record is not None:
             record.close()
@@ -321,9 +342,10 @@ def content_hash(path: str, label: str, cache: StatCache | None) -> TreeHash:
 
 def _hash(
     path: str, label: str, cache: StatCache | None, limit: int, st: os.stat_result,
-    kind: str, root: str, record: TreeRecord | None,
+    kind: str, root: str, record: TreeRecord | None, known: Known | None = None,
 ) -> TreeHash:  # fmt: skip
-    hasher = _Hasher(label, root if root.endswith(os.sep) else root + os.sep, record, bool(cache))
+    base = root if root.endswith(os.sep) else root + os.sep
+    hasher = _Hasher(label, base, record, bool(cache), known)
     collecting = gc.isenabled()
     gc.disable()  # the walk allocates a tuple per file and keeps them all: skip GC passes
     try:

@@ -5,10 +5,13 @@ PID-TOKEN``), where the store checks each file against its listing (size, CRC32C
 ``core/storage/gcs_transfer.py``).  A ref to a data-cache entry
 (``default/data-cache/{hash}``) is then hashed with kinetic's content hash, which must
 be the entry's name: an object changed in the store after the upload is caught there
-even when its own checksum is consistent.  Only then is the temp dir renamed to the
-target, so a download cut short (an error, a SIGKILL) never leaves files under the
-target's name; what it leaves is a partial dir whose owner is dead, which the next
-download of the same target removes.  Nothing ever reuses a partial dir.
+even when its own checksum is consistent.  The files' digests for that hash are taken
+as their bytes arrive (``FileDigests``: the same bytes the CRC32C check sees), so
+only what the store could not hash on the way is read a second time.  Only then is
+the temp dir renamed to the target, so a download cut short (an error, a SIGKILL)
+never leaves files under the target's name; what it leaves is a partial dir whose
+owner is dead, which the next download of the same target removes.  Nothing ever
+reuses a partial dir.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from airflow_provider_kinetic.core.data.refs import CACHE_PREFIX, MARKER_PREFIX
 from airflow_provider_kinetic.core.data.schemes.base import create_empty_dirs
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.storage import ObjectStore, store_for_uri
+from airflow_provider_kinetic.core.storage.base import FileDigests
 from airflow_provider_kinetic.core.storage.stat import stat_objects
 
 log = logging.getLogger(__name__)
@@ -49,16 +53,26 @@ def download_from_store(ref: dict[str, Any], target: str, store: ObjectStore | N
     store = store or default
     target = os.path.abspath(target)
     tmp = _partial_dir(target)
+    # A cache entry is hashed after the download: its files' digests are taken as
+    # their bytes arrive (relpath as the hash will name it: the basename of a lone
+    # file, the path below the entry otherwise), so only what a store could not hash
+    # on the way (sliced big objects, a local copy) is read again.
+    lone = not ref.get("is_dir")
+    digests = (
+        FileDigests(lambda rel: (rel.rsplit("/", 1)[-1] if lone else rel).encode() + b"\0")
+        if expected_hash(key) is not None
+        else None
+    )
     try:
-        names = store.download_prefix(key, tmp)
+        names = store.download_prefix(key, tmp, digests=digests)
         os.makedirs(tmp, exist_ok=True)
-        if not ref.get("is_dir") and len(names) == 1:
-            _check_hash(ref, store, key, os.path.join(tmp, names[0]))
+        if lone and len(names) == 1:
+            _check_hash(ref, store, key, os.path.join(tmp, names[0]), digests)
             _publish(tmp, target)
             path = os.path.join(target, names[0])
         else:
             create_empty_dirs(ref, tmp)
-            _check_hash(ref, store, key, tmp)
+            _check_hash(ref, store, key, tmp, digests)
             _publish(tmp, target)
             path = target
     finally:
@@ -78,11 +92,14 @@ def expected_hash(key: str) -> str | None:
     return None
 
 
-def _check_hash(ref: dict[str, Any], store: ObjectStore, key: str, path: str) -> None:
+def _check_hash(
+    ref: dict[str, Any], store: ObjectStore, key: str, path: str, digests: FileDigests | None
+) -> None:
     expected = expected_hash(key)
     if expected is None:
         return
-    got = content_hash(path, ref["uri"], None).hexdigest
+    known = digests.lookup if digests is not None else None
+    got = content_hash(path, ref["uri"], None, known).hexdigest
     if got != expected:
         changed = _changed_after_marker(store, key)
         which = f"changed after the entry was complete: {', '.join(changed)}" if changed else ""
