@@ -42,4 +42,9 @@ exec "$VENV/bin/pytest" -q -p no:cacheprovider \
   tests/integration/test_openlineage.py \
   tests/unit/test_metrics.py \
   tests/integration/test_deferral_settle.py \
+  tests/unit/test_polling.py \
+  tests/unit/test_keyio_unit.py \
+  tests/integration/test_keyio_gke.py \
+  tests/integration/test_peers_jobs.py \
+  tests/integration/test_tensor_keys_gke.py \
   "$@"

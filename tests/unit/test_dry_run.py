@@ -128,8 +128,13 @@ def test_dry_run_shows_secret_references_never_values(gke_conn, monkeypatch):
     manifest = op.dry_run()
     assert "hunter2-dry-run" not in json.dumps(manifest)
     env = manifest["spec"]["template"]["spec"]["containers"][0]["env"]
-    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in env if "valueFrom" in e}
+    refs = {
+        e["name"]: e["valueFrom"]["secretKeyRef"]["name"]
+        for e in env
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
     assert refs == {
         "KN_DRY_PASSWORD": "kinetic-job-dryrun00-secrets",
         "KINETIC_RESULT_KEY": "kinetic-job-dryrun00-secrets",
+        "KINETIC_PEER_TOKEN": "kinetic-job-dryrun00-secrets",
     }
