@@ -63,12 +63,16 @@ def test_signed_result_round_trip_and_key_never_on_disk(tmp_path):
     assert stat.S_IMODE(jdir.stat().st_mode) == 0o700
     assert stat.S_IMODE((jdir / "spec.json").stat().st_mode) == 0o600
     assert not (jdir / SECRETS_FILE).exists()  # read and deleted by the supervisor
-    # The key is nowhere in the store, the job dir or the spec's env (only a reference).
+    # The key (and the peers' token, core/keys/peers.py) is nowhere in the store, the
+    # job dir or the spec's env (only a reference).
+    token = spec.secrets["KINETIC_PEER_TOKEN"]
     for root in (Path(store.bucket), jdir):
         for path in root.rglob("*"):
             if path.is_file():
                 assert key.encode() not in path.read_bytes(), path
-    assert "KINETIC_RESULT_KEY" not in spec.env and spec.secrets == {"KINETIC_RESULT_KEY": key}
+                assert token.encode() not in path.read_bytes(), path
+    assert "KINETIC_RESULT_KEY" not in spec.env and "KINETIC_PEER_TOKEN" not in spec.env
+    assert spec.secrets == {"KINETIC_RESULT_KEY": key, "KINETIC_PEER_TOKEN": token}
 
 
 @pytest.mark.parametrize("attack", ["substituted", "truncated", "unsigned", "crafted"])

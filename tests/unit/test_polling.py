@@ -95,12 +95,12 @@ def test_waits_wake_on_the_supervisors_exit_through_a_pidfd(tmp_path):
     waiter.join(30)
     assert not waiter.is_alive()
     assert backend.status(handle).status.value == "SUCCEEDED"
-    assert local_wake.open_pidfds([jdir]) is None  # ended: nothing to watch
+    assert local_wake.open_pidfds([jdir]) is local_wake.GONE  # ended: a change, not a watch
     # A pid file naming another process (this one) is not a supervisor of the job.
     stranger = tmp_path / "stranger"
     stranger.mkdir()
     (stranger / "pid").write_text(str(os.getpid()))
-    assert local_wake.open_pidfds([str(stranger)]) is None
+    assert local_wake.open_pidfds([str(stranger)]) is local_wake.GONE  # never watched
     assert local_wake.open_pidfds([jdir] * (local_wake.MAX_PIDFDS + 1)) is None
 
     go2 = str(tmp_path / "go2")

@@ -36,6 +36,9 @@ def wait(ended: Callable[[], bool], jdirs: list[str], seconds: float) -> None:
     if ended():
         return
     fds = open_pidfds(jdirs)
+    if fds is GONE:  # a supervisor died before it could be watched: a change now
+        time.sleep(min(WAKE_S, seconds))
+        return
     if fds is not None:
         try:
             wait_any(fds, seconds)
@@ -52,6 +55,9 @@ async def await_change(ended: Callable[[], bool], jdirs: list[str], seconds: flo
     if ended():
         return
     fds = open_pidfds(jdirs)
+    if fds is GONE:
+        await asyncio.sleep(min(WAKE_S, seconds))
+        return
     if fds is not None:
         try:
             await await_any(fds, seconds)
@@ -62,8 +68,15 @@ async def await_change(ended: Callable[[], bool], jdirs: list[str], seconds: flo
         await asyncio.sleep(min(WAKE_S, left))
 
 
+#: ``open_pidfds``: a job's supervisor is not alive (killed before it could be
+#: watched, or its pid now someone else's): the caller returns and reads the status,
+#: instead of polling for an exit code a killed supervisor never writes.
+GONE: list[int] = []
+
+
 def open_pidfds(jdirs: list[str]) -> list[int] | None:
-    """A pidfd per job dir's live supervisor, or None when one cannot be had."""
+    """A pidfd per job dir's live supervisor, ``GONE`` when one of them is not alive,
+    or None when one cannot be had (poll instead)."""
     if not hasattr(os, "pidfd_open") or not jdirs or len(jdirs) > MAX_PIDFDS:
         return None
     fds: list[int] = []
@@ -74,6 +87,9 @@ def open_pidfds(jdirs: list[str]) -> list[int] | None:
             fds.append(os.pidfd_open(pid))
             if not supervisor_alive(pid, jdir):  # ended meanwhile, or not ours
                 raise ProcessLookupError(pid)
+    except ProcessLookupError:
+        close(fds)
+        return GONE
     except (OSError, ValueError):
         close(fds)
         return None
