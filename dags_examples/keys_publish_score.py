@@ -12,7 +12,7 @@ version even after the key moved on; XCom ``kinetic_keys`` names it).  With
 ``broadcast=True`` the first child reads the model from the store and each later
 child fetches it from a peer that already has it (a tree, every file hash-checked).
 
-The model: y = w.x + b fitted on this date's synthetic rows (``asset_train.py``'s).
+The model: y = w*x + b fitted on this date's synthetic rows.
 """
 
 from __future__ import annotations
@@ -24,43 +24,40 @@ from airflow_provider_kinetic import Data, KineticMapOperator, KineticRunOperato
 
 MODEL_KEY = "examples/churn-model"
 #: Rows to score, one batch child each (a real batch: shards of a table).
-SHARDS = [[[0.5, -0.5], [1.0, 1.0]], [[-1.0, 0.25]], [[0.0, 0.0], [0.2, 0.8], [-0.3, 0.1]]]
+SHARDS = [[0.5, 1.0], [-1.0], [0.0, 0.2, -0.3]]
 
 
-def train_fn(ds: str, rows: int = 200, epochs: int = 200, lr: float = 0.1) -> dict:
-    """Fit the model and write ``model.json`` into the job's output dir (published
-    under MODEL_KEY by ``output_key`` once the job has succeeded)."""
+def train_fn(ds: str, rows: int = 500) -> dict:
+    """Least squares for y = w*x + b on this date's synthetic rows (closed form); write
+    ``model.json`` into the job's output dir (published under MODEL_KEY by
+    ``output_key`` once the job has succeeded)."""
     import json
     import os
     import random
 
     rng = random.Random(ds)
-    data = []
-    for _ in range(rows):
-        x0, x1 = rng.uniform(-1, 1), rng.uniform(-1, 1)
-        data.append((x0, x1, 3.0 * x0 - 2.0 * x1 + 0.5 + rng.gauss(0, 0.05)))
-    w, b = [0.0, 0.0], 0.0
-    for _ in range(epochs):
-        gw0 = sum((w[0] * x0 + w[1] * x1 + b - y) * x0 for x0, x1, y in data) / rows
-        gw1 = sum((w[0] * x0 + w[1] * x1 + b - y) * x1 for x0, x1, y in data) / rows
-        gb = sum(w[0] * x0 + w[1] * x1 + b - y for x0, x1, y in data) / rows
-        w, b = [w[0] - 2 * lr * gw0, w[1] - 2 * lr * gw1], b - 2 * lr * gb
+    xs = [rng.uniform(-1, 1) for _ in range(rows)]
+    ys = [1.5 * x - 0.25 + rng.gauss(0, 0.05) for x in xs]
+    mx, my = sum(xs) / rows, sum(ys) / rows
+    w = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
+    model = {"ds": ds, "w": w, "b": my - w * mx}
     out = os.environ["KINETIC_OUTPUT_DIR"]
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "model.json"), "w") as f:
-        json.dump({"ds": ds, "w": w, "b": b}, f)
-    return {"ds": ds, "w": [round(v, 4) for v in w], "b": round(b, 4)}
+        json.dump(model, f)
+    return {"ds": ds, "w": round(model["w"], 4), "b": round(model["b"], 4)}
 
 
-def score_fn(rows: list, model: str) -> dict:
+def score_fn(xs: list, model: str) -> dict:
     """Score one shard with the model dir the batch shares (a plain local path)."""
     import json
     import os
 
     with open(os.path.join(model, "model.json")) as f:
         m = json.load(f)
-    preds = [m["w"][0] * x0 + m["w"][1] * x1 + m["b"] for x0, x1 in rows]
-    return {"model_ds": m["ds"], "predictions": [round(p, 4) for p in preds]}
+    return {"model_ds": m["ds"], "predictions": [m["w"] * x + m["b"] for x in xs]}
 
 
 with DAG(
@@ -80,7 +77,7 @@ with DAG(
     score = KineticMapOperator(
         task_id="score",
         python_callable=score_fn,
-        inputs=[{"rows": shard} for shard in SHARDS],
+        inputs=[{"xs": shard} for shard in SHARDS],
         op_kwargs={"model": Data(f"kinetic://{MODEL_KEY}")},
         broadcast=True,
         max_concurrent=3,
