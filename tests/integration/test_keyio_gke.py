@@ -22,6 +22,7 @@ from tests.integration.test_gke_dags import (  # noqa: F401 - fixtures used by n
     api,
     connections,
     google_token,
+    run_dag,
 )
 
 FILE = "kinetic_gke_keyio_dags.py"
@@ -46,16 +47,7 @@ class NthKubelet(Kubelet):
 
 
 def _run(load_dag: Any, dag_id: str, api: Any, n: int) -> Any:  # noqa: F811
-    kubelet = NthKubelet(api, n)
-    kubelet.start()
-    try:
-        dr = load_dag(FILE, dag_id).test(logical_date=LOGICAL)
-    finally:
-        kubelet.abort.set()
-        kubelet.join(150)
-    if kubelet.error is not None:
-        raise kubelet.error
-    return dr
+    return run_dag(load_dag, dag_id, NthKubelet(api, n), FILE)
 
 
 @requires_fake_gcs
