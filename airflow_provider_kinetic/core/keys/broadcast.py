@@ -46,6 +46,7 @@ from airflow_provider_kinetic.core.keys.peerfetch import (
     pull_peer,
     pull_store,
     store_manifest,
+    tree_digests,
 )
 from airflow_provider_kinetic.core.keys.peers import (
     COMPLETE,
@@ -92,6 +93,9 @@ class Broadcast:
         #: Where the bytes came from: {"store": n, "peer": n} (tests, the benchmark).
         self.read: dict[str, int] = {"store": 0, "peer": 0}
         self.sources: list[str] = []
+        #: Each file's digest as it arrived (from any source): the tree check reads
+        #: none of them again (``fetch.place_version``).
+        self.digests = tree_digests()
 
     def receive(self, tmp: str) -> None:
         """Join, then fill ``tmp`` from the parent chain and, last, the store."""
@@ -112,7 +116,7 @@ class Broadcast:
                     todo = missing(tmp, files)
                     self.read["peer"] += pull_peer(
                         parent.address, self.v.version, self.token, tmp, todo,
-                        self._whole, self.window.timeout_s, self._bytes,
+                        self._whole, self.window.timeout_s, self._bytes, self.digests,
                     )  # fmt: skip
                     self.sources.append(parent.address)
                     return
@@ -124,7 +128,7 @@ class Broadcast:
             self._serve(tmp, files)
             todo = missing(tmp, files)
             self.read["store"] += pull_store(
-                self.store, self.v.version, tmp, todo, self._whole, self._bytes
+                self.store, self.v.version, tmp, todo, self._whole, self._bytes, self.digests
             )
             self.sources.append("store")
         except BaseException:
@@ -196,8 +200,8 @@ class Broadcast:
     def _bytes(self, nbytes: int) -> None:
         self.server.progressed(self.v.version, nbytes)
 
-    def _whole(self, rel: str, path: str, sha: str) -> None:
-        self.server.file_ready(self.v.version, rel, path, sha)
+    def _whole(self, rel: str, path: str, digest: str) -> None:
+        self.server.file_ready(self.v.version, rel, path, digest)
 
     def _left(self, parent: Peer, exc: PeerUnavailable) -> None:
         if isinstance(exc.__cause__, ConnectionRefusedError):
@@ -236,7 +240,7 @@ def get_broadcast(
     key = ref.partition("@")[0]
     cast = Broadcast(keys.store, v, window.group_id or f"{key}@{v.version}", window, f"key {key}")
     try:
-        row = place_version(key, v, dest, overwrite, cast.receive, cast.placed)
+        row = place_version(key, v, dest, overwrite, cast.receive, cast.placed, cast.digests)
     except BaseException:
         cast.failed()
         raise

@@ -19,10 +19,10 @@ import secrets
 import shutil
 from typing import Any
 
+from airflow_provider_kinetic.core.data.hashing.treehash import content_hash
 from airflow_provider_kinetic.core.data.refs import cache_key
 from airflow_provider_kinetic.core.data.schemes.base import create_empty_dirs
 from airflow_provider_kinetic.core.data.schemes.download import expected_hash
-from airflow_provider_kinetic.core.data.value import content_hash_of
 from airflow_provider_kinetic.core.keys import env
 from airflow_provider_kinetic.core.keys.broadcast import Broadcast
 from airflow_provider_kinetic.core.keys.fetch import KeyVerifyError
@@ -90,7 +90,7 @@ def get_data(
         if not one_file:
             create_empty_dirs(ref, tmp)
         checked = os.path.join(tmp, names[0]) if one_file else tmp
-        got = content_hash_of(checked, stat_cache=None)
+        got = content_hash(checked, ref["uri"], None, cast.digests.lookup).hexdigest
         if got != digest:
             raise KeyVerifyError(
                 f"data {ref['uri']}: the broadcast copy hashes to {got}, not to {digest}; not used"

@@ -2,7 +2,9 @@
 
 The content is downloaded into a temporary directory *beside* ``dest`` (same file
 system, so the final step is a rename), hashed there with the very hash ``Data``
-uses (no stat cache: every byte is read), and compared with the version.  Only a
+uses (no stat cache; a file is not read again only where its digest was taken
+from its bytes as they arrived, and it has not changed since: ``FileDigests``), and
+compared with the version.  Only a
 match is renamed into place, so a dest that looks complete is complete; a mismatch
 (a corrupted or truncated blob) removes the temporary copy and raises naming the
 key, the version and both hashes.
@@ -21,13 +23,15 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
+from airflow_provider_kinetic.core.data.hashing.treehash import content_hash
 from airflow_provider_kinetic.core.data.refs import cache_key, marker_key
-from airflow_provider_kinetic.core.data.value import content_hash_of
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.names import KeyNameError, KeyNotFound
+from airflow_provider_kinetic.core.keys.peerfetch import tree_digests
 from airflow_provider_kinetic.core.keys.records import Version
 from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.core.storage.base import FileDigests
 
 DEST_FORM = "give a path that does not exist or an empty directory, or overwrite=True"
 
@@ -68,11 +72,15 @@ def get(
             f"key {key!r} version {v.version[:12]}: its content is no longer in "
             f"{store.uri()} (collected by data gc?); put it again"
         )
-    return place_version(key, v, dest, overwrite, lambda tmp: _from_store(store, v, tmp))
+    digests = tree_digests()
+    return place_version(
+        key, v, dest, overwrite,
+        lambda tmp: _from_store(store, v, tmp, digests), digests=digests,
+    )  # fmt: skip
 
 
-def _from_store(store: ObjectStore, v: Version, tmp: str) -> None:
-    store.download_prefix(cache_key(v.version), tmp)
+def _from_store(store: ObjectStore, v: Version, tmp: str, digests: FileDigests) -> None:
+    store.download_prefix(cache_key(v.version), tmp, digests=digests)
 
 
 def place_version(
@@ -82,10 +90,12 @@ def place_version(
     overwrite: bool,
     receive: Callable[[str], None],
     placed: Callable[[str], None] | None = None,
+    digests: FileDigests | None = None,
 ) -> dict[str, Any]:
     """``receive(tmp)`` fills a temporary directory beside ``dest`` (from the store,
     or from peers: ``locale.py``, ``broadcast.py``); the tree is verified against
-    ``v`` and renamed into place; ``placed(path)`` is told where it went."""
+    ``v`` (``digests``: what ``receive`` hashed on the way) and renamed into place;
+    ``placed(path)`` is told where it went."""
     path = os.path.abspath(os.fspath(dest))
     check_dest(os.fspath(dest), overwrite)
     if v.kind == "file" and os.path.isdir(path) and not os.path.islink(path):
@@ -100,7 +110,7 @@ def place_version(
         if v.kind == "dir":
             for rel in v.empty_dirs:
                 os.makedirs(os.path.join(tmp, *rel.split("/")), exist_ok=True)
-        _verify(key, v, tmp)
+        _verify(key, v, tmp, digests)
         _place(os.path.join(tmp, v.name) if v.kind == "file" else tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -111,11 +121,12 @@ def place_version(
     return row
 
 
-def _verify(key: str, v: Version, tmp: str) -> None:
+def _verify(key: str, v: Version, tmp: str, digests: FileDigests | None = None) -> None:
     """Hash what arrived exactly as ``put`` hashed its source."""
     target = os.path.join(tmp, v.name) if v.kind == "file" else tmp
+    known = digests.lookup if digests is not None else None
     try:
-        got = content_hash_of(target, stat_cache=None)
+        got = content_hash(target, f"key {key}", None, known).hexdigest
     except (OSError, ValueError) as exc:  # a file key whose one file never arrived
         got = f"unreadable ({exc})"
     if got != v.version:

@@ -13,8 +13,11 @@ What it serves, per content hash (a *root*):
 
 - ``GET /v/{hash}/manifest``: the kind (``dir``/``file``), name, every file with its
   size, the empty dirs, and the state;
-- ``GET /v/{hash}/f/{relpath}``: one file, with its sha256 in ``X-Kinetic-Sha256``,
-  only once the file is whole.  A root still *receiving* (a broadcast child) holds
+- ``GET /v/{hash}/f/{relpath}``: one file, with its digest in ``X-Kinetic-Digest``,
+  only once the file is whole.  The digest is the one the content hash takes of
+  that file (sha256 of the relative path, a NUL and the bytes: ``file_digest``), so
+  a getter that checked every file on arrival can hash the whole tree without
+  reading it again.  A root still *receiving* (a broadcast child) holds
   a request for a file not yet there up to ``HOLD_S`` and then answers 503, so a
   child may read from a parent that is itself still reading.
 
@@ -32,8 +35,9 @@ import os
 import threading
 import urllib.parse
 from dataclasses import dataclass, field
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, BinaryIO
 
 from airflow_provider_kinetic.core.keys.peers import COMPLETE, FAILED, RECEIVING
 from airflow_provider_kinetic.core.spec.peerport import POD_IP_ENV, PORT_ENV
@@ -41,7 +45,7 @@ from airflow_provider_kinetic.core.spec.peerport import POD_IP_ENV, PORT_ENV
 log = logging.getLogger("kinetic.peers")
 
 TOKEN_HEADER = "X-Kinetic-Peer-Token"
-SHA_HEADER = "X-Kinetic-Sha256"
+DIGEST_HEADER = "X-Kinetic-Digest"
 #: How long the getter lets a request for a file still arriving be held (seconds).
 HOLD_HEADER = "X-Kinetic-Hold"
 #: On a 503: the bytes this copy has received so far (a parent that is itself
@@ -62,7 +66,8 @@ class Root:
     expected: list[tuple[str, int]]
     empty_dirs: list[str] = field(default_factory=list)
     state: str = COMPLETE
-    #: relpath -> (absolute path, sha256 hex): the files that are whole.
+    #: relpath -> (absolute path, ``file_digest`` hex; "" until first served): the
+    #: files that are whole.
     ready: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: Bytes received so far (a receiving copy's progress, told to its children).
     received: int = 0
@@ -108,11 +113,11 @@ class PeerServer:
         if root is not None:
             root.received += nbytes
 
-    def file_ready(self, version: str, rel: str, path: str, sha256: str) -> None:
+    def file_ready(self, version: str, rel: str, path: str, digest: str) -> None:
         with self.changed:
             root = self.roots.get(version)
             if root is not None:
-                root.ready[rel] = (path, sha256)
+                root.ready[rel] = (path, digest)
                 self.changed.notify_all()
 
     def set_state(self, version: str, state: str, moved_to: dict[str, str] | None = None) -> None:
@@ -132,7 +137,7 @@ class PeerServer:
             self.changed.notify_all()
 
     def wait_file(self, version: str, rel: str, hold_s: float) -> tuple[str, str] | str:
-        """The file's (path, sha256) once whole, else why not (``missing``,
+        """The file's (path, digest) once whole, else why not (``missing``,
         ``failed``, ``later``)."""
         with self.changed:
             ok = self.changed.wait_for(
@@ -146,6 +151,40 @@ class PeerServer:
             if not ok or root.state == RECEIVING:
                 return "later"
             return "failed" if root.state == FAILED else "missing"
+
+    def open_file(self, version: str, rel: str, hold_s: float) -> tuple[BinaryIO, str] | str:
+        """The whole file, open, with its digest; else why not (as ``wait_file``, or
+        ``gone``).  A copy is renamed into place a moment before its paths here are
+        updated (``set_state``): a file missing at its old path is looked for at the
+        new one rather than refused, or every child reading then would give up on
+        this parent."""
+        got = self.wait_file(version, rel, hold_s)
+        if isinstance(got, str):
+            return got
+        path, digest = got
+        for _ in range(2):
+            try:
+                if not digest:  # a published file: hashed on its first read, then kept
+                    digest = file_digest(rel, path)
+                    self.file_ready(version, rel, path, digest)
+                return open(path, "rb"), digest  # noqa: SIM115 - the caller closes it
+            except OSError:
+                log.debug("%s/%s is not at %s: waiting for where it moved", version[:12], rel, path)
+                with self.changed:
+                    self.changed.wait_for(partial(self._moved, version, rel, path), hold_s)
+                moved = self._path(version, rel)
+                if moved is None or moved == path:
+                    break
+                path = moved
+        return "gone"
+
+    def _moved(self, version: str, rel: str, path: str) -> bool:
+        return self._path(version, rel) != path
+
+    def _path(self, version: str, rel: str) -> str | None:
+        root = self.roots.get(version)
+        got = root.ready.get(rel) if root is not None else None
+        return got[0] if got is not None else None
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -169,8 +208,15 @@ def _bind(host: str, port: int, owner: PeerServer) -> ThreadingHTTPServer:
     return httpd
 
 
-def sha_file(path: str) -> str:
-    h = hashlib.sha256()
+def digest_prefix(rel: str) -> bytes:
+    """What the content hash puts before a file's bytes: its path in the tree (a
+    lone file's name) and a NUL (``core/data/hashing``)."""
+    return rel.encode() + b"\0"
+
+
+def file_digest(rel: str, path: str) -> str:
+    """The content hash's digest of the file at ``path``, named ``rel`` in its tree."""
+    h = hashlib.sha256(digest_prefix(rel))
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK):
             h.update(chunk)
@@ -214,30 +260,19 @@ class _Handler(BaseHTTPRequestHandler):
             hold = min(HOLD_S, max(0.0, float(self.headers.get(HOLD_HEADER) or HOLD_S)))
         except ValueError:
             hold = HOLD_S
-        got = owner.wait_file(version, rel, hold)
+        got = owner.open_file(version, rel, hold)
         if isinstance(got, str):
             root = owner.roots.get(version)
             extra = {RECEIVED_HEADER: str(root.received)} if root is not None else {}
-            self._reply({"later": 503, "failed": 410}.get(got, 404), got.encode(), extra=extra)
+            code = {"later": 503, "failed": 410, "gone": 410}.get(got, 404)
+            self._reply(code, got.encode(), extra=extra)
             return
-        path, sha = got
-        if not sha:  # a published file: hashed on its first read, then remembered
-            try:
-                sha = sha_file(path)
-            except OSError:
-                self._reply(410, b"gone")
-                return
-            owner.file_ready(version, rel, path, sha)
-        try:
-            f = open(path, "rb")  # noqa: SIM115 - closed below, after the headers
-        except OSError:
-            self._reply(410, b"gone")
-            return
+        f, digest = got
         with f:
             size = os.fstat(f.fileno()).st_size
             self.send_response(200)
             self.send_header("Content-Length", str(size))
-            self.send_header(SHA_HEADER, sha)
+            self.send_header(DIGEST_HEADER, digest)
             self.end_headers()
             try:  # the kernel copies file to socket (no pass through Python)
                 self.wfile.flush()

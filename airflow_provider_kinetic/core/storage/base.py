@@ -144,6 +144,12 @@ class ObjectStore(abc.ABC):
         may record none; the caller then reads the files).
         """
 
+    def workers_for(self, count: int, total_bytes: int) -> int:
+        """Threads for a caller's own many-object transfer (``download_file`` per
+        object, e.g. a broadcast's store read, which must see each file as it
+        lands), with the store's client made ready for that many at once."""
+        return max(1, min(count, 8))
+
     @abc.abstractmethod
     def list(self, prefix: str) -> list[str]:
         """Keys starting with ``prefix`` (sorted)."""

@@ -148,6 +148,11 @@ class GcsStore(ObjectStore):
                     self._client = make_client(self.project)
         return self._client
 
+    def workers_for(self, count: int, total_bytes: int) -> int:
+        """As the store's own many-file transfers choose (latency-bound small objects
+        get many), the HTTP pool widened to match."""
+        return self._workers_for(count, total_bytes)
+
     def _workers_for(self, count: int, total_bytes: int) -> int:
         """Threads for a transfer, with the HTTP pool widened to serve them all."""
         workers = plan_workers(count, total_bytes, self.workers)

@@ -327,6 +327,10 @@ class LocalStore(ObjectStore):
         self.sweep_staging()
         return run_parallel(jobs, self.upload_file, self.workers, progress)
 
+    def workers_for(self, count: int, total_bytes: int) -> int:
+        """The store's own copy pool size (a disk, not a network: no latency to hide)."""
+        return max(1, min(count, self.workers))
+
     def download_prefix(
         self,
         prefix: str,
