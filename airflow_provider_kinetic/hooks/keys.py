@@ -90,10 +90,10 @@ class Store:
         time, size, files, by, uploaded).  ``ttl``: the key expires this long after
         its latest put ("7d"); None keeps the key's ttl.  ``locale="local"`` (inside a
         job only): nothing is uploaded; this job's runner serves ``src`` to its batch's
-        peers until the job ends (``core/keys/locale.py``)."""
+        peers until the job ends, or until ``ttl`` passes (``core/keys/locale.py``)."""
         if locale_mod.check_locale(locale) == "local":
             locale_mod.scope_or_refuse(f"put({key!r}, locale='local')")
-            return locale_mod.put_local(key_store(conn_id), key, src)
+            return locale_mod.put_local(key_store(conn_id), key, src, ttl=ttl)
         if tensors.is_tensors(src):
             return tensors.put(key_store(conn_id), key, src, ttl=ttl)
         return key_store(conn_id).put(key, src, ttl=ttl)
@@ -134,8 +134,17 @@ class Store:
         return fetch.get(keys, key, dest, version, overwrite=overwrite)
 
     def ls(self, prefix: str = "", conn_id: str | None = None) -> list[dict[str, Any]]:
-        """Keys starting with ``prefix``: current version, size, files, time, who."""
-        return key_store(conn_id).ls(prefix)
+        """Keys starting with ``prefix``: current version, size, files, time, who.
+        Inside a job every row has a ``locale``: "store", or "local" (with the
+        serving ``address``) for a key a peer of this job's scope published with
+        ``locale="local"``; outside a job the rows are the store's, as the CLI shows."""
+        keys = key_store(conn_id)
+        rows = keys.ls(prefix)
+        if conn_id is not None or not env.in_job():
+            return rows
+        local = locale_mod.ls_local(keys, prefix)
+        rows = [{**r, "locale": "store"} for r in rows] + local
+        return sorted(rows, key=lambda r: (r["key"], r["locale"] != "store"))
 
     def rm(
         self,

@@ -28,6 +28,7 @@ from airflow_provider_kinetic.core.jobs.request import JobRequest  # noqa: E402
 from airflow_provider_kinetic.core.keys import tensors  # noqa: E402
 from airflow_provider_kinetic.core.keys.keystore import KeyStore  # noqa: E402
 from airflow_provider_kinetic.core.keys.names import KeyNameError  # noqa: E402
+from airflow_provider_kinetic.core.keys.peers import PEERS_PREFIX  # noqa: E402
 from airflow_provider_kinetic.core.keys.tensors import TensorMismatch  # noqa: E402
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore  # noqa: E402
 from tests.fixtures.fake_gcs import requires_fake_gcs  # noqa: E402
@@ -153,6 +154,8 @@ def receive(
     index: int, key: str, world: int, bad_index: int, group: str | None = None
 ) -> dict[str, Any]:
     """A batch child: count its reads of the key's blob, get by broadcast, checksum."""
+    import os
+
     import torch
 
     from airflow_provider_kinetic import BroadcastWindow, store
@@ -171,12 +174,15 @@ def receive(
         dest["proj"] = torch.zeros(9, 32)
     ids = {k: id(v) for k, v in dest.items()}
     before = checksum(dest)
+    scope = os.environ.get("KINETIC_PEER_SCOPE")
     try:
         window = BroadcastWindow(world_size=world, timeout=120, group_id=group)
         row = store.get(key, dest=dest, broadcast=window)
     except Exception as exc:  # noqa: BLE001 - the test asserts what every child saw
-        return {"error": f"{type(exc).__name__}: {exc}", "untouched": checksum(dest) == before}
+        error = f"{type(exc).__name__}: {exc}"
+        return {"error": error, "untouched": checksum(dest) == before, "scope": scope}
     return {
+        "scope": scope,
         "rank": row["rank"],
         "source": row["source"],
         "backend": row["backend"],
@@ -213,8 +219,10 @@ def _run_batch(tmp_path: Path, store: LocalStore, inputs: list[list[Any]]) -> li
         time.sleep(0.1)  # the poll interval of this loop, not a synchronisation
     values, failures = batchrun.gather(state, store)
     assert failures == {}, failures
-    # The rendezvous objects are gone once the group formed.
-    assert store.list(f"_groups/{state.group_id}/rendezvous/") == []
+    # Every child met in its batch's peer scope, and the rendezvous records on the
+    # scope's registry board are gone once the group formed.
+    assert {v["scope"] for v in values} == {state.group_id}
+    assert store.list(f"{PEERS_PREFIX}/{state.group_id}/") == []
     return values
 
 
@@ -277,7 +285,7 @@ def test_tensor_broadcast_rendezvous_on_a_bucket(gcs_bucket: str, tmp_path: Path
     sd = model_state(seed=7)
     tensors.put(KeyStore(store), "models/gcs", sd)
     env = {**os.environ, "REPO": str(REPO), "KEY": "models/gcs", "JOB_ID": "job-peer", "WORLD": "2"}
-    env.update(GCS_BUCKET=gcs_bucket, KINETIC_GROUP_ID="grp-gcstest")
+    env.update(GCS_BUCKET=gcs_bucket, KINETIC_PEER_SCOPE="grp-gcstest")
     env["KINETIC_STATCACHE_DIR"] = str(tmp_path / "statcache")
     procs = [
         subprocess.Popen([sys.executable, "-c", PEER], env=env, stdout=subprocess.PIPE, text=True)
@@ -295,7 +303,51 @@ def test_tensor_broadcast_rendezvous_on_a_bucket(gcs_bucket: str, tmp_path: Path
     assert sorted(r["rank"] for r in rows) == [0, 1]
     assert {r["sum"] for r in rows} == {checksum(sd)}
     assert sorted(r["source"] for r in rows) == ["peer", "store"]
-    assert store.list("_groups/grp-gcstest/") == []
+    assert store.list(f"{PEERS_PREFIX}/grp-gcstest/") == []
+
+
+def run_peers(script: str, env: dict[str, str], n: int) -> list[tuple[int, str, str]]:
+    """``n`` peer processes; (returncode, stdout, stderr) of each, all reaped."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
+    try:
+        outs = [p.communicate(timeout=180) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outs, strict=True)]
+
+
+def test_peers_that_cannot_reach_rank_0_each_read_the_store(tmp_path: Path) -> None:
+    """A network policy between pods: rank 0 advertises an address nobody reaches
+    (TEST-NET-2), so rank 1 cannot connect; no group is made, both read the store,
+    one warning says why, and the registry board is cleaned."""
+    store = LocalStore(str(tmp_path / "bucket"))
+    sd = model_state(seed=5)
+    tensors.put(KeyStore(store), "models/blocked", sd)
+    env = {**os.environ, "REPO": str(REPO), "KEY": "models/blocked", "WORLD": "2"}
+    env.update(JOB_ID="job-blocked", GCS_BUCKET=store.bucket, KINETIC_PEER_SCOPE="grp-blocked")
+    env.update(KINETIC_PEER_ADDRESS="198.51.100.1", KINETIC_PEER_CONNECT_S="1")
+    env["KINETIC_STATCACHE_DIR"] = str(tmp_path / "statcache")
+    script = PEER.replace('"sum": checksum(dest)', '"sum": checksum(dest), "fb": row["fallback"]')
+    done = run_peers(script, env, 2)
+    assert [rc for rc, _, _ in done] == [0, 0], done
+    rows = [json.loads(out.strip().splitlines()[-1]) for _, out, _ in done]
+    assert sorted(r["rank"] for r in rows) == [0, 1]
+    assert [(r["source"], r["fb"], r["sum"]) for r in rows] == [("store", True, checksum(sd))] * 2
+    warned = [err for _, _, err in done if "cannot be reached" in err]
+    assert len(warned) == 1 and "198.51.100.1" in warned[0], [err for _, _, err in done]
+    assert store.list(f"{PEERS_PREFIX}/grp-blocked/") == []
 
 
 @pytest.mark.skipif(
@@ -313,7 +365,7 @@ def test_tensor_broadcast_nccl_between_two_gpus(tmp_path: Path) -> None:
         "dest = {k: torch.zeros_like(v, device=dev) for k, v in model_state().items()}",
     )
     base = {**os.environ, "REPO": str(REPO), "KEY": "models/gpu", "JOB_ID": "job-gpu", "WORLD": "2"}
-    base.update(GCS_BUCKET=store.bucket, KINETIC_GROUP_ID="grp-gpu")
+    base.update(GCS_BUCKET=store.bucket, KINETIC_PEER_SCOPE="grp-gpu")
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", script], env={**base, "DEV": str(i)}, stdout=subprocess.PIPE

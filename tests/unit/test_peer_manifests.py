@@ -1,7 +1,7 @@
-"""A job with peers (its env names a scope) declares the peer port on its pod and
-learns its IP from the downward API, in Jobs and LeaderWorkerSets alike, and the
-manifests stay valid Kubernetes (``kubernetes_validate``, strict, as
-``test_manifests.py``); a job without peers declares nothing."""
+"""A job whose runner serves peers (it has the peer token) declares the peer port on
+its pod and learns its IP from the downward API, in Jobs and LeaderWorkerSets alike,
+and the manifests stay valid Kubernetes (``kubernetes_validate``, strict, as
+``test_manifests.py``); a job without a token declares nothing."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 import kubernetes_validate
 
 from airflow_provider_kinetic.core.backends.manifests import job_manifest, lws_manifest
-from airflow_provider_kinetic.core.spec.peerport import PEER_PORT, SCOPE_ENV
+from airflow_provider_kinetic.core.spec.peerport import PEER_PORT, SCOPE_ENV, TOKEN_ENV
 from tests.unit.test_manifests import K8S_VERSION, lws_validator, make_spec  # noqa: F401
 
-PEERS = {"env": {SCOPE_ENV: "grp-1234"}}
+PEERS = {"env": {SCOPE_ENV: "grp-1234"}, "secrets": {TOKEN_ENV: "0" * 64}}
 
 
 def _container(template: dict[str, Any]) -> dict[str, Any]:
@@ -44,6 +44,10 @@ def test_lws_hosts_with_peers_declare_it_too(lws_validator: Any) -> None:  # noq
 
 
 def test_a_job_without_peers_declares_no_port() -> None:
-    container = _container(job_manifest(make_spec("cpu"))["spec"]["template"])
-    assert "ports" not in container
-    assert not {"KINETIC_PEER_PORT", "KINETIC_POD_IP"} & {e["name"] for e in container["env"]}
+    # An unsigned job names its scope too (tensor broadcasts need only that) but gets
+    # no token, so its runner serves nothing: no port.
+    for extra in ({}, {"env": {SCOPE_ENV: "grp-1234"}}):
+        container = _container(job_manifest(make_spec("cpu", **extra))["spec"]["template"])
+        assert "ports" not in container
+        names = {e["name"] for e in container["env"]}
+        assert not {"KINETIC_PEER_PORT", "KINETIC_POD_IP"} & names

@@ -20,7 +20,7 @@ import cloudpickle
 from airflow_provider_kinetic.core.jobs import unpickling
 
 GROUP_INDEX_ENV = "KINETIC_GROUP_INDEX"
-#: The batch id a child belongs to (its peers share it: a broadcast's rendezvous scope).
+#: The batch id a child belongs to (its peers meet in ``KINETIC_PEER_SCOPE``, the same id).
 GROUP_ID_ENV = "KINETIC_GROUP_ID"
 
 

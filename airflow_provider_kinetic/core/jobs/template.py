@@ -130,8 +130,10 @@ class JobTemplate:
         if self.result_auth == AUTH_HMAC:
             secrets[RESULT_KEY_ENV] = job_key(signing_secret, job_id)
         env = dict(self.env)
-        if self.result_auth == AUTH_HMAC:  # peers (core/keys/peers.py): a batch shares one scope
-            env[SCOPE_ENV] = self.group_id or job_id
+        # Peers (core/keys/peers.py): one scope per batch (every child) or per job (every
+        # LWS host), for file and tensor broadcasts alike; the token only when signed.
+        env[SCOPE_ENV] = self.group_id or job_id
+        if self.result_auth == AUTH_HMAC:
             secrets[TOKEN_ENV] = peer_token(signing_secret, env[SCOPE_ENV])
         # The checkpoint slot: per task run, and per input for a batch child.
         env.update(checkpoint_env(store, self.identity, job_id, index, self.checkpoint_sync_s))

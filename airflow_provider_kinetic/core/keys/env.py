@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from airflow_provider_kinetic.core.spec.peerport import SCOPE_ENV
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore
 
 JOB_ENV = "JOB_ID"
 BUCKET_ENV = "GCS_BUCKET"
 GROUP_INDEX_ENV = "KINETIC_GROUP_INDEX"
-GROUP_ID_ENV = "KINETIC_GROUP_ID"
 
 
 def in_job() -> bool:
@@ -44,8 +44,10 @@ def job_who() -> dict[str, Any]:
 
 
 def peer_scope() -> str | None:
-    """What a job's peers share: its batch id (a batch's children), else its job id
-    (an LWS job's hosts); None outside a job."""
+    """The scope this job's peers share (``KINETIC_PEER_SCOPE``, set on every job by
+    ``jobs/template.py``): its batch id for a batch's children, else its job id, which
+    every host of an LWS job shares.  File and tensor broadcasts use this one scope,
+    so two batches never meet.  None outside a job (or in a job that names none)."""
     if not in_job():
         return None
-    return os.environ.get(GROUP_ID_ENV) or os.environ.get(JOB_ENV)
+    return os.environ.get(SCOPE_ENV) or None

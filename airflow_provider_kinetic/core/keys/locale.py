@@ -5,14 +5,18 @@ the job's runner, and the key ends with the job.
   hash a store put would give), serves its files from this runner's peer server
   (``peerserve.py``) and registers (address, hash) on the scope's board
   ``local/{key}`` (``peers.py``).  Nothing is uploaded, and the key's pointer in the
-  store does not move: a store ``ls`` does not show a local key.
+  store does not move.  ``ttl=`` makes the registration expire (see below).
 - ``get_local``: a getter of the same scope (the job itself, or a child of the same
   batch) reads from the newest registered peer, verified against its hash.  A peer
   whose server is gone (its job ended without unregistering: killed) is skipped and
   its registration removed; a peer that cannot be reached at all (a network policy
   between pods) is skipped with one warning per process.  When no peer serves it,
   the store is read only if it holds the same version (the key was also put there);
-  else a clear error.
+  else a clear error.  A registration past its ``ttl`` is never read: with none
+  alive the key's store copy is read if the store has the key, else the error says
+  the local key expired and when.
+- ``ls_local``: inside a job, ``store.ls`` lists the local keys its scope sees
+  (``locale="local"`` and the serving address) beside the store's keys.
 - ``job_ended``: the runner's end: every registration of this process is removed
   and the log names each local key that ended with the job.
 """
@@ -23,13 +27,14 @@ import logging
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_kinetic.core.data.value import Data
 from airflow_provider_kinetic.core.keys import peerserve
 from airflow_provider_kinetic.core.keys.fetch import place_version
-from airflow_provider_kinetic.core.keys.keystore import KeyStore
+from airflow_provider_kinetic.core.keys.keystore import KeyStore, parse_ttl
 from airflow_provider_kinetic.core.keys.names import KeyNameError, KeyNotFound, check_key
 from airflow_provider_kinetic.core.keys.peerfetch import (
     PeerForbidden,
@@ -38,14 +43,16 @@ from airflow_provider_kinetic.core.keys.peerfetch import (
     pull_peer,
 )
 from airflow_provider_kinetic.core.keys.peers import (
+    BOARD_NAME,
     COMPLETE,
+    PEERS_PREFIX,
     Peer,
     PeerError,
     PeerRegistry,
     board_name,
     job_scope,
 )
-from airflow_provider_kinetic.core.keys.records import Version
+from airflow_provider_kinetic.core.keys.records import Version, iso
 
 log = logging.getLogger("kinetic.peers")
 
@@ -95,9 +102,13 @@ def remember(
         _registered.append((registry, board, pid, what, linger))
 
 
-def put_local(keys: KeyStore, key: str, src: str | os.PathLike[str]) -> dict[str, Any]:
-    """Publish ``src`` under ``key`` from this job's runner (see module docstring)."""
+def put_local(
+    keys: KeyStore, key: str, src: str | os.PathLike[str], ttl: object = None
+) -> dict[str, Any]:
+    """Publish ``src`` under ``key`` from this job's runner (see module docstring);
+    ``ttl``: the registration expires this long after the put (None: with the job)."""
     check_key(key)
+    ttl_s = parse_ttl(ttl)  # a bad ttl is refused before anything is served
     scope, token = scope_or_refuse(f"put({key!r}, locale='local')")
     path = os.fspath(src)
     if not os.path.lexists(path):
@@ -118,7 +129,10 @@ def put_local(keys: KeyStore, key: str, src: str | os.PathLike[str]) -> dict[str
     server.add(served)
     registry, board, pid = PeerRegistry(keys.store, scope), board_name("local", key), peer_id()
     peer = Peer(pid, server.address, digest, os.environ.get(JOB_ENV, ""), COMPLETE)
+    size = sum(size for _, size in files)
+    expires = None if ttl_s is None else peer.joined + ttl_s
     peer.extra = {"kind": kind, "name": served.name, "by": keys.who()}
+    peer.extra.update(size=size, files=len(files), expires=expires)
     registry.register(board, peer)
     remember(registry, board, pid, f"local key {key} ({digest[:12]})")
     log.info("put %s -> %s locale=local: served from %s, nothing uploaded", key, digest[:12],
@@ -126,10 +140,11 @@ def put_local(keys: KeyStore, key: str, src: str | os.PathLike[str]) -> dict[str
     return {
         "key": key,
         "version": digest,
-        "size": sum(size for _, size in files),
+        "size": size,
         "files": len(files),
         "locale": "local",
         "address": server.address,
+        "expires": None if expires is None else iso(expires),
         "by": peer.extra["by"],
         "uploaded": 0,
     }
@@ -180,9 +195,10 @@ def get_local(
     key, _, pinned = ref.partition("@")
     want = version or pinned or None
     registry, board = PeerRegistry(keys.store, scope), board_name("local", check_key(key))
-    peers = [p for p in registry.lookup(board) if want is None or p.version.startswith(want)]
+    found = [p for p in registry.lookup(board) if want is None or p.version.startswith(want)]
+    peers = [p for p in found if not expired(p)]
     if not peers:
-        return None
+        return _expired(keys, key, found) if found else None
     tried: list[str] = []
     for peer in sorted(peers, key=lambda p: p.position, reverse=True):
         try:
@@ -208,6 +224,63 @@ def get_local(
         row.update(locale="local", source=peer.address)
         return row
     return _store_copy(keys, key, peers, tried)
+
+
+def expired(peer: Peer) -> bool:
+    """Whether a registration's ``ttl`` has passed."""
+    expires = peer.extra.get("expires")
+    return expires is not None and time.time() >= float(expires)
+
+
+def _expired(keys: KeyStore, key: str, peers: list[Peer]) -> None:
+    """Every registration of ``key`` expired: read the store's key if there is one
+    (None), else say the local key expired, and when."""
+    state = keys.state(key)
+    if state is not None and state.versions and not state.expired():
+        log.info("local key %s: its ttl passed; reading the store's key", key)
+        return None
+    when = iso(max(float(p.extra["expires"]) for p in peers))
+    raise KeyNotFound(
+        f"key {key!r} was published with locale='local' and its ttl passed at {when}; "
+        "the store holds no such key: put it again, or with locale='store' for a copy "
+        "that outlives the ttl"
+    )
+
+
+def ls_local(keys: KeyStore, prefix: str) -> list[dict[str, Any]]:
+    """The local keys under ``prefix`` that this job's scope sees (its newest live
+    registration each), as ``ls`` rows with ``locale="local"`` and the address."""
+    try:
+        scope, _ = job_scope()
+    except PeerError:
+        return []
+    base = f"{PEERS_PREFIX}/{scope}/local/"
+    registry, rows = PeerRegistry(keys.store, scope), []
+    for obj in keys.store.list(base + prefix):
+        if not obj.endswith(f"/{BOARD_NAME}"):
+            continue
+        key = obj[len(base) : -len(BOARD_NAME) - 1]
+        live = [p for p in registry.lookup(board_name("local", key)) if not expired(p)]
+        if not live:
+            continue
+        peer = max(live, key=lambda p: p.position)
+        extra, expires = peer.extra, peer.extra.get("expires")
+        rows.append(
+            {
+                "key": key,
+                "version": peer.version,
+                "time": iso(peer.joined),
+                "size": extra.get("size"),
+                "files": extra.get("files"),
+                "kind": extra.get("kind"),
+                "by": dict(extra.get("by") or {}),
+                "versions": len({p.version for p in live}),
+                "expires": None if expires is None else iso(float(expires)),
+                "locale": "local",
+                "address": peer.address,
+            }
+        )
+    return rows
 
 
 def _ignore(_rel: str, _path: str, _sha: str) -> None:

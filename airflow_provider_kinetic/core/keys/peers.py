@@ -7,18 +7,20 @@ definite order (a broadcast tree is built from that order) and two peers joining
 once both land.
 
 - A **scope** is what may talk to whom: the batch's group id (a batch's children) or
-  the job id (a single job).  A runner gets it as ``KINETIC_PEER_SCOPE`` and a token
-  for it as ``KINETIC_PEER_TOKEN`` (``peer_token``: an HMAC of the scope with the
+  the job id (a single job, all hosts of an LWS job).  Every job gets it as
+  ``KINETIC_PEER_SCOPE`` (``env.peer_scope``), and a signed job a token for it as
+  ``KINETIC_PEER_TOKEN`` (``peer_token``: an HMAC of the scope with the
   deployment's signing secret, made at submit time), which its server asks of every
   request: nothing outside the scope can read through a runner.
 - A **board** is one name inside a scope: ``local/{key}`` for a key published with
-  ``locale="local"``, ``bcast/{group}`` for one broadcast.  Each entry is a
+  ``locale="local"``, ``bcast/{group}`` for one file broadcast, ``tensor/{group}``
+  for one tensor broadcast's rendezvous (``tensor_rendezvous.py``).  Each entry is a
   :class:`Peer`: where it serves (``address``), which content (``version``, the
   content hash), its state (``receiving``: files appear as they complete;
   ``complete``; ``failed``) and its position in join order.
 
-The tensor rendezvous can sit on the same boards: ``register`` returns the join
-position (a rank) and ``lookup`` the peers in that order.
+The tensor rendezvous sits on the same boards: ``join`` admits a peer (or refuses a
+full quorum) in the same compare-and-swap that gives its position, its rank.
 """
 
 from __future__ import annotations
@@ -113,6 +115,20 @@ class PeerRegistry:
         self._change(board, add)
         return peer.position
 
+    def join(self, board: str, peer: Peer, admit: Callable[[list[Peer]], list[Peer]]) -> list[Peer]:
+        """Add ``peer`` after ``admit`` saw the board's peers (it returns those to keep,
+        or raises to refuse), all in one compare-and-swap; the board as written."""
+        written: list[Peer] = []
+
+        def add(peers: list[Peer]) -> list[Peer]:
+            kept = admit(peers)
+            peer.position = 1 + max((p.position for p in kept), default=-1)
+            written[:] = [*kept, peer]
+            return list(written)
+
+        self._change(board, add)
+        return written
+
     def update(self, board: str, peer_id: str, **changes: Any) -> None:
         """Change fields of one peer (its state, mostly)."""
 
@@ -125,9 +141,9 @@ class PeerRegistry:
 
         self._change(board, edit)
 
-    def unregister(self, board: str, peer_id: str) -> None:
-        """Remove one peer (the board object goes when it is empty)."""
-        self._change(board, lambda peers: [p for p in peers if p.peer_id != peer_id])
+    def unregister(self, board: str, *peer_ids: str) -> None:
+        """Remove peers (the board object goes when it is empty)."""
+        self._change(board, lambda peers: [p for p in peers if p.peer_id not in peer_ids])
 
     def _change(self, board: str, change: Callable[[list[Peer]], list[Peer]]) -> None:
         obj = self._obj(board)

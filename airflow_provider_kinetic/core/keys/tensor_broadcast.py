@@ -9,7 +9,10 @@ gloo; all on CUDA: NCCL; mixed: gloo for the CPU ones and NCCL for the rest.
 
 Order, so that no dest is modified unless every peer's dest fits:
 
-1. rendezvous through the store (``tensor_rendezvous.py``): ranks, rank 0's address;
+1. rendezvous on the peer registry (``tensor_rendezvous.py``): ranks, rank 0's
+   address, every rank connected; when one rank cannot reach rank 0 (a network
+   policy between pods), no group is made and every rank reads the store itself,
+   with one warning, as the file broadcast does;
 2. rank 0 reads and verifies the key (the same path as a plain get) and broadcasts
    the safetensors header (names, dtypes, shapes) and the version's row;
 3. every rank checks its own dest against that header; the verdicts are gathered,
@@ -32,6 +35,7 @@ from typing import Any
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.keys import tensors
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
+from airflow_provider_kinetic.core.keys.peers import COMPLETE
 from airflow_provider_kinetic.core.keys.tensor_rendezvous import (
     Rendezvous,
     RendezvousError,
@@ -102,12 +106,19 @@ def get(
     rank = rdv.join()
     got: tensors.Fetched | None = None
     try:
-        _form_group(dist, rdv, rank, n, backend, keys)
+        tcp = _reach(dist, rdv, rank, n, keys)
+        if tcp is None:  # some rank cannot reach rank 0: each reads the store
+            row = tensors.get(keys, ref, dest, version)
+            row.update(rank=rank, world_size=n, source="store", backend=None, fallback=True)
+            return row
+        dist.init_process_group(
+            backend, store=tcp, rank=rank, world_size=n, timeout=timedelta(seconds=rdv.timeout_s)
+        )
         header, got, failure = _header(keys, ref, version, rank)
         problem = header.get("error") or tensors.check_dest(header, dest, ref)
         verdicts: list[Any] = [None] * n
         dist.all_gather_object(verdicts, problem)
-        if rank == 0:  # every rank gave a verdict, so every rank had read the address
+        if rank == 0:  # every rank gave a verdict, so every rank is past the board
             rdv.remove()  # (NCCL's init is lazy: init_process_group alone proves nothing)
         if failure is not None:
             raise failure
@@ -140,20 +151,25 @@ def get(
     return row
 
 
-def _form_group(
-    dist: Any, rdv: Rendezvous, rank: int, n: int, backend: str, keys: KeyStore
-) -> None:
-    """Rank 0 listens (a TCPStore on a free port) and publishes; the rest connect."""
-    timeout = timedelta(seconds=rdv.timeout_s)
-    if rank == 0:
-        host = advertise_address(keys.store)
-        tcp = dist.TCPStore(host, 0, n, is_master=True, timeout=timeout, wait_for_workers=False)
-        rdv.publish(host, tcp.port)
+def _reach(dist: Any, rdv: Rendezvous, rank: int, n: int, keys: KeyStore) -> Any:
+    """Rank 0 listens (a TCPStore on a free port) and publishes; the rest connect.
+    The TCPStore once every rank reached rank 0; None when one could not."""
+    if rank == 0:  # the server listens on every interface; its own client uses loopback
+        timeout = timedelta(seconds=rdv.timeout_s)
+        tcp = dist.TCPStore(
+            "127.0.0.1", 0, n, is_master=True, timeout=timeout, wait_for_workers=False
+        )
+        rdv.publish(advertise_address(keys.store), tcp.port)
     else:
         host, port = rdv.wait_address()
-        remaining = timedelta(seconds=rdv.remaining_s())
-        tcp = dist.TCPStore(host, port, n, is_master=False, timeout=remaining)
-    dist.init_process_group(backend, store=tcp, rank=rank, world_size=n, timeout=timeout)
+        try:
+            tcp = dist.TCPStore(host, port, n, is_master=False, timeout=rdv.connect_timeout())
+        except RuntimeError as exc:  # torch's DistNetworkError / DistStoreError
+            rdv.unreachable(f"{host}:{port}", exc)
+            return None
+        tcp.set_timeout(timedelta(seconds=rdv.remaining_s()))
+        rdv.mark(COMPLETE)
+    return tcp if rdv.wait_all() else None
 
 
 def _header(

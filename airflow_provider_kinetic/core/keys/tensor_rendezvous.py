@@ -1,53 +1,61 @@
-"""Rendezvous for a tensor broadcast, through the store: who is rank 0 and where it
-listens.
+"""Rendezvous for a tensor broadcast, on the peer registry: who is rank 0, where it
+listens, and whether every rank can reach it.
 
-Why the store: every peer of a batch (or every host of an LWS job) already holds the
-job's store and nothing else in common; no extra service has to run, and the store's
-compare-and-swap (``storage/swap.py``) makes rank assignment race-free on both GCS
-(generation match) and a local root (flock).
+Why the registry (``peers.py``): the file broadcast and ``locale="local"`` keys
+already find each other there, per scope, with compare-and-swap on both stores (GCS
+generation match, a local root's flock).  The tensor broadcast's members and rank
+0's address are the same kind of record, so the three share one discovery, one scope
+(``KINETIC_PEER_SCOPE``: the batch, or the job whose LWS hosts meet) and one answer
+to a network policy that blocks pod-to-pod traffic.
 
-The protocol, under ``_groups/{scope}/rendezvous/{digest of the group}/``:
+The protocol, on the scope's board ``tensor/{group}``:
 
-1. each peer appends a fresh member id to ``members.json`` by compare-and-swap; its
-   position is its rank (a quorum already full is refused, naming the group; a file
-   older than the window's timeout is an abandoned rendezvous and is started afresh,
-   with a new session id);
+1. each peer joins by compare-and-swap; its position is its rank.  A quorum already
+   full is refused, naming the group.  A board whose first peer joined longer ago
+   than the window's timeout is an abandoned rendezvous: it is started afresh.  The
+   first peer's id is the session: a record of another session is never used;
 2. rank 0 opens a ``torch.distributed`` TCPStore on a free port and writes its
-   address:port and the session id to ``address.json`` (an address of another
-   session is ignored);
-3. the others poll ``address.json`` (bounded by the window's timeout) and connect;
-4. once every rank has taken part in a collective, every peer has read the address,
-   so rank 0 removes both objects (also when it fails).
-
-``scope`` is the batch id (``KINETIC_GROUP_ID``), else the job id (an LWS job's hosts
-share it), so two batches broadcasting the same key never meet.
-
-This should later sit on the peer registry (``core/keys/peers.py``, where each job's
-runner registers the address it serves on): the member list and rank 0's address are
-the same kind of record, and one registry would let the file broadcast and the
-tensor broadcast share discovery, the per-batch token and the network-policy fallback.
+   address on its own record (state ``complete``);
+3. the others poll the board for it (bounded by the timeout) and connect, within
+   the peers' connect time (``KINETIC_PEER_CONNECT_S``); each then marks itself
+   ``complete``, or ``failed`` when rank 0 cannot be reached;
+4. every rank waits until all N are ``complete`` (the group forms) or one has
+   ``failed``: then no group is made and every rank reads the store itself, with
+   the peers' one warning (``locale.unreachable_once``).  Rank 0 waits for all N
+   verdicts in that case, so nobody is left connecting to a closed store;
+5. rank 0 removes the session's records once every rank has passed step 4 (after
+   the first collective, or at once on the fallback), and also when it fails.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import secrets
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from airflow_provider_kinetic.core.errors import KineticError
-from airflow_provider_kinetic.core.storage import ObjectStore, PreconditionFailed
-from airflow_provider_kinetic.core.storage.swap import read_versioned, swap
+from airflow_provider_kinetic.core.keys.locale import JOB_ENV, unreachable_once
+from airflow_provider_kinetic.core.keys.peerfetch import connect_s
+from airflow_provider_kinetic.core.keys.peers import (
+    COMPLETE,
+    FAILED,
+    RECEIVING,
+    Peer,
+    PeerRegistry,
+    board_name,
+)
+from airflow_provider_kinetic.core.spec.peerport import POD_IP_ENV
+from airflow_provider_kinetic.core.storage import ObjectStore
 
-#: The address rank 0 advertises, when set (else: loopback for a local store root,
-#: the host's resolved address otherwise).
+#: The address rank 0 advertises, when set (else: the pod's IP on GKE, loopback for
+#: a local store root, the host's resolved address otherwise).
 ADDRESS_ENV = "KINETIC_PEER_ADDRESS"
-MAX_SWAPS = 200
 
 
 class RendezvousError(KineticError, RuntimeError):
@@ -55,19 +63,15 @@ class RendezvousError(KineticError, RuntimeError):
 
 
 def advertise_address(store: ObjectStore) -> str:
-    """Where the other peers can reach this process.  A local store root means every
-    peer runs on this machine (the local backend), so loopback; on a cluster, the
-    pod's own address."""
-    if os.environ.get(ADDRESS_ENV):
-        return os.environ[ADDRESS_ENV]
+    """Where the other peers can reach this process: the address the peer server
+    would give (the pod's IP), else loopback when every peer shares a local store
+    root (the local backend), else the host's resolved address."""
+    for name in (ADDRESS_ENV, POD_IP_ENV):
+        if os.environ.get(name):
+            return os.environ[name]
     if store.scheme == "file":
         return "127.0.0.1"
     return socket.gethostbyname(socket.gethostname())
-
-
-def prefix(scope: str, group: str) -> str:
-    digest = hashlib.sha256(group.encode()).hexdigest()[:16]
-    return f"_groups/{scope}/rendezvous/{digest}"
 
 
 @dataclass
@@ -81,69 +85,112 @@ class Rendezvous:
     timeout_s: float
 
     def __post_init__(self) -> None:
-        self.prefix = prefix(self.scope, self.group)
-        self.member = secrets.token_hex(8)
+        self.registry = PeerRegistry(self.store, self.scope)
+        self.board = board_name("tensor", self.group)
+        job = os.environ.get(JOB_ENV, "job")
+        self.me = Peer(f"{job}-{os.getpid()}-{secrets.token_hex(4)}", "", "", job, RECEIVING)
+        self.me.extra = {"group": self.group, "world_size": self.world_size}
         self.deadline = time.monotonic() + self.timeout_s
         self.session = ""
+        self.rank = -1
 
-    @property
-    def members_key(self) -> str:
-        return f"{self.prefix}/members.json"
-
-    @property
-    def address_key(self) -> str:
-        return f"{self.prefix}/address.json"
+    def _what(self) -> str:
+        return f"tensor broadcast {self.group!r} in {self.scope}"
 
     def join(self) -> int:
-        """Append this peer to the member list by compare-and-swap; its rank."""
-        for _ in range(MAX_SWAPS):
-            data, token = read_versioned(self.store, self.members_key)
-            body = json.loads(data) if data else None
-            if body is None or time.time() - body["opened"] > self.timeout_s:
-                body = {"group": self.group, "world_size": self.world_size, "members": []}
-                body.update(opened=time.time(), session=secrets.token_hex(8))
-            members: list[str] = body["members"]
-            if len(members) >= self.world_size:
+        """Join the board by compare-and-swap; this peer's rank."""
+
+        def admit(peers: list[Peer]) -> list[Peer]:
+            if peers and time.time() - peers[0].joined > self.timeout_s:
+                return []  # abandoned (its peers gave up): start afresh
+            if len(peers) >= self.world_size:
                 raise RendezvousError(
-                    f"tensor broadcast {self.group!r} in {self.scope}: the quorum of "
-                    f"world_size={self.world_size} is already full (more peers than "
-                    "world_size? give each broadcast its own group_id)"
+                    f"{self._what()}: the quorum of world_size={self.world_size} is "
+                    "already full (more peers than world_size? give each broadcast its "
+                    "own group_id)"
                 )
-            members.append(self.member)
-            try:
-                swap(self.store, self.members_key, json.dumps(body).encode(), token)
-            except PreconditionFailed:
-                continue
-            self.session = str(body["session"])
-            return len(members) - 1
-        raise RendezvousError(f"tensor broadcast {self.group!r}: the member list kept moving")
+            return peers
+
+        self.me.joined = time.time()
+        written = self.registry.join(self.board, self.me, admit)
+        self.session, self.rank = written[0].peer_id, len(written) - 1
+        return self.rank
+
+    def _session(self) -> list[Peer]:
+        """This session's records in rank order ([] once the session is gone)."""
+        peers = self.registry.lookup(self.board)
+        if not peers or peers[0].peer_id != self.session:
+            return []
+        return peers
 
     def publish(self, host: str, port: int) -> None:
         """Rank 0: where the others connect."""
-        body = {"host": host, "port": port, "session": self.session}
-        self.store.write_bytes(self.address_key, json.dumps(body).encode())
+        self.registry.update(self.board, self.me.peer_id, address=f"{host}:{port}", state=COMPLETE)
+
+    def mark(self, state: str) -> None:
+        """This rank reached rank 0 (``complete``) or could not (``failed``)."""
+        self.registry.update(self.board, self.me.peer_id, state=state)
+
+    def _poll(self, ready: Callable[[list[Peer]], Any], why: Callable[[list[Peer]], str]) -> Any:
+        """``ready``'s first answer that is not None, polling the board until the
+        window's timeout; then the error says ``why`` (of the last board seen)."""
+        pause = 0.02
+        while True:
+            peers = self._session()
+            found = ready(peers)
+            if found is not None:
+                return found
+            if time.monotonic() > self.deadline:
+                raise RendezvousError(
+                    f"{self._what()}: {why(peers)} within {self.timeout_s:g}s "
+                    "(the window's timeout)"
+                )
+            time.sleep(pause)  # a bounded poll of the board, backing off
+            pause = min(pause * 2, 0.5)
 
     def wait_address(self) -> tuple[str, int]:
         """The others: rank 0's address, polled until the window's timeout."""
-        pause = 0.02
-        while True:
-            data, _ = read_versioned(self.store, self.address_key)
-            body: dict[str, Any] = json.loads(data) if data else {}
-            if body.get("session") == self.session:  # not an abandoned rendezvous's
-                return str(body["host"]), int(body["port"])
-            if time.monotonic() > self.deadline:
-                raise RendezvousError(
-                    f"tensor broadcast {self.group!r} in {self.scope}: rank 0 published no "
-                    f"address within {self.timeout_s:g}s (the window's timeout)"
-                )
-            time.sleep(pause)
-            pause = min(pause * 2, 0.5)
+
+        def ready(peers: list[Peer]) -> tuple[str, int] | None:
+            if peers and peers[0].address:
+                host, _, port = peers[0].address.rpartition(":")
+                return host, int(port)
+            return None
+
+        return self._poll(ready, lambda _: "rank 0 published no address")
+
+    def wait_all(self) -> bool:
+        """True once every rank reached rank 0; False as soon as one could not (rank
+        0: once every rank has said which)."""
+
+        def ready(peers: list[Peer]) -> bool | None:
+            states = [p.state for p in peers]
+            if self.rank != 0 and FAILED in states:
+                return False
+            if len(peers) < self.world_size or RECEIVING in states:
+                return None if peers or self.rank == 0 else False  # gone: rank 0 gave up
+            return FAILED not in states
+
+        def why(peers: list[Peer]) -> str:
+            done = sum(p.state != RECEIVING for p in peers)
+            return f"only {done} of {self.world_size} peers reached rank 0"
+
+        return bool(self._poll(ready, why))
 
     def remaining_s(self) -> float:
         return max(1.0, self.deadline - time.monotonic())
 
+    def connect_timeout(self) -> timedelta:
+        """How long a rank tries rank 0's TCPStore before it calls it unreachable."""
+        return timedelta(seconds=min(connect_s(), self.remaining_s()))
+
+    def unreachable(self, address: str, exc: BaseException) -> None:
+        """The peers' one warning, and this rank's ``failed`` verdict."""
+        unreachable_once(address, exc)
+        self.mark(FAILED)
+
     def remove(self) -> None:
-        """Rank 0, once the group formed (or failed): delete the rendezvous objects."""
-        for key in (self.address_key, self.members_key):
-            with contextlib.suppress(Exception):  # best effort: a later join restarts it
-                self.store.delete(key)
+        """Rank 0, once the group formed (or failed): delete the session's records."""
+        with contextlib.suppress(Exception):  # best effort: a later join restarts it
+            ids = [p.peer_id for p in self._session()] or [self.me.peer_id]
+            self.registry.unregister(self.board, *ids)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The batch (or job) whose peers may talk to each other, and their shared token.
+#: The batch (or job) whose peers may talk to each other (set on every job: a batch
+#: child gets its batch's id, an LWS host its job's id), and their shared token
+#: (signed jobs only).
 SCOPE_ENV = "KINETIC_PEER_SCOPE"
 TOKEN_ENV = "KINETIC_PEER_TOKEN"
 PORT_ENV = "KINETIC_PEER_PORT"
@@ -22,9 +24,10 @@ PEER_PORT_NAME = "kinetic-peer"
 
 def declare_peer_port(container: dict[str, Any]) -> None:
     """Add the peer port and the pod-IP env to a pod's container (in place), when the
-    job has peers at all (its env names a scope)."""
+    job's runner serves peers at all: every job names a scope, but only a signed job
+    gets the token its server asks of every request."""
     env = container.setdefault("env", [])
-    if not any(e.get("name") == SCOPE_ENV for e in env):
+    if not any(e.get("name") == TOKEN_ENV for e in env):
         return
     container["ports"] = [
         *container.get("ports", []),
