@@ -82,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         help="broadcast case: the store's cap shared by every child, MB/s",
     )  # fmt: skip
     parser.add_argument("--only", nargs="*", choices=CASES)
+    parser.add_argument(
+        "--transfer-rows", nargs="*", choices=cases_transfer.ROWS,
+        help="transfer case: only these rows (many: the 1 MiB files, big, up: the big file)",
+    )  # fmt: skip
     ns = parser.parse_args(argv)
     sizes = QUICK if ns.quick else FULL
     only = set(ns.only or CASES)
@@ -135,7 +139,13 @@ def main(argv: list[str] | None = None) -> int:
         if "transfer" in only:
             rows.extend(
                 cases_transfer.transfer(
-                    tmp, sizes["pod_files"], sizes["pod_big"], ns.repeat, ns.rtt_ms, ns.mbps
+                    tmp,
+                    sizes["pod_files"],
+                    sizes["pod_big"],
+                    ns.repeat,
+                    ns.rtt_ms,
+                    ns.mbps,
+                    ns.transfer_rows,
                 )
             )
             print("transfers done", flush=True)

@@ -153,17 +153,87 @@ def test_digests_taken_on_the_way_equal_a_second_read(fake_gcs, gcs_bucket, tmp_
     assert again == content_hash(str(out), "out", None).hexdigest != entry
 
 
-@pytest.mark.parametrize("size", [3000, 300_000], ids=["whole", "sliced"])
-def test_bytes_that_do_not_match_their_checksum_are_refused(fake_gcs, gcs_bucket, tmp_path, size):
+@pytest.mark.parametrize(
+    ("size", "one_read_max"),
+    [(3000, gt.SINGLE_SHOT_MAX_BYTES), (3000, 1000), (300_000, gt.SINGLE_SHOT_MAX_BYTES)],
+    ids=["one-read", "streamed", "sliced"],
+)
+def test_bytes_that_do_not_match_their_checksum_are_refused(
+    fake_gcs, gcs_bucket, tmp_path, size, one_read_max
+):
     """Bytes that differ from the listed CRC32C (what corruption in the store or on the
-    way looks like) raise an error naming the file, whole or sliced download."""
+    way looks like) raise an error naming the file, whether read in one piece,
+    streamed or sliced."""
     bucket = fake_gcs.client().bucket(gcs_bucket)
     bucket.blob("p/a/file.bin").upload_from_string(os.urandom(size))
     (listed,) = list(fake_gcs.client().list_blobs(gcs_bucket, prefix="p/"))
     listed._properties["crc32c"] = b64_crc(google_crc32c.value(b"other bytes"))
     (tmp_path / "a").mkdir()
+    pairs = [(listed, str(tmp_path / "a" / "file.bin"))]
     with pytest.raises(CorruptObject, match=r"a/file\.bin \(gs://.*/p/a/file\.bin, generation"):
-        gt.download_verified([(listed, str(tmp_path / "a" / "file.bin"))], 4, slice_min=100_000)
+        gt.download_verified(pairs, 4, slice_min=100_000, single_shot_max=one_read_max)
+
+
+def _spy_download_many(monkeypatch, before=None):  # type: ignore[no-untyped-def]
+    """Record each ``download_many`` call's object names and whether it read each
+    object in one piece; ``before`` runs first (between the listing and the reads)."""
+    calls: list[tuple[list[str], bool]] = []
+    real = gt.transfer_manager.download_many
+
+    def spy(pairs, download_kwargs, **kw):  # type: ignore[no-untyped-def]
+        if before is not None:
+            before()
+        one_read = bool(download_kwargs.get("single_shot_download"))
+        calls.append((sorted(b.name.rsplit("/", 1)[-1] for b, _ in pairs), one_read))
+        return real(pairs, download_kwargs=download_kwargs, **kw)
+
+    monkeypatch.setattr(gt.transfer_manager, "download_many", spy)
+    return calls
+
+
+@pytest.mark.skipif(not gt._HAS_SINGLE_SHOT, reason="google-cloud-storage without single shot")
+def test_small_objects_are_read_in_one_piece_and_the_rest_streamed(
+    fake_gcs, gcs_bucket, tmp_path, monkeypatch
+):
+    """Objects up to the one-read size arrive in one read, bigger ones (below the
+    slice size) streamed; either way the bytes, and the digests taken on the way, are
+    the objects'."""
+    blobs = {"a.bin": os.urandom(900), "b.bin": os.urandom(1000), "c.bin": os.urandom(50_000)}
+    bucket = fake_gcs.client().bucket(gcs_bucket)
+    for name, data in blobs.items():
+        bucket.blob(f"m/{name}").upload_from_string(data)
+    listed = sorted(fake_gcs.client().list_blobs(gcs_bucket, prefix="m/"), key=lambda b: b.name)
+    calls = _spy_download_many(monkeypatch)
+    digests = FileDigests(lambda rel: rel.encode() + b"\0")
+    rels = [b.name.removeprefix("m/") for b in listed]
+    pairs = [(b, str(tmp_path / rel)) for b, rel in zip(listed, rels, strict=True)]
+    assert gt.download_verified(pairs, 4, 100_000, (rels, digests), 1000) == 51_900
+    assert calls == [(["a.bin", "b.bin"], True), (["c.bin"], False)]
+    for name, data in blobs.items():
+        assert (tmp_path / name).read_bytes() == data
+        want = hashlib.sha256(name.encode() + b"\0" + data).digest()
+        assert digests.found[str(tmp_path / name)][1] == want
+
+
+@pytest.mark.parametrize("rel", ["d3/deep/f10.bin", "big.bin"], ids=["whole", "sliced"])
+def test_an_object_replaced_after_the_listing_is_refused(
+    fake_gcs, gcs_bucket, tmp_path, monkeypatch, rel
+):
+    """Objects are read at the generation the listing gave: one rewritten between the
+    listing and its read (same size, other bytes), whole or sliced, is refused with
+    the file named, and nothing appears at the target."""
+    src = make_data(tmp_path / "src")
+    store = GcsStore(gcs_bucket, client=fake_gcs.client())
+    ref = uploaded_ref(store, Data(str(src)))
+    key = f"{cache_key(Data(str(src)).content_hash())}/{rel}"
+    size = len((src / rel).read_bytes())
+    calls = _spy_download_many(monkeypatch, lambda: store.write_bytes(key, os.urandom(size)))
+    reader = GcsStore(gcs_bucket, client=fake_gcs.client(), sliced_min_bytes=100_000)
+    target = tmp_path / "out"
+    with pytest.raises(CorruptObject, match=rf"{rel} \(gs://.*\) was replaced or deleted"):
+        download_from_store(ref, str(target), reader)
+    assert calls  # the small objects' reads began after the rewrite (the big one's too)
+    assert not target.exists() and os.listdir(tmp_path) == ["src"]
 
 
 def test_composite_upload_equals_the_file_and_leaves_no_parts(fake_gcs, gcs_bucket, tmp_path):
@@ -222,8 +292,12 @@ def test_a_killed_download_leaves_nothing_a_later_attempt_trusts(fake_gcs, gcs_b
     bytes, and removes the dead download's partial dir."""
     src = tmp_path / "src"
     src.mkdir()
-    for i in range(6):
-        (src / f"part{i}.bin").write_bytes(os.urandom(1 << 20))
+    # A small file lands whole early; the 1 MiB ones (read in one piece each) land
+    # together ~2 s later, and the one above the one-read size streams for ~10 s
+    # after them: bytes are on disk long before the download could be complete.
+    sizes = [64 << 10, *[1 << 20] * 4, gt.SINGLE_SHOT_MAX_BYTES + (1 << 20)]
+    for i, size in enumerate(sizes):
+        (src / f"part{i}.bin").write_bytes(os.urandom(size))
     mount = tmp_path / "mnt" / "dataset"
     store = GcsStore(gcs_bucket, client=fake_gcs.client())
     request = JobRequest(
