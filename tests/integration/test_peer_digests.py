@@ -17,7 +17,7 @@ import pytest
 
 from airflow_provider_kinetic.core.data.hashing.treehash import content_hash
 from airflow_provider_kinetic.core.data.value import content_hash_of
-from airflow_provider_kinetic.core.keys import peerfetch, peerserve
+from airflow_provider_kinetic.core.keys import peerfetch, peerserve, storepull
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.peers import COMPLETE, peer_token
 from airflow_provider_kinetic.core.storage import ObjectStore
@@ -110,8 +110,8 @@ def test_a_store_read_is_checked_without_reading_it_again(
     version = KeyStore(store).put("models/digests", src)["version"]
     base, digests, told = tmp_path / "copy", peerfetch.tree_digests(), {}
     base.mkdir()
-    got = peerfetch.pull_store(
-        store, version, str(base), peerfetch.store_manifest(store, version, "dir", ""),
+    got = storepull.pull_store(
+        store, version, str(base), storepull.store_manifest(store, version, "dir", ""),
         lambda rel, path, digest: told.__setitem__(rel, digest), None, digests,
     )  # fmt: skip
     assert got == sum(int(n) for _, n in listed)

@@ -44,8 +44,6 @@ from airflow_provider_kinetic.core.keys.peerfetch import (
     missing,
     peer_manifest,
     pull_peer,
-    pull_store,
-    store_manifest,
     tree_digests,
 )
 from airflow_provider_kinetic.core.keys.peers import (
@@ -57,6 +55,7 @@ from airflow_provider_kinetic.core.keys.peers import (
     board_name,
 )
 from airflow_provider_kinetic.core.keys.records import Version
+from airflow_provider_kinetic.core.keys.storepull import pull_store, store_manifest
 from airflow_provider_kinetic.core.keys.window import BroadcastWindow
 from airflow_provider_kinetic.core.storage import ObjectStore
 

@@ -18,18 +18,18 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import itertools
 import json
 import os
-import secrets
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, BinaryIO
 
-from airflow_provider_kinetic.core.data.refs import cache_key
 from airflow_provider_kinetic.core.errors import KineticError
+from airflow_provider_kinetic.core.keys import peerbundle
 from airflow_provider_kinetic.core.keys.peerserve import (
     CHUNK,
     DIGEST_HEADER,
@@ -39,15 +39,13 @@ from airflow_provider_kinetic.core.keys.peerserve import (
     TOKEN_HEADER,
     digest_prefix,
 )
-from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.storage.base import FileDigests
-from airflow_provider_kinetic.core.storage.stat import stat_objects
 
 OnFile = Callable[[str, str, str], None]
-#: Parallel reads from one peer (many small files need several in flight; a peer
-#: is near, so a few hide its round trip).  The store's count is the store's own
-#: (``ObjectStore.workers_for``: a bucket is far, and wants many more).
-WORKERS = 8
+#: Parallel reads from one peer: small files travel in bundles, each a stream of
+#: its own; a peer is near, so a few hide its round trip, and more only contend for
+#: the GIL.  The store's count is the store's own (``ObjectStore.workers_for``).
+WORKERS = 4
 #: Seconds to open a connection to a peer (a network policy that drops pod-to-pod
 #: packets shows up here); ``KINETIC_PEER_CONNECT_S`` changes it.
 CONNECT_S = 5.0
@@ -109,12 +107,6 @@ def peer_manifest(address: str, version: str, token: str, timeout: float) -> dic
     return json.loads(body)
 
 
-def store_manifest(store: ObjectStore, version: str, kind: str, name: str) -> list[list[Any]]:
-    """``[[relpath, size], ...]`` of ``version`` in the store's data cache (one listing)."""
-    prefix = cache_key(version) + "/"
-    return sorted([k[len(prefix) :], size] for k, (size, _) in stat_objects(store, prefix).items())
-
-
 def _done(base: str, rel: str, size: int) -> bool:
     path = os.path.join(base, *rel.split("/"))
     return os.path.isfile(path) and os.path.getsize(path) == size
@@ -140,7 +132,7 @@ def tree_digests() -> FileDigests:
     return FileDigests(digest_prefix)
 
 
-def _kept(
+def kept(
     part: str, path: str, rel: str, digest: hashlib._Hash, digests: FileDigests | None
 ) -> None:
     """``part`` is whole and checked: put it in place and remember its digest."""
@@ -149,58 +141,32 @@ def _kept(
         digests.record(path, digest_prefix(rel), digest.digest(), os.stat(path))
 
 
-def _file_sha(rel: str, path: str) -> hashlib._Hash:
-    h = hashlib.sha256(digest_prefix(rel))
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h
+_parts = itertools.count()
+#: Directories already made (a copy's thousands of files share a few): each costs a
+#: system call per file otherwise.
+_made: set[str] = set()
 
 
-def _part(base: str, rel: str) -> tuple[str, str]:
+def part_of(base: str, rel: str) -> tuple[str, str]:
     """The file's place in ``base`` and its temporary name; a path from a peer's
     list that would leave ``base`` is refused (the list is not trusted)."""
     parts = rel.split("/")
     if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise PeerUnavailable(f"a peer listed the path {rel!r}, which is not relative: refused")
     path = os.path.join(base, *parts)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    return path, f"{path}.{secrets.token_hex(4)}.kinetic-part"
+    parent = os.path.dirname(path)
+    if parent not in _made:  # (removed since: the open makes it again, ``_open_part``)
+        os.makedirs(parent, exist_ok=True)
+        _made.add(parent)
+    return path, f"{path}.{os.getpid()}-{next(_parts)}.kinetic-part"
 
 
-def pull_store(
-    store: ObjectStore,
-    version: str,
-    base: str,
-    files: list[list[Any]],
-    on_file: OnFile,
-    on_bytes: Callable[[int], None] | None = None,
-    digests: FileDigests | None = None,
-) -> int:
-    """Read ``files`` of ``version`` from the store into ``base``; bytes read
-    (``on_bytes`` told of each whole file's size)."""
-    prefix = cache_key(version)
-    workers = store.workers_for(len(files), sum(int(f[1]) for f in files))
-
-    def one(entry: list[Any]) -> int:
-        rel, size = entry[0], int(entry[1])
-        path, part = _part(base, rel)
-        try:
-            store.download_file(f"{prefix}/{rel}", part)
-            if os.path.getsize(part) != size:
-                raise OSError(f"{rel}: {os.path.getsize(part)} bytes from the store, not {size}")
-            digest = _file_sha(rel, part)
-            _kept(part, path, rel, digest, digests)
-        finally:
-            if os.path.exists(part):
-                os.unlink(part)
-        if on_bytes is not None:
-            on_bytes(size)
-        on_file(rel, path, digest.hexdigest())
-        return size
-
-    with ThreadPoolExecutor(workers, thread_name_prefix="kinetic-store-get") as pool:
-        return sum(pool.map(one, files))
+def _open_part(part: str) -> BinaryIO:
+    try:
+        return open(part, "wb")  # noqa: SIM115 - the caller's with closes it
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(part), exist_ok=True)
+        return open(part, "wb")  # noqa: SIM115
 
 
 class _PeerPull:
@@ -260,53 +226,113 @@ class _PeerPull:
         rel, size = entry[0], int(entry[1])
         url = f"/v/{self.version}/f/{urllib.parse.quote(rel)}"
         while not self.stalled():
-            try:
-                c = self.conn()
-                c.request("GET", url, headers={TOKEN_HEADER: self.token, HOLD_HEADER: self.hold()})
-                resp = c.getresponse()
-            except TimeoutError as exc:
-                raise self.stall() from exc
-            except OSError as exc:
-                raise self.broken(exc) from exc
+            resp = self._ask("GET", url)
             if resp.status == 503:  # the parent is still receiving it
                 resp.read()
                 self.parent_progress(resp.getheader(RECEIVED_HEADER))
                 continue
-            if resp.status != 200:
-                resp.read()
-                self.failed.set()
-                what = "refused our token" if resp.status == 403 else f"answered {resp.status}"
-                raise (PeerForbidden if resp.status == 403 else PeerUnavailable)(
-                    f"peer {self.address} {what} for {rel}"
-                )
-            self._receive(resp, rel, size, on_file)
+            self._refused(resp, rel)
+            self._receive(resp, rel, size, resp.getheader(DIGEST_HEADER, ""), on_file)
+            self._end(resp)
             return size
         raise self.stall()
 
+    def bundle(self, entries: list[list[Any]], on_file: OnFile) -> int:
+        """Small files in as few requests as the parent's progress allows: a bundle
+        that stops at a file the parent does not have yet is asked again from there."""
+        todo, total = list(entries), 0
+        while todo:
+            if self.stalled():
+                raise self.stall()
+            body = json.dumps({"files": [e[0] for e in todo]}).encode()
+            resp = self._ask("POST", f"/v/{self.version}/bundle", body)
+            self._refused(resp, todo[0][0])
+            while todo:
+                try:
+                    head = peerbundle.read_header(resp)
+                except TimeoutError as exc:
+                    raise self.stall() from exc
+                except (OSError, ValueError, http.client.HTTPException) as exc:
+                    raise self.broken(OSError(str(exc)), "a bundle: ") from exc
+                stop = head.get("stop")
+                if stop == "later":
+                    self.parent_progress(str(head.get("received")))
+                    break
+                rel, size = todo[0][0], int(todo[0][1])
+                if stop is not None or head.get("rel") != rel or head.get("size") != size:
+                    self.failed.set()
+                    raise PeerUnavailable(
+                        f"peer {self.address} answered {stop or head!r} where {rel} "
+                        f"({size} bytes) was asked in a bundle"
+                    )
+                self._receive(resp, rel, size, str(head.get("digest", "")), on_file)
+                todo.pop(0)
+                total += size
+            self._end(resp)
+        return total
+
+    def _ask(self, method: str, url: str, body: bytes | None = None) -> http.client.HTTPResponse:
+        headers = {TOKEN_HEADER: self.token, HOLD_HEADER: self.hold()}
+        try:
+            c = self.conn()
+            c.request(method, url, body=body, headers=headers)
+            return c.getresponse()
+        except TimeoutError as exc:
+            raise self.stall() from exc
+        except OSError as exc:
+            raise self.broken(exc) from exc
+
+    def _refused(self, resp: http.client.HTTPResponse, rel: str) -> None:
+        """Raise unless the peer answered 200."""
+        if resp.status == 200:
+            return
+        resp.read()
+        self.failed.set()
+        what = "refused our token" if resp.status == 403 else f"answered {resp.status}"
+        raise (PeerForbidden if resp.status == 403 else PeerUnavailable)(
+            f"peer {self.address} {what} for {rel}"
+        )
+
+    def _end(self, resp: http.client.HTTPResponse) -> None:
+        """Read what is left of a response; anything beyond what was asked for
+        means the connection can no longer be trusted to line up."""
+        try:
+            extra = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise self.broken(OSError(str(exc)), "a response's end: ") from exc
+        if extra:
+            self.local.conn = None
+            self.failed.set()
+            raise PeerUnavailable(f"peer {self.address} sent {len(extra)} bytes more than listed")
+
     def _receive(
-        self, resp: http.client.HTTPResponse, rel: str, size: int, on_file: OnFile
+        self, resp: http.client.HTTPResponse, rel: str, size: int, sent: str, on_file: OnFile
     ) -> None:
-        path, part = _part(self.base, rel)
+        """Exactly ``size`` bytes of ``rel`` from ``resp``, kept only if whole and
+        of the digest the peer ``sent``."""
+        path, part = part_of(self.base, rel)
         h, got = hashlib.sha256(digest_prefix(rel)), 0
         try:
-            with open(part, "wb") as f:
-                while chunk := resp.read(CHUNK):
+            with _open_part(part) as f:
+                while got < size and (chunk := resp.read(min(CHUNK, size - got))):
                     f.write(chunk)
                     h.update(chunk)
                     got += len(chunk)
                     self.progress = time.monotonic()
                     self.on_bytes(len(chunk))
-            if got != size or h.hexdigest() != resp.getheader(DIGEST_HEADER, ""):
+            if got != size or h.hexdigest() != sent:
                 self.failed.set()
                 raise PeerUnavailable(
                     f"peer {self.address}: {rel} arrived with {got} of {size} bytes or a "
                     "digest other than the peer's: not kept"
                 )
-            _kept(part, path, rel, h, self.digests)
+            kept(part, path, rel, h, self.digests)
         except TimeoutError as exc:
             raise self.stall() from exc
-        except OSError as exc:
-            raise self.broken(exc, f"{rel}: ") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            if isinstance(exc, PeerUnavailable):
+                raise
+            raise self.broken(OSError(str(exc)), f"{rel}: ") from exc
         finally:
             if os.path.exists(part):
                 os.unlink(part)
@@ -330,8 +356,10 @@ def pull_peer(
     pull = _PeerPull(address, version, token, base, stall_s, digests)
     if on_bytes is not None:
         pull.on_bytes = on_bytes
+    bundles, singles = peerbundle.plan(files)
     with ThreadPoolExecutor(WORKERS, thread_name_prefix="kinetic-peer-get") as pool:
-        futures = [pool.submit(pull.one, f, on_file) for f in files]
+        futures = [pool.submit(pull.bundle, b, on_file) for b in bundles]
+        futures += [pool.submit(pull.one, f, on_file) for f in singles]
         total, error = 0, None
         for fut in futures:
             try:

@@ -13,6 +13,7 @@ What it serves, per content hash (a *root*):
 
 - ``GET /v/{hash}/manifest``: the kind (``dir``/``file``), name, every file with its
   size, the empty dirs, and the state;
+- ``POST /v/{hash}/bundle``: many small files in one response (``peerbundle.py``);
 - ``GET /v/{hash}/f/{relpath}``: one file, with its digest in ``X-Kinetic-Digest``,
   only once the file is whole.  The digest is the one the content hash takes of
   that file (sha256 of the relative path, a NUL and the bytes: ``file_digest``), so
@@ -32,13 +33,16 @@ import hmac
 import json
 import logging
 import os
+import sys
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, BinaryIO
 
+from airflow_provider_kinetic.core.keys import peerbundle
 from airflow_provider_kinetic.core.keys.peers import COMPLETE, FAILED, RECEIVING
 from airflow_provider_kinetic.core.spec.peerport import POD_IP_ENV, PORT_ENV
 
@@ -90,6 +94,8 @@ class PeerServer:
         self.token = token
         self.roots: dict[str, Root] = {}
         self.changed = threading.Condition()
+        #: (version, relpath) -> set when that file is whole (held requests wait on it).
+        self._waiting: dict[tuple[str, str], threading.Event] = {}
         pod_ip = os.environ.get(POD_IP_ENV, "")
         bind = host or ("0.0.0.0" if pod_ip else "127.0.0.1")  # noqa: S104 - a pod's peers
         wanted = port if port is not None else int(os.environ.get(PORT_ENV) or 0)
@@ -105,7 +111,7 @@ class PeerServer:
     def add(self, root: Root) -> None:
         with self.changed:
             self.roots[root.version] = root
-            self.changed.notify_all()
+            self._wake(root.version)
 
     def progressed(self, version: str, nbytes: int) -> None:
         """``nbytes`` more of ``version`` arrived (from its own source)."""
@@ -118,7 +124,9 @@ class PeerServer:
             root = self.roots.get(version)
             if root is not None:
                 root.ready[rel] = (path, digest)
-                self.changed.notify_all()
+                event = self._waiting.pop((version, rel), None)
+                if event is not None:  # only the requests for this file
+                    event.set()
 
     def set_state(self, version: str, state: str, moved_to: dict[str, str] | None = None) -> None:
         """A root's new state; ``moved_to`` (relpath -> path) after a copy is placed."""
@@ -129,20 +137,37 @@ class PeerServer:
                 for rel, path in (moved_to or {}).items():
                     if rel in root.ready:
                         root.ready[rel] = (path, root.ready[rel][1])
-                self.changed.notify_all()
+                self._wake(version)
 
     def remove(self, version: str) -> None:
         with self.changed:
             self.roots.pop(version, None)
-            self.changed.notify_all()
+            self._wake(version)
+
+    def _wake(self, version: str) -> None:
+        """Every request held for ``version`` looks again (its state changed)."""
+        for held in [k for k in self._waiting if k[0] == version]:
+            self._waiting.pop(held).set()
+        self.changed.notify_all()
 
     def wait_file(self, version: str, rel: str, hold_s: float) -> tuple[str, str] | str:
         """The file's (path, digest) once whole, else why not (``missing``,
         ``failed``, ``later``)."""
+        deadline = time.monotonic() + hold_s
         with self.changed:
-            ok = self.changed.wait_for(
-                lambda: _settled(self.roots.get(version), rel), timeout=hold_s
-            )
+            while not (ok := _settled(self.roots.get(version), rel)):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                # Woken for this file only: a file arriving wakes the requests held
+                # for it, not every held request (a parent serving many children
+                # holds dozens; waking them all per file starved its own download).
+                event = self._waiting.setdefault((version, rel), threading.Event())
+                self.changed.release()
+                try:
+                    event.wait(left)
+                finally:
+                    self.changed.acquire()
             root = self.roots.get(version)
             if root is None:
                 return "missing"
@@ -177,6 +202,11 @@ class PeerServer:
                     break
                 path = moved
         return "gone"
+
+    def received_of(self, version: str) -> int:
+        """Bytes of ``version`` this copy has received so far (0: none, or not served)."""
+        root = self.roots.get(version)
+        return root.received if root is not None else 0
 
     def _moved(self, version: str, rel: str, path: str) -> bool:
         return self._path(version, rel) != path
@@ -226,6 +256,19 @@ def file_digest(rel: str, path: str) -> str:
 class _Httpd(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    #: Connections waiting to be accepted: a parent's children open theirs at once
+    #: (fanout x the getter's threads); the stdlib's 5 overflowed and reset some.
+    request_queue_size = 256
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A getter that gave up and closed its connection is routine (it tries its
+        next source); anything else is logged, never printed to the job's stderr."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionResetError, BrokenPipeError, TimeoutError)):
+            log.debug("peer %s left: %s", client_address, exc)
+        else:
+            log.warning("peer request from %s failed", client_address, exc_info=True)
+
     owner: PeerServer
 
 
@@ -238,9 +281,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib's name
         owner = self.server.owner
-        given = self.headers.get(TOKEN_HEADER, "")
-        if not hmac.compare_digest(given.encode(), owner.token.encode()):
-            self._reply(403, b"")
+        if not self._authorised(owner):
             return
         parts = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).split("/", 4)
         if len(parts) >= 4 and parts[1] == "v" and parts[3] == "manifest":
@@ -255,15 +296,46 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._reply(404, b"")
 
-    def _file(self, owner: PeerServer, version: str, rel: str) -> None:
+    def do_POST(self) -> None:  # noqa: N802 - stdlib's name
+        """``/v/{hash}/bundle``: many small files in one response (``peerbundle.py``)."""
+        owner = self.server.owner
+        if not self._authorised(owner):
+            return
+        parts = urllib.parse.urlsplit(self.path).path.split("/")
         try:
-            hold = min(HOLD_S, max(0.0, float(self.headers.get(HOLD_HEADER) or HOLD_S)))
+            length = int(self.headers.get("Content-Length") or -1)
+            if len(parts) != 4 or parts[1] != "v" or parts[3] != "bundle":
+                raise LookupError(self.path)
+            if not 0 <= length <= peerbundle.MAX_BODY:
+                raise ValueError(f"a bundle request of {length} bytes")
+            rels = peerbundle.parse_request(self.rfile.read(length))
+        except LookupError:
+            self._reply(404, b"")
+            return
+        except ValueError as exc:
+            self.close_connection = True
+            self._reply(400, str(exc).encode())
+            return
+        peerbundle.write_bundle(self, owner, parts[2], rels, self._hold())
+
+    def _authorised(self, owner: PeerServer) -> bool:
+        given = self.headers.get(TOKEN_HEADER, "")
+        if hmac.compare_digest(given.encode(), owner.token.encode()):
+            return True
+        self.close_connection = True
+        self._reply(403, b"")
+        return False
+
+    def _hold(self) -> float:
+        try:
+            return min(HOLD_S, max(0.0, float(self.headers.get(HOLD_HEADER) or HOLD_S)))
         except ValueError:
-            hold = HOLD_S
-        got = owner.open_file(version, rel, hold)
+            return HOLD_S
+
+    def _file(self, owner: PeerServer, version: str, rel: str) -> None:
+        got = owner.open_file(version, rel, self._hold())
         if isinstance(got, str):
-            root = owner.roots.get(version)
-            extra = {RECEIVED_HEADER: str(root.received)} if root is not None else {}
+            extra = {RECEIVED_HEADER: str(owner.received_of(version))}
             code = {"later": 503, "failed": 410, "gone": 410}.get(got, 404)
             self._reply(code, got.encode(), extra=extra)
             return

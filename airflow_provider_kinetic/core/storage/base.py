@@ -123,8 +123,10 @@ class ObjectStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def download_file(self, key: str, local_path: str) -> None:
-        """Download one object to ``local_path`` (parents created)."""
+    def download_file(self, key: str, local_path: str, size: int | None = None) -> None:
+        """Download one object to ``local_path`` (parents created).  ``size``: the
+        object's listed size, when the caller knows it (a store may then read a small
+        object in one piece)."""
 
     @abc.abstractmethod
     def download_prefix(

@@ -43,6 +43,7 @@ from airflow_provider_kinetic.core.storage.gcs_transfer import (
     SLICE_MIN_BYTES,
     SLICE_WORKERS,
     download_verified,
+    single_shot,
     upload_composite,
 )
 
@@ -215,14 +216,16 @@ class GcsStore(ObjectStore):
         self._blob(key).upload_from_filename(local_path, retry=DEFAULT_RETRY)
         return size
 
-    def download_file(self, key: str, local_path: str) -> None:
+    def download_file(self, key: str, local_path: str, size: int | None = None) -> None:
         """Download into a temp file beside ``local_path`` and rename it into place,
-        so a failed download never leaves a truncated file under the final name."""
+        so a failed download never leaves a truncated file under the final name.  An
+        object the caller says is small (``size``) is read in one piece, as the
+        many-object download reads it (``gcs_transfer.single_shot``)."""
         parent = os.path.dirname(os.path.abspath(local_path))
         os.makedirs(parent, exist_ok=True)
         tmp = os.path.join(parent, f".{secrets.token_hex(8)}.kinetic-tmp")
         try:
-            self._blob(key).download_to_filename(tmp, retry=DEFAULT_RETRY)
+            self._blob(key).download_to_filename(tmp, retry=DEFAULT_RETRY, **single_shot(size))
             os.replace(tmp, local_path)
         except gexc.NotFound as e:
             raise ObjectNotFound(self.uri(key)) from e

@@ -207,6 +207,13 @@ def download_verified(
     return sum(size for size, _ in listed.values())
 
 
+def single_shot(size: int | None) -> dict[str, bool]:
+    """The download kwargs for an object of ``size`` bytes (None: unknown): read in
+    one piece when it is small and the client can."""
+    small = size is not None and size <= SINGLE_SHOT_MAX_BYTES
+    return {"single_shot_download": True} if small and _HAS_SINGLE_SHOT else {}
+
+
 def _raise_failure(blob: storage.Blob, path: str, result: object) -> None:
     """Re-raise a download's failure; a 404 for the listed generation means the object
     was replaced or deleted after the listing, said so with the file named."""

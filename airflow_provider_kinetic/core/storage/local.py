@@ -168,7 +168,7 @@ class LocalStore(ObjectStore):
             return False
         return True
 
-    def download_file(self, key: str, local_path: str) -> None:
+    def download_file(self, key: str, local_path: str, size: int | None = None) -> None:
         src = self._path(key)
         if not os.path.isfile(src):
             raise ObjectNotFound(self.uri(key))
