@@ -160,7 +160,7 @@ def test_a_bundle_streams_every_frame_with_its_digest(tmp_path: Path) -> None:
         conn.close()
     finally:
         server.close()
-    assert head == {"stop": "end"}
+    assert head == {"stop": "end"}  # said, not just a connection that ended
     assert [(h["rel"], h["size"]) for h, _ in frames] == [tuple(e) for e in listed]
     for head, data in frames:
         assert data == (src / head["rel"]).read_bytes()

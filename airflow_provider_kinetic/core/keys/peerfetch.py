@@ -268,7 +268,9 @@ class _PeerPull:
                 self._receive(resp, rel, size, str(head.get("digest", "")), on_file)
                 todo.pop(0)
                 total += size
-            self._end(resp)
+            if not todo and peerbundle.read_header(resp).get("stop") != "end":
+                raise self.broken(OSError("no end after the last file"), "a bundle: ")
+            resp.close()  # the parent ends the connection after a bundle
         return total
 
     def _ask(self, method: str, url: str, body: bytes | None = None) -> http.client.HTTPResponse:
