@@ -137,6 +137,7 @@ def test_a_file_asked_for_while_its_copy_is_moved_into_place_is_served(
     base = tmp_path / "copy"
     base.mkdir()
     pulled: list[int] = []
+    caplog.set_level(logging.DEBUG, logger="kinetic.peers")  # before the request is made
     thread = threading.Thread(
         target=lambda: pulled.append(
             peerfetch.pull_peer(
@@ -146,7 +147,6 @@ def test_a_file_asked_for_while_its_copy_is_moved_into_place_is_served(
     )
     thread.start()
     # The child's request is held by the server (nothing there to open) until...
-    caplog.set_level(logging.DEBUG, logger="kinetic.peers")
     wait_for("the request held", lambda: "waiting for where it moved" in caplog.text, 10)
     server.set_state(version, COMPLETE, {rel: str(moved)})  # ...the paths follow
     thread.join(10)
