@@ -244,13 +244,19 @@ def digest_prefix(rel: str) -> bytes:
     return rel.encode() + b"\0"
 
 
-def file_digest(rel: str, path: str) -> str:
-    """The content hash's digest of the file at ``path``, named ``rel`` in its tree."""
+def file_sha(rel: str, path: str) -> hashlib._Hash:
+    """The content hash's digest of the file at ``path``, named ``rel`` in its tree
+    (the hash object: a caller may record its bytes, ``FileDigests``)."""
     h = hashlib.sha256(digest_prefix(rel))
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK):
             h.update(chunk)
-    return h.hexdigest()
+    return h
+
+
+def file_digest(rel: str, path: str) -> str:
+    """``file_sha`` as hex, as the peers send it."""
+    return file_sha(rel, path).hexdigest()
 
 
 class _Httpd(ThreadingHTTPServer):

@@ -7,7 +7,6 @@ many requests in flight) and each file's digest taken for the tree check
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +14,7 @@ from typing import Any
 
 from airflow_provider_kinetic.core.data.refs import cache_key
 from airflow_provider_kinetic.core.keys.peerfetch import OnFile, kept, part_of
-from airflow_provider_kinetic.core.keys.peerserve import CHUNK, digest_prefix
+from airflow_provider_kinetic.core.keys.peerserve import file_sha
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.storage.base import FileDigests
 from airflow_provider_kinetic.core.storage.stat import stat_objects
@@ -25,14 +24,6 @@ def store_manifest(store: ObjectStore, version: str, kind: str, name: str) -> li
     """``[[relpath, size], ...]`` of ``version`` in the store's data cache (one listing)."""
     prefix = cache_key(version) + "/"
     return sorted([k[len(prefix) :], size] for k, (size, _) in stat_objects(store, prefix).items())
-
-
-def _file_sha(rel: str, path: str) -> hashlib._Hash:
-    h = hashlib.sha256(digest_prefix(rel))
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h
 
 
 def pull_store(
@@ -56,7 +47,7 @@ def pull_store(
             store.download_file(f"{prefix}/{rel}", part, size)
             if os.path.getsize(part) != size:
                 raise OSError(f"{rel}: {os.path.getsize(part)} bytes from the store, not {size}")
-            digest = _file_sha(rel, part)
+            digest = file_sha(rel, part)
             kept(part, path, rel, digest, digests)
         finally:
             if os.path.exists(part):
