@@ -153,3 +153,33 @@ def test_input_modes_auto(tmp_path):
     assert split_input([1, 2], "auto", 0) == ((1, 2), {})
     assert split_input("s", "auto", 0) == (("s",), {})
     assert split_input([1, 2], "single", 0) == (([1, 2],), {})
+
+
+def exit_without_payload(x: int) -> int:
+    import os
+
+    if x == 1:
+        os._exit(7)  # the runner's process ends before it can write any payload
+    return x
+
+
+def test_a_child_that_died_without_a_payload_says_why(tmp_path, caplog):
+    """A child whose process ended without an error payload fails with the reason its
+    backend gave (here the exit code), in gather's error and in the log, and the
+    reason survives the state's wire form (a resumed or re-driven batch keeps it)."""
+    store = LocalStore(str(tmp_path / "store"))
+    config = KineticConfig(backend="local", root=store.bucket)
+    request = JobRequest(func=exit_without_payload, output_dir=store.uri("outputs/died"))
+    state, objects, local = plan_batch(
+        request, [0, 1], "single", store, config=config,
+        max_concurrent=2, retries=0, fail_fast=False,
+    )  # fmt: skip
+    batchrun.start_batch(state, objects, local, store)
+    with caplog.at_level("WARNING", logger=batchrun.log.name):
+        _run(state, config, LocalBackend(store.bucket), store)
+    assert f"inputs[1] ({state.jobs[1]}) failed (exit code 7)" in caplog.text
+    again = type(state).from_dict(state.to_dict())
+    assert again.failed_why == {1: "exit code 7"}
+    values, failures = batchrun.gather(again, store)
+    assert values[0] == 0 and list(failures) == [1]
+    assert f"job {state.jobs[1]} failed (exit code 7); no result payload" in str(failures[1])

@@ -264,6 +264,10 @@ def observe(
             continue
         else:
             state.done[index] = FAILED
+            state.failed_why[index] = report.reason or report.status.value
+            log.warning(
+                "inputs[%d] (%s) failed (%s)", index, handle.job_id, state.failed_why[index]
+            )
             if state.fail_fast and not state.stopped:
                 stop(state, backend, f"inputs[{index}] failed")
         state.order.append(index)
@@ -374,7 +378,8 @@ def _failure(
         return RuntimeError(f"{(outcome or 'not run').lower().replace('_', ' ')} (fail_fast)")
     try:
         job = state.jobs[index]
-        collect(store, job, JobStatus.FAILED, result_key=result_key(job))
+        why = state.failed_why.get(index)
+        collect(store, job, JobStatus.FAILED, why, result_key=result_key(job))
     except Exception as exc:  # noqa: BLE001 - the remote error is the value we want
         return exc
     return RuntimeError("failed without an error payload")

@@ -52,6 +52,10 @@ class BatchState:
     #: Input indices in the order they finished.
     order: list[int] = field(default_factory=list)
     submit_errors: dict[int, str] = field(default_factory=dict)
+    #: Why each failed input's last job failed, as its backend said ("exit code 3",
+    #: "process ended without an exit code (killed)", a pod's reason): a job that died
+    #: before writing an error payload has nothing else to tell its user.
+    failed_why: dict[int, str] = field(default_factory=dict)
     stopped: bool = False
     manifest_at: float = 0.0
     manifest_dirty: bool = False
@@ -95,6 +99,7 @@ class BatchState:
         "capacity_used",
         "done",
         "submit_errors",
+        "failed_why",
         "log_offsets",
         "log_tails",
     )
