@@ -22,6 +22,7 @@ from airflow_provider_kinetic.core.batch.state import (
     CANCELLED,
     FAILED,
     NOT_SUBMITTED,
+    REASON_MAX,
     SUCCEEDED,
     BatchState,
 )
@@ -264,10 +265,8 @@ def observe(
             continue
         else:
             state.done[index] = FAILED
-            state.failed_why[index] = report.reason or report.status.value
-            log.warning(
-                "inputs[%d] (%s) failed (%s)", index, handle.job_id, state.failed_why[index]
-            )
+            why = state.failed_why[index] = (report.reason or report.status.value)[:REASON_MAX]
+            log.warning("inputs[%d] (%s) failed (%s)", index, handle.job_id, why)
             if state.fail_fast and not state.stopped:
                 stop(state, backend, f"inputs[{index}] failed")
         state.order.append(index)

@@ -15,6 +15,9 @@ from typing import Any
 from airflow_provider_kinetic.core.jobs.template import JobTemplate
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 
+#: The most of a failed child's reason kept (``failed_why``): it travels in the state,
+#: and a pod's message can be long.
+REASON_MAX = 500
 #: Terminal outcomes of one input.
 SUCCEEDED, FAILED, CANCELLED, NOT_SUBMITTED = "SUCCEEDED", "FAILED", "CANCELLED", "NOT_SUBMITTED"
 
