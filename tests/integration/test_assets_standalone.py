@@ -10,8 +10,6 @@ exactly once, by an evaluation of its own date's model.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -20,8 +18,8 @@ from tests.fixtures.standalone import (
     REPO,
     RUN_DEADLINE_S,
     Standalone,
+    backfill,
     run_standalone,
-    standalone_env,
 )
 
 TRAIN, EVALUATE = "asset_train", "asset_evaluate"
@@ -109,13 +107,7 @@ def test_training_events_schedule_evaluations_once_each(tmp_path: Path):
         # A backfill of three dates: three more training runs, three more evaluations,
         # each on its own date's model dir.
         dates = ["2026-11-10", "2026-11-11", "2026-11-12"]
-        airflow = Path(sys.executable).parent / "airflow"
-        done = subprocess.run(
-            [str(airflow), "backfill", "create", "--dag-id", TRAIN,
-             "--from-date", dates[0], "--to-date", dates[-1]],
-            env={**standalone_env(s.home, int(s.client.base_url.port)), **env},
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        done = backfill(s.home, int(s.client.base_url.port), TRAIN, dates[0], dates[-1], env)
         assert done.returncode == 0, done.stdout + done.stderr
         every = _check_every_training_run_evaluated_once(s, len(first) + 3)
         backfilled = {

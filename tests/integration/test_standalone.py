@@ -10,8 +10,6 @@ session's Airflow environment is left alone.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +19,8 @@ from tests.fixtures.standalone import (
     REPO,
     RUN_DEADLINE_S,
     Standalone,
+    backfill,
     run_standalone,
-    standalone_env,
 )
 
 DAG_ID = "retrain_daily"
@@ -148,13 +146,7 @@ def test_backfill_of_the_daily_retraining_over_three_dates(tmp_path: Path):
     dates = ["2026-11-10", "2026-11-11", "2026-11-12"]
     with run_standalone(tmp_path) as s:
         s.unpause(DAG_ID)
-        env = standalone_env(s.home, int(s.client.base_url.port))
-        airflow = Path(sys.executable).parent / "airflow"
-        done = subprocess.run(
-            [str(airflow), "backfill", "create", "--dag-id", DAG_ID,
-             "--from-date", dates[0], "--to-date", dates[-1]],
-            env=env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        done = backfill(s.home, int(s.client.base_url.port), DAG_ID, dates[0], dates[-1])
         assert done.returncode == 0, done.stdout + done.stderr
 
         def all_done() -> list[dict] | None:
