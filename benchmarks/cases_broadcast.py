@@ -94,9 +94,11 @@ class Children:
         for p in self.procs:
             assert p.stdout.readline().strip() == "ready"  # type: ignore[union-attr]
 
-    def get(self, key: str, out: Path, fanout: int) -> tuple[float, list[dict]]:
-        """Seconds from "go" until the last child holds its copy, and the rows (the
-        first row's ``cpu``: the children's user and system CPU seconds meanwhile)."""
+    def get(
+        self, key: str, out: Path, fanout: int
+    ) -> tuple[float, list[dict], tuple[float, float]]:
+        """Seconds from "go" until the last child holds its copy, the rows, and the
+        children's user and system CPU seconds meanwhile."""
         before = self.cpu()
         start = time.perf_counter()
         for i, p in enumerate(self.procs):
@@ -104,8 +106,8 @@ class Children:
             p.stdin.flush()  # type: ignore[union-attr]
         rows = [json.loads(p.stdout.readline()) for p in self.procs]  # type: ignore[union-attr]
         seconds = time.perf_counter() - start
-        rows[0]["cpu"] = [a - b for a, b in zip(self.cpu(), before, strict=True)]
-        return seconds, rows
+        after = self.cpu()
+        return seconds, rows, (after[0] - before[0], after[1] - before[1])
 
     def cpu(self) -> tuple[float, float]:
         """The children's user and system CPU seconds so far (``/proc``; 0 elsewhere):
@@ -138,17 +140,17 @@ def _one(
     proxy: Proxy, children: Children, key: str, size: int, out: Path, fanout: int,
     link: str, what: str,
 ) -> list[Row]:  # fmt: skip
-    measured: dict[int, tuple[float, int, list[dict]]] = {}
+    measured: dict[int, tuple[float, int, list[dict], tuple[float, float]]] = {}
     for tree in (0, fanout):
         before = proxy.down()
-        seconds, rows = children.get(key, out, tree)
+        seconds, rows, cpu = children.get(key, out, tree)
         read = proxy.down() - before
         versions = {r.get("version") for r in rows}
         assert len(versions) == 1 and None not in versions, f"a child failed: {rows}"
         shutil.rmtree(out)
         out.mkdir()
-        measured[tree] = (seconds, read, rows)
-    (t_all, b_all, _), (t_tree, b_tree, rows) = measured[0], measured[fanout]
+        measured[tree] = (seconds, read, rows, cpu)
+    (t_all, b_all, _, cpu_all), (t_tree, b_tree, rows, cpu_tree) = measured[0], measured[fanout]
     n = len(rows)
     case = f"broadcast {what} to {n} children, fanout {fanout}, {link}"
     ratio = b_tree / size
@@ -160,7 +162,7 @@ def _one(
     time_row = Row.timed(
         f"{case}: until every child holds it", "every child from the store", t_all, t_tree,
         GOAL_TIME, "the goal 'at most 0.4x' as a ratio: every child from the store / tree; "
-        + cpu_note(measured[0][2][0].get("cpu"), t_all, measured[fanout][2][0].get("cpu"), t_tree),
+        + cpu_note(cpu_all, t_all, cpu_tree, t_tree),
     )  # fmt: skip
     out_rows = [bytes_row, time_row, paper(case, rows, t_all, t_tree, n, fanout)]
     for row in out_rows:  # as they come: a long run that is stopped keeps what it measured
@@ -169,15 +171,13 @@ def _one(
 
 
 def cpu_note(
-    base: list[float] | None, t_base: float, tree: list[float] | None, t_tree: float
+    base: tuple[float, float], t_base: float, tree: tuple[float, float], t_tree: float
 ) -> str:
     """The children's CPU in each round, beside what the machine has: where the tree
     uses most of it, its time is the CPU its copies cost, not the network's."""
     cores = os.cpu_count() or 1
 
-    def one(cpu: list[float] | None, seconds: float) -> str:
-        if not cpu:
-            return "-"
+    def one(cpu: tuple[float, float], seconds: float) -> str:
         used = sum(cpu) / (seconds * cores)
         return f"{cpu[0]:.1f} s user + {cpu[1]:.1f} s system ({used:.0%} of {cores} CPUs)"
 
