@@ -18,9 +18,11 @@ state) and the lines are written yielding to the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -32,6 +34,20 @@ from airflow_provider_kinetic.triggers.batch_drive import BatchDriver, finished_
 from airflow_provider_kinetic.triggers.job import yielding
 from airflow_provider_kinetic.triggers.settle import hold, not_before_from, remaining
 from airflow_provider_kinetic.triggers.userkill import CancelOnUserKill
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+async def to_the_end(work: asyncio.Future) -> None:
+    """Wait until ``work`` (a thread's) has ended, even if this task is cancelled again
+    meanwhile (3.1's triggerer cancels at every state sync); its error is logged, not
+    raised: the trigger is stopping already."""
+    while not work.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({work})
+    if not work.cancelled() and (exc := work.exception()) is not None:
+        log.warning("a stopping batch trigger's work failed: %s: %s", type(exc).__name__, exc)
 
 
 class _CappedReads:
@@ -88,6 +104,7 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
         self.poll_interval = poll_interval
         self.deadline = deadline
         self.cancel_on_kill = cancel_on_kill
+        self._work: asyncio.Future | None = None  # the driver's newest work in its thread
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -114,16 +131,17 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
         from airflow_provider_kinetic.hooks.connection import store_outage_window_s
         from airflow_provider_kinetic.hooks.metrics import trigger_scope
 
-        driver = None
+        driver = None  # set once it has resumed: only then is the batch its to save
         try:
             template = self._batch.template  # its metrics: the batch's task, accelerator, backend
             trigger_scope(self, template.identity, template.accelerator, self._batch.backend)
             backend = await asyncio.to_thread(self._backend)
             if self.drive:
-                driver = await asyncio.to_thread(
+                made = await asyncio.to_thread(
                     BatchDriver.for_trigger, self.config, backend, self.log
                 )
-                self._batch = await asyncio.to_thread(driver.resume, self._batch)
+                self._batch = await self._driver_work(made.resume, self._batch)
+                driver = made
                 self._sync_state()
             delays = poll_delays(self.poll_interval, backend.first_poll_s)
             outage = StoreOutage(store_outage_window_s())
@@ -137,7 +155,7 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
                     )
                     if driver is not None:
                         await self._show_logs(backend, reports)
-                        await asyncio.to_thread(driver.step, self._batch, reports)
+                        await self._driver_work(driver.step, self._batch, reports)
                         self._sync_state()
                 except OSError as exc:  # the store cannot be read: no answer about the children
                     delay = outage.failed(exc)  # re-raised once the window has passed
@@ -151,7 +169,7 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
                 done = {j: r for j, r in reports.items() if r.status.is_terminal}
                 self._status_line(line, reports, done)
                 if driver is not None and self._batch.finished:
-                    await asyncio.to_thread(driver.save, self._batch)
+                    await self._driver_work(driver.save, self._batch)
                     await hold(self.not_before)
                     yield TriggerEvent(finished_event(self._batch))
                     return
@@ -178,8 +196,14 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
             # The triggerer is stopping (or the task left the deferral): what this
             # trigger launched and showed so far is saved, so the next triggerer
             # continues from here instead of showing lines again.
-            if self.drive and driver is not None:
-                await asyncio.shield(asyncio.to_thread(driver.save, self._batch))
+            # The driver's work in flight is waited for first (a save beside a step
+            # could catch an input between queue and active), through further cancels.
+            if driver is not None:
+                driver.halt.set()
+            if self._work is not None:
+                await to_the_end(self._work)
+            if driver is not None:
+                await to_the_end(asyncio.ensure_future(asyncio.to_thread(driver.save, self._batch)))
             raise
         except Exception as exc:  # noqa: BLE001 - never let run() die without an event
             self.log.exception("kinetic batch trigger for %s failed", self.group_id)
@@ -191,6 +215,12 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
                     "message": f"{type(exc).__name__}: {exc}",
                 }
             )
+
+    async def _driver_work(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn`` in a thread (the store and cluster clients are synchronous), kept in
+        ``_work``: a cancel does not stop a thread, so the cancel's save waits for it."""
+        self._work = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        return await asyncio.shield(self._work)
 
     def _sync_state(self) -> None:
         """The handles polled, after the driver changed the batch."""

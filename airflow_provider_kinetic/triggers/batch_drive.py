@@ -14,6 +14,11 @@ job ids (``batchrun.launch(probe=True)``), and children whose jobs were deleted 
 they succeeded are known by their results (``observe(result_key=...)``), so nothing
 runs twice and no result is dropped.
 
+A step runs in a thread, which cancelling the trigger does not stop.  So a stopping
+trigger sets :attr:`BatchDriver.halt` (the step launches no more) and saves only once
+the step in flight has ended (``triggers.batch``): a save taken beside a step could
+hold an input taken off the queue but not yet active, lost to the next trigger.
+
 Saves follow progress, not time: one when a ``1/SAVES_PER_BATCH`` share of the
 batch's launches and ends has happened since the last (and at most every
 ``SAVE_EVERY_S``), and on cancel and at the end.  So a batch writes a bounded number
@@ -24,6 +29,7 @@ large as what changed; a restart costs at most that share of children probed aga
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -68,6 +74,7 @@ class BatchDriver:
         self.saved_at = time.monotonic()
         self.changes = 0  # launches and ends since the last save
         self.saves = DrivenSaves(self.store, self.secret)
+        self.halt = threading.Event()  # set when the trigger is stopped: launch no more
 
     @classmethod
     def for_trigger(cls, config_json: str, backend: Backend, log: logging.Logger) -> BatchDriver:
@@ -89,7 +96,13 @@ class BatchDriver:
         batchlogs.log_failures(state, finished, reports, self.log)
         batchlogs.forget_finished(state)
         launched = batchrun.launch(
-            state, self.config, self.backend, self.store, self.secret, probe=True
+            state,
+            self.config,
+            self.backend,
+            self.store,
+            self.secret,
+            probe=True,
+            halted=self.halt.is_set,
         )
         batchrun.maybe_write_manifest(state, self.store)
         changed = len(finished) + launched

@@ -32,14 +32,13 @@ from airflow_provider_kinetic.core.data import cache as datacache
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.fallback import describe_step, next_step
 from airflow_provider_kinetic.core.jobs.results import collect, collect_with_blob, is_preemption
-from airflow_provider_kinetic.core.jobs.submit import create_job, make_private
+from airflow_provider_kinetic.core.jobs.submit import adopted, create_job, make_private
 from airflow_provider_kinetic.core.jobs.taskrecord import succeeded_result
 from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE
 from airflow_provider_kinetic.core.spec.handles import (
     JobHandle,
     JobStatus,
     StatusReport,
-    artifact_key,
 )
 from airflow_provider_kinetic.core.spec.pod import JobSpec
 from airflow_provider_kinetic.core.storage import ObjectStore
@@ -152,22 +151,26 @@ def launch(
     signing_secret: bytes | None = None,
     *,
     probe: bool = False,
+    halted: Callable[[], bool] | None = None,
 ) -> int:
     """Submit queued inputs while fewer than ``max_concurrent`` are active.
 
     ``probe``: the state may be older than the batch (a trigger re-created after a
     triggerer restart starts from its last saved state): a child whose derived job
     id already has a ``handle.json`` is adopted, not created again
-    (:func:`_adopted`), so no input ever runs twice."""
+    (``jobs.submit.adopted``), so no input ever runs twice.  ``halted``: asked before
+    each launch; once true, the rest stay queued (a trigger being stopped)."""
     launched = 0
     while state.queue and len(state.active) < state.max_concurrent and not state.stopped:
+        if halted is not None and halted():
+            break
         index = state.queue.pop(0)
         state.launches[index] = state.launches.get(index, 0) + 1
         job_id = child_job_id(state.group_id, index, state.launches[index])
         spec = child_spec(state, index, job_id, config, store, signing_secret)
         handle = state.template.handle(config, store, spec, index, step=state.steps.get(index, 0))
         try:
-            if not (probe and _adopted(store, backend, spec, handle)):
+            if not (probe and adopted(store, backend, spec, handle)):
                 create_job(store, backend, spec, handle)
         except Exception as exc:  # noqa: BLE001 - recorded per index, never retried
             state.submit_errors[index] = f"{type(exc).__name__}: {exc}"
@@ -183,20 +186,6 @@ def launch(
         state.manifest_dirty = True
         launched += 1
     return launched
-
-
-def _adopted(store: ObjectStore, backend: Backend, spec: JobSpec, handle: JobHandle) -> bool:
-    """Whether this child was made already (by a driver that died before saving its
-    state): its ``handle.json`` exists.  A job that exists or left a result is
-    adopted as it is; one whose handle was written but whose create never happened
-    is created now, under the same id."""
-    if not store.exists(artifact_key(handle.job_id, "handle.json")):
-        return False
-    if backend.exists(handle) or store.exists(artifact_key(handle.job_id, "result.pkl")):
-        log.info("inputs[%s] (%s) was launched already: adopted", handle.group_index, spec.job_id)
-        return True
-    backend.submit(spec)
-    return True
 
 
 def observe(

@@ -56,6 +56,20 @@ def create_job(store: ObjectStore, backend: Backend, spec: JobSpec, handle: JobH
         raise
 
 
+def adopted(store: ObjectStore, backend: Backend, spec: JobSpec, handle: JobHandle) -> bool:
+    """Whether this child was made already (by a driver that died before saving its
+    state): its ``handle.json`` exists.  A job that exists or left a result is
+    adopted as it is; one whose handle was written but whose create never happened
+    is created now, under the same id."""
+    if not store.exists(artifact_key(handle.job_id, "handle.json")):
+        return False
+    if backend.exists(handle) or store.exists(artifact_key(handle.job_id, "result.pkl")):
+        log.info("inputs[%s] (%s) was launched already: adopted", handle.group_index, spec.job_id)
+        return True
+    backend.submit(spec)
+    return True
+
+
 def make_private(store: ObjectStore, key: str) -> None:
     """On a local store, job data is owner-only (0600); a bucket has IAM instead."""
     restrict = getattr(store, "make_private", None)
