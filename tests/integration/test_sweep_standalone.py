@@ -68,6 +68,18 @@ def _xcom(s: Standalone, dag_id: str, key: str) -> Any:
     return s.json(path + "?deserialize=true")["value"]
 
 
+def _why(s: Standalone, tmp_path: Path, states: dict[str, str]) -> str:
+    """What a failed sweep's task log and the second triggerer's log end with."""
+    parts = [str(states)]
+    for dag_id, state in states.items():
+        if state != "success":
+            events = [str(e.get("event")) for e in _log(s, dag_id)]
+            parts.append(f"--- {dag_id} task log (last 60 lines) ---\n" + "\n".join(events[-60:]))
+    tail = (tmp_path / "triggerer-2.log").read_text(errors="replace").splitlines()[-60:]
+    parts.append("--- triggerer-2.log (last 60 lines) ---\n" + "\n".join(tail))
+    return "\n".join(parts)
+
+
 def test_two_sweeps_defer_once_keep_every_line_and_share_three_slots(tmp_path: Path) -> None:
     env = {
         "AIRFLOW__KINETIC__LOCAL_MAX_JOBS": str(LIMIT),
@@ -103,7 +115,7 @@ def test_two_sweeps_defer_once_keep_every_line_and_share_three_slots(tmp_path: P
             states = {d: s.wait_finished(d, "run1") for d in DAGS}
         finally:
             _stop_group(new)
-        assert states == dict.fromkeys(DAGS, "success"), states
+        assert states == dict.fromkeys(DAGS, "success"), _why(s, tmp_path, states)
 
         windows = []
         for dag_id in DAGS:
