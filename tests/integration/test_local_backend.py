@@ -19,6 +19,7 @@ import pytest
 
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.backends.local import (
+    _START_GRACE_S,
     STATE_DIR,
     LocalBackend,
     local_command,
@@ -158,6 +159,49 @@ def test_job_outlives_the_submitting_process(config, backend, tmp_path: Path) ->
     logs, offset = reader.read_logs(handle)
     assert "job saw the release file" in logs and offset == len(logs.encode())
     assert collect(config.store(), handle.job_id, report.status) == "survived"
+
+
+def test_a_job_whose_submitter_died_before_starting_it_fails_not_starts_forever(
+    config, backend
+) -> None:
+    """The submitting process is SIGKILLed after making the job dir, before starting
+    its supervisor (a triggerer killed mid-launch).  The job reads "starting" for the
+    grace a submit needs, then FAILED, never started: not PENDING for ever."""
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from airflow_provider_kinetic.core.backends import local
+        from airflow_provider_kinetic.core.config import KineticConfig
+        from airflow_provider_kinetic.core.jobs.request import JobRequest
+        from airflow_provider_kinetic.core.jobs.submit import submit_job
+
+        take = local.local_slots.take_ticket
+
+        def take_then_die(*args, **kwargs):
+            take(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        local.local_slots.take_ticket = take_then_die
+        cfg = KineticConfig(backend="local", root={config.root!r})
+        backend = local.LocalBackend(cfg.bucket_name)
+        submit_job(JobRequest(func=print, args=("never",)), cfg, backend)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )  # fmt: skip
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    (job_id,) = os.listdir(os.path.join(config.bucket_name, STATE_DIR))
+    handle = records.handle(job_id, config.bucket_name)
+    assert backend.status(handle) == StatusReport(JobStatus.PENDING, "starting")
+    jdir = backend.job_dir(job_id)
+    then = time.time() - _START_GRACE_S - 1  # the grace has passed
+    os.utime(jdir, (then, then))
+    report = backend.status(handle)
+    assert report.status is JobStatus.FAILED and "never started" in (report.reason or "")
+    backend.release(handle)
+    assert not os.path.exists(jdir)
 
 
 def test_status_lifecycle(config, backend, tmp_path: Path) -> None:

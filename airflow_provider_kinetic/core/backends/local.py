@@ -50,6 +50,8 @@ STATE_DIR = ".local-jobs"
 #: The module the local process runs in place of the image's runner script.
 RUNNER_MODULE = "airflow_provider_kinetic.runner"
 _CANCEL_GRACE_S = 5.0
+#: A submit writes ``pid`` moments after making the job dir: this long without, it died.
+_START_GRACE_S = 120.0
 
 
 def local_devices() -> dict[str, int]:
@@ -222,7 +224,7 @@ class LocalBackend(Backend):
             return StatusReport(JobStatus.FAILED, reason)
         pid = _read(os.path.join(jdir, "pid"))
         if pid is None:
-            return StatusReport(JobStatus.PENDING, "starting")
+            return _never_started(jdir) or StatusReport(JobStatus.PENDING, "starting")
         if _alive(int(pid), jdir):  # PENDING while it waits for its GPUs or a job slot
             queued = local_gpus.queued_report(jdir) or local_slots.queued_report(jdir, listings)
             return queued or StatusReport(JobStatus.RUNNING)
@@ -334,6 +336,19 @@ class LocalBackend(Backend):
         _write_atomic(os.path.join(jdir, "cancelled"), str(time.time()))
         _kill_group(int(pid), jdir)
         local_slots.withdraw(jdir)  # a queued job leaves the queue (its SIGTERM did too)
+
+
+def _never_started(jdir: str) -> StatusReport | None:
+    """FAILED for a job dir left without a ``pid`` for ``_START_GRACE_S``: its submitter
+    died (SIGKILL) between making the dir and starting the supervisor, so the job will
+    never start (a dir's mtime: the last file the submitter made in it)."""
+    try:
+        idle = time.time() - os.stat(jdir).st_mtime
+    except FileNotFoundError:
+        return None
+    if idle < _START_GRACE_S or _read(os.path.join(jdir, "pid")) is not None:
+        return None
+    return StatusReport(JobStatus.FAILED, "never started: its submitter ended before starting it")
 
 
 def _kill_group(pgid: int, jdir: str) -> None:
