@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
+from airflow_provider_kinetic.core.backends import local_presence
 from airflow_provider_kinetic.core.backends.local import (
     _START_GRACE_S,
     STATE_DIR,
@@ -224,6 +225,26 @@ def test_status_lifecycle(config, backend, tmp_path: Path) -> None:
     assert report.status is JobStatus.FAILED and report.reason == "exit code 1"
     with pytest.raises(RuntimeError, match="boom"):
         collect(config.store(), handle.job_id, report.status)
+
+
+def test_a_supervisor_caught_in_exec_is_running_not_killed(
+    config, backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen once in the full suite: a status read 8 ms after submit said "killed".
+    ``Popen`` returns while the kernel is still setting up the new program, when
+    ``/proc/PID/cmdline`` reads empty.  A live supervisor read so is RUNNING; past
+    the grace an exec needs, an empty command line is a reused pid, not the job."""
+    handle, _ = submit(config, backend, wait_for_file, str(tmp_path / "never"))
+    jdir = backend.job_dir(handle.job_id)
+    assert backend.status(handle).status is JobStatus.RUNNING
+    monkeypatch.setattr(local_presence, "_cmdline", lambda pid: b"")  # the moment in exec
+    assert backend.status(handle).status is JobStatus.RUNNING
+    then = time.time() - local_presence.EXEC_GRACE_S - 1
+    os.utime(os.path.join(jdir, "pid"), (then, then))
+    report = backend.status(handle)
+    assert report.status is JobStatus.FAILED and "killed" in (report.reason or "")
+    monkeypatch.undo()  # the real command line again: the job it is
+    assert backend.status(handle).status is JobStatus.RUNNING
 
 
 def test_killed_supervisor_is_failed(config, backend, tmp_path: Path) -> None:

@@ -16,12 +16,15 @@ applies).  One scan of ``/proc`` answers for every job asked about.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 
 from airflow_provider_kinetic.core.storage import StoreUnavailable
 
 #: The module the local backend's supervisor runs as (``python -m ...``).
 SUPERVISOR_MODULE = "airflow_provider_kinetic.core.backends.supervise"
+#: How long after its start a supervisor's empty command line means "still in exec".
+EXEC_GRACE_S = 10.0
 
 
 def live_supervisors(state_dir: str) -> dict[str, int]:
@@ -83,7 +86,14 @@ def check_gone(root: str, state_dir: str, job_ids: Iterable[str]) -> None:
 
 def supervisor_alive(pid: int, jdir: str) -> bool:
     """Whether ``pid`` is still the supervisor of the job in ``jdir`` (not a zombie, not
-    a reused pid: its command line names the job dir)."""
+    a reused pid: its command line names the job dir).
+
+    An empty command line is a process in the middle of ``exec``: ``Popen`` returns
+    once exec has closed the child's close-on-exec fds, a moment before the kernel
+    sets the new program's arguments.  A status read in that moment (a busy machine
+    stretches it) took a just-started job for killed.  It counts as alive while its
+    ``pid`` file is younger than ``EXEC_GRACE_S``; an exec never takes that long, so a
+    reused pid with no arguments (a kernel thread) is not taken for the job for long."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -96,8 +106,22 @@ def supervisor_alive(pid: int, jdir: str) -> bool:
             with open(f"{proc}/stat") as f:
                 if f.read().rsplit(")", 1)[1].split()[0] == "Z":
                     return False
-            with open(f"{proc}/cmdline", "rb") as f:
-                return jdir.encode() in f.read()
+            cmdline = _cmdline(pid)
         except (OSError, IndexError):
             return False
+        if cmdline:
+            return jdir.encode() in cmdline
+        return _younger_than(os.path.join(jdir, "pid"), EXEC_GRACE_S)
     return True
+
+
+def _cmdline(pid: int) -> bytes:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read()
+
+
+def _younger_than(path: str, seconds: float) -> bool:
+    try:
+        return time.time() - os.stat(path).st_mtime < seconds
+    except OSError:
+        return False
