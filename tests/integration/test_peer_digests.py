@@ -82,7 +82,8 @@ def test_a_peers_copy_is_checked_without_reading_it_again(served, tmp_path: Path
     assert _checked(base, digests) == (version, len(listed), 0)
     # A file changed after it arrived is read again, and the copy no longer matches.
     changed = base / str(listed[0][0])
-    changed.write_bytes(b"x" + changed.read_bytes()[1:])
+    data = changed.read_bytes()  # random: its first byte flipped, never kept as it was
+    changed.write_bytes(bytes([data[0] ^ 0xFF]) + data[1:])
     hexdigest, hits, misses = _checked(base, digests)
     assert (hits, misses) == (len(listed) - 1, 1)
     assert hexdigest != version
