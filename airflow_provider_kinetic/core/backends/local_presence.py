@@ -39,8 +39,7 @@ def live_supervisors(state_dir: str) -> dict[str, int]:
     module = SUPERVISOR_MODULE.encode()
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
+            argv = _cmdline(int(pid)).split(b"\0")
         except OSError:
             continue  # ended meanwhile, or not ours to read
         if module not in argv or argv.index(module) + 1 >= len(argv):
