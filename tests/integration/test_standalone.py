@@ -10,8 +10,11 @@ session's Airflow environment is left alone.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.storage import LocalStore
@@ -28,11 +31,26 @@ RUN_ID = "standalone_rest_run"
 TRIGGER = "airflow_provider_kinetic.triggers.job.KineticJobTrigger"
 
 
-def test_retrain_daily_through_real_triggerer(tmp_path: Path):
-    # Defer at once: the example's job may end within the operator's watch (which would
-    # collect it without the triggerer this test is about).
-    with run_standalone(tmp_path, env={"AIRFLOW__KINETIC__DEFER_GRACE_S": "0"}) as s:
-        _run_and_check(s)
+DAGS = REPO / "tests" / "dags"
+
+
+@pytest.fixture(scope="module")
+def s(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    """One standalone for the module (a boot costs a minute of CPU on a busy machine):
+    the example DAG and the clear and live-log DAGs, each test with its own run and
+    its own DAG's jobs.  Deferrable tasks defer at once: the example's job may end
+    within the operator's watch (which would collect it without the triggerer these
+    tests are about)."""
+    with run_standalone(
+        tmp_path_factory.mktemp("standalone"),
+        extra_dag_files=[DAGS / "kinetic_clear_dags.py", DAGS / "kinetic_live_dags.py"],
+        env={"AIRFLOW__KINETIC__DEFER_GRACE_S": "0"},
+    ) as server:
+        yield server
+
+
+def test_retrain_daily_through_real_triggerer(s: Standalone):
+    _run_and_check(s)
 
 
 def _run_and_check(s: Standalone) -> None:
@@ -97,115 +115,121 @@ def _run_and_check(s: Standalone) -> None:
     assert "Starting the triggerer" in s.log_path.read_text(errors="replace")
 
 
-def test_clearing_a_deferred_task_runs_one_new_job(tmp_path: Path):
+def test_clearing_a_deferred_task_runs_one_new_job(s: Standalone, tmp_path: Path):
     """A clear while deferred means "run it again": the old job is cancelled (never
     adopted), one new job runs, and the task succeeds on its second try."""
     dag_id, run_id, marker = "kinetic_clear", "clear_run", tmp_path / "executions"
-    with run_standalone(tmp_path, REPO / "tests" / "dags" / "kinetic_clear_dags.py") as s:
-        s.unpause(dag_id)
-        s.trigger(dag_id, run_id, {"marker": str(marker)})
-        ti_path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/work"
+    jobs_dir = s.home / "kinetic" / ".local-jobs"
+    before = set(jobs_dir.iterdir()) if jobs_dir.is_dir() else set()
+    s.unpause(dag_id)
+    s.trigger(dag_id, run_id, {"marker": str(marker)})
+    ti_path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/work"
 
-        def deferred_and_running() -> bool:
-            ti = s.api("GET", ti_path)
-            return ti.status_code == 200 and ti.json()["state"] == "deferred" and marker.exists()
+    def deferred_and_running() -> bool:
+        ti = s.api("GET", ti_path)
+        return ti.status_code == 200 and ti.json()["state"] == "deferred" and marker.exists()
 
-        s.wait_for("the task to defer while its job runs", deferred_and_running, RUN_DEADLINE_S)
-        jobs_dir = s.home / "kinetic" / ".local-jobs"
-        (first_job,) = [p.name for p in jobs_dir.iterdir()]
-        resp = s.api(
-            "POST",
-            f"/dags/{dag_id}/clearTaskInstances",
-            json={"dry_run": False, "dag_run_id": run_id, "task_ids": ["work"],
-                  "only_failed": False, "reset_dag_runs": True},
-        )  # fmt: skip
-        assert resp.status_code == 200, resp.text
+    s.wait_for("the task to defer while its job runs", deferred_and_running, RUN_DEADLINE_S)
+    (first_job,) = [p.name for p in set(jobs_dir.iterdir()) - before]
+    resp = s.api(
+        "POST",
+        f"/dags/{dag_id}/clearTaskInstances",
+        json={"dry_run": False, "dag_run_id": run_id, "task_ids": ["work"],
+              "only_failed": False, "reset_dag_runs": True},
+    )  # fmt: skip
+    assert resp.status_code == 200, resp.text
 
-        assert s.wait_finished(dag_id, run_id) == "success"
-        ti = s.json(ti_path)
-        assert ti["state"] == "success" and ti["try_number"] == 2
-        value = s.api(
-            "GET", ti_path + "/xcomEntries/return_value", params={"deserialize": True}
-        ).json()["value"]
-        assert value == "execution 2"
-        # Exactly one new job: the store's history knows two, the first cancelled by the
-        # clear, the second succeeded; both were collected, so their local state went.
-        store = LocalStore(str(s.home / "kinetic"))
-        entries = {e["job_id"]: e for e in history.entries(store)}
-        assert len(entries) == 2 and first_job in entries
-        assert entries[first_job]["state"] == "CANCELLED"
-        (second,) = [e for j, e in entries.items() if j != first_job]
-        assert second["state"] == "SUCCEEDED"
-        assert list(jobs_dir.iterdir()) == []
-        assert marker.read_text().count("run") == 2
+    assert s.wait_finished(dag_id, run_id) == "success"
+    ti = s.json(ti_path)
+    assert ti["state"] == "success" and ti["try_number"] == 2
+    value = s.api(
+        "GET", ti_path + "/xcomEntries/return_value", params={"deserialize": True}
+    ).json()["value"]
+    assert value == "execution 2"
+    # Exactly one new job: the store's history knows two of this DAG, the first
+    # cancelled by the clear, the second succeeded; both were collected, so their
+    # local state went.
+    store = LocalStore(str(s.home / "kinetic"))
+    entries = {e["job_id"]: e for e in history.entries(store) if e.get("dag_id") == dag_id}
+    assert len(entries) == 2 and first_job in entries, entries
+    assert entries[first_job]["state"] == "CANCELLED"
+    (second,) = [e for j, e in entries.items() if j != first_job]
+    assert second["state"] == "SUCCEEDED"
+    assert set(jobs_dir.iterdir()) - before == set()
+    assert marker.read_text().count("run") == 2
 
 
-def test_backfill_of_the_daily_retraining_over_three_dates(tmp_path: Path):
+def test_backfill_of_the_daily_retraining_over_three_dates(s: Standalone):
     """``airflow backfill create`` under standalone: one run per date, each with its own
     output dir and its own rendered ``Data("/.../{{ ds }}/")`` path."""
     dates = ["2026-11-10", "2026-11-11", "2026-11-12"]
-    with run_standalone(tmp_path) as s:
-        s.unpause(DAG_ID)
-        done = backfill(s.home, int(s.client.base_url.port), DAG_ID, dates[0], dates[-1])
-        assert done.returncode == 0, done.stdout + done.stderr
+    s.unpause(DAG_ID)
+    done = backfill(s.home, int(s.client.base_url.port), DAG_ID, dates[0], dates[-1])
+    assert done.returncode == 0, done.stdout + done.stderr
 
-        def all_done() -> list[dict] | None:
-            runs = s.json(f"/dags/{DAG_ID}/dagRuns")["dag_runs"]
-            if len(runs) == 3 and all(r["state"] in ("success", "failed") for r in runs):
-                return runs
+    def all_done() -> list[dict] | None:
+        runs = [
+            r for r in s.json(f"/dags/{DAG_ID}/dagRuns")["dag_runs"] if r["run_type"] == "backfill"
+        ]
+        if len(runs) == 3 and all(r["state"] in ("success", "failed") for r in runs):
+            return runs
+        return None
+
+    runs = s.wait_for("three backfilled runs", all_done, RUN_DEADLINE_S * 2)
+    assert sorted(r["state"] for r in runs) == ["success"] * 3, runs
+    assert sorted(r["logical_date"][:10] for r in runs) == dates
+    outputs, rendered = set(), set()
+    for r in runs:
+        path = f"/dags/{DAG_ID}/dagRuns/{r['dag_run_id']}/taskInstances/train"
+        out = s.api("GET", path + "/xcomEntries/output_dir", params={"deserialize": True}).json()[
+            "value"
+        ]
+        assert (Path(out[len("file://") :]) / "metrics.json").exists()
+        outputs.add(out)
+        rendered.add(str(s.json(path)["rendered_fields"]["op_kwargs"]))
+    assert len(outputs) == 3  # one output dir per run
+    for day in dates:  # each run's Data path rendered with its own ds
+        assert sum(f"/{day}/" in text for text in rendered) == 1, rendered
+
+
+def test_task_log_shows_the_job_log_while_deferred(s: Standalone, tmp_path: Path):
+    """The job prints a tick line every half second until the test releases it; the task
+    log read through the REST API while the task is still deferred already holds the
+    early lines, and the final log holds every line once, in order."""
+    dag_id, run_id, release = "kinetic_live", "live_run", tmp_path / "release"
+    s.unpause(dag_id)
+    s.trigger(dag_id, run_id, {"release": str(release)})
+    ti_path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/tick"
+
+    def early_lines_while_deferred() -> list[str] | None:
+        if s.json(ti_path)["state"] != "deferred":
             return None
-
-        runs = s.wait_for("three backfilled runs", all_done, RUN_DEADLINE_S * 2)
-        assert sorted(r["state"] for r in runs) == ["success"] * 3, runs
-        assert sorted(r["logical_date"][:10] for r in runs) == dates
-        outputs, rendered = set(), set()
-        for r in runs:
-            path = f"/dags/{DAG_ID}/dagRuns/{r['dag_run_id']}/taskInstances/train"
-            out = s.api(
-                "GET", path + "/xcomEntries/output_dir", params={"deserialize": True}
-            ).json()["value"]
-            assert (Path(out[len("file://") :]) / "metrics.json").exists()
-            outputs.add(out)
-            rendered.add(str(s.json(path)["rendered_fields"]["op_kwargs"]))
-        assert len(outputs) == 3  # one output dir per run
-        for day in dates:  # each run's Data path rendered with its own ds
-            assert sum(f"/{day}/" in text for text in rendered) == 1, rendered
-
-
-def test_task_log_shows_the_job_log_while_deferred(tmp_path: Path):
-    """The job prints a line per second for 20 s; the task log read through the REST API
-    while the task is still deferred already holds the early lines."""
-    dag_id, run_id = "kinetic_live", "live_run"
-    with run_standalone(tmp_path, REPO / "tests" / "dags" / "kinetic_live_dags.py") as s:
-        s.unpause(dag_id)
-        s.trigger(dag_id, run_id)
-        ti_path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/tick"
-
-        def early_lines_while_deferred() -> list[str] | None:
-            if s.json(ti_path)["state"] != "deferred":
-                return None
-            resp = s.api(
-                "GET",
-                ti_path + "/logs/1",
-                params={"full_content": True},
-                headers={"Accept": "application/json"},
-            )
-            if resp.status_code != 200:
-                return None
-            events = [str(e.get("event")) for e in resp.json()["content"]]
-            ticks = [e for e in events if "] tick " in e]
-            return ticks if len(ticks) >= 3 else None
-
-        ticks = s.wait_for(
-            "job lines in the log of the deferred task", early_lines_while_deferred, 60
-        )
-        assert ticks[0].endswith("tick 0") and s.json(ti_path)["state"] == "deferred"
-
-        assert s.wait_finished(dag_id, run_id) == "success"
         resp = s.api(
-            "GET", ti_path + "/logs/1", params={"full_content": True},
+            "GET",
+            ti_path + "/logs/1",
+            params={"full_content": True},
             headers={"Accept": "application/json"},
-        )  # fmt: skip
+        )
+        if resp.status_code != 200:
+            return None
         events = [str(e.get("event")) for e in resp.json()["content"]]
-        lines = [e.rsplit("] ", 1)[1] for e in events if "] tick " in e]
-        assert lines == [f"tick {i}" for i in range(20)]  # every line once, in order
+        ticks = [e for e in events if "] tick " in e]
+        return ticks if len(ticks) >= 3 else None
+
+    ticks = s.wait_for(
+        "job lines in the log of the deferred task", early_lines_while_deferred, RUN_DEADLINE_S
+    )
+    assert ticks[0].endswith("tick 0") and s.json(ti_path)["state"] == "deferred"
+    release.touch()  # the job ends only now: the lines above were read while it ran
+
+    assert s.wait_finished(dag_id, run_id) == "success"
+    resp = s.api(
+        "GET", ti_path + "/logs/1", params={"full_content": True},
+        headers={"Accept": "application/json"},
+    )  # fmt: skip
+    events = [str(e.get("event")) for e in resp.json()["content"]]
+    lines = [e.rsplit("] ", 1)[1] for e in events if "] tick " in e]
+    count = s.api(
+        "GET", ti_path + "/xcomEntries/return_value", params={"deserialize": True}
+    ).json()["value"]
+    assert count >= 3 and lines == [f"tick {i}" for i in range(count)]  # each once, in order
