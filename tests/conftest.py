@@ -24,3 +24,31 @@ def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ARG001 - pytest'
             f"left behind in the temp dir: {', '.join(left[:10])}", red=True
         )
         session.exitstatus = 1
+
+
+# Per-module cost, summed over every test's setup, call and teardown (on the xdist
+# controller too: it receives every worker's reports).  Printed at the end of the run
+# so a slow module shows itself; docs/TESTING.md keeps the table.
+_MODULE_SECONDS: dict[str, float] = {}
+_MODULE_TESTS: dict[str, int] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    module = report.nodeid.split("::", 1)[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+    if report.when == "call" or (report.when == "setup" and report.skipped):
+        _MODULE_TESTS[module] = _MODULE_TESTS.get(module, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not _MODULE_SECONDS:
+        return
+    total = sum(_MODULE_SECONDS.values())
+    ranked = sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1])
+    terminalreporter.section("seconds per test module (setup + call + teardown)")
+    for module, seconds in ranked[:30]:
+        tests = _MODULE_TESTS.get(module, 0)
+        terminalreporter.line(
+            f"{seconds:8.1f} s {100 * seconds / total:5.1f}%  {tests:4d}  {module}"
+        )
+    terminalreporter.line(f"{total:8.1f} s in {len(ranked)} modules (summed over workers)")
