@@ -75,7 +75,7 @@ def best(fn: Callable[[], T], repeat: int) -> tuple[float, T]:
 
 
 def machine() -> str:
-    """CPU model, cores, memory, OS and Python: what the README records with the table."""
+    """CPU model, cores, memory, OS and Python: what docs/PERFORMANCE.md records with the table."""
     model = platform.processor() or platform.machine()
     mem = ""
     try:
@@ -95,7 +95,7 @@ def machine() -> str:
 
 
 def render(rows: list[Row], title: str) -> str:
-    """A Markdown table (it goes into the README as printed)."""
+    """A Markdown table (it goes into docs/PERFORMANCE.md as printed)."""
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         f"{title} - {now}",

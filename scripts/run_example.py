@@ -48,7 +48,11 @@ def main() -> int:
             XComModel.dag_id == dr.dag_id, XComModel.run_id == dr.run_id
         )
         xcoms = {(r.task_id, r.key): XComModel.deserialize_value(r) for r in rows}
+    import airflow_provider_kinetic
+
     print(f"\nDAG run {dr.run_id}: {dr.state}")
+    # Which install ran it: this checkout (the editable install) or an installed wheel.
+    print("provider:   ", Path(airflow_provider_kinetic.__file__).parent)
     if dr.state != "success":
         return 1
     print("kinetic job:", json.dumps(xcoms[("train", "kinetic_job")], sort_keys=True))

@@ -73,8 +73,8 @@ def key_store(conn_id: str | None = None) -> KeyStore:
 
 
 class Store:
-    """Named, versioned data: ``put``, ``get``, ``ls``, ``rm`` (see the README's
-    "Keys and broadcast").  Each call resolves its store (cheap: no network)."""
+    """Named, versioned data: ``put``, ``get``, ``ls``, ``rm`` (see
+    ``docs/KEYS.md``).  Each call resolves its store (cheap: no network)."""
 
     def put(
         self,

@@ -1,6 +1,6 @@
 """``benchmarks/run.py --quick`` runs end to end and prints the table with every row.
 
-The goals are judged by the full run (README "Speed"); here the sizes are too small
+The goals are judged by the full run (docs/PERFORMANCE.md); here the sizes are too small
 for ratios to mean much, so only the table's shape and the correctness checks the
 benchmark makes on the way (equal hashes, equal bucket layouts, right batch results,
 the write budget) are asserted.  The job-overhead rows are the exception: their goals

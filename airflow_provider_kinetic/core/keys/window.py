@@ -6,7 +6,7 @@ job, to ``store.put``/``get`` of tensors, and built by ``KineticMapOperator(...,
 broadcast=True)`` for its children; it is checked once, where it is made, so a bad
 window fails before anything moves (the developer guide's "bad input fails early").
 
-Fields (Kubetorch's names where they mean the same, see README "Keys and broadcast"):
+Fields (Kubetorch's names where they mean the same, see ``docs/KEYS.md``):
 
 - ``fanout``: how many children one peer serves at most (a tree; 50 reaches 2,500
   peers in two hops, the figure Kubetorch documents for its tree);

@@ -5,7 +5,7 @@
 * a URI (anything else): used as is; the connection's older ``image`` extra means
   the same;
 * ``"prebuilt"``: ``{base_image_repo}/base-{cpu|gpu|tpu}:{package version}``, images
-  published from ``docker/`` (README "Runtime images"); the job's requirements are
+  published from ``docker/`` (``docs/RUNTIME_IMAGES.md``); the job's requirements are
   uploaded as ``{job_id}/requirements.txt`` and installed at pod start
   (``--requirements-gcs``);
 * ``"bundled"`` (the default on a cluster backend when nothing is configured): an
@@ -314,7 +314,7 @@ def plan_image(
             raise ImageConfigError(
                 "container_image='prebuilt' needs the connection's 'base_image_repo' "
                 "(e.g. 'us-docker.pkg.dev/my-project/kinetic'), where "
-                "base-cpu/base-gpu/base-tpu images are published (README 'Runtime images')"
+                "base-cpu/base-gpu/base-tpu images are published (docs/RUNTIME_IMAGES.md)"
             )
         tag = wheel.package_version()
         uri = f"{repo}/base-{category}:{tag}"
