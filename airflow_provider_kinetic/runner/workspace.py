@@ -135,13 +135,25 @@ def _download_ref(ref: dict[str, Any], target: str) -> str:
 
 
 def _resolve_fuse(ref: dict[str, Any]) -> str:
-    """A FUSE ref resolves to its mount path; a single file to the one entry there."""
+    """A FUSE ref resolves to its mount path; a single file to that file there.
+
+    A ``gs://`` file is mounted through its parent prefix, beside its siblings: it is
+    the entry of its own name.  A local file's cache entry holds that one file under its
+    local name.  Anything else is refused, never guessed (a sibling would be a silently
+    wrong input)."""
     mount = ref["mount_path"]
-    if not ref.get("is_dir") and os.path.isdir(mount):
-        entries = sorted(os.listdir(mount))
-        if entries:
-            return os.path.join(mount, entries[0])
-    return mount
+    if ref.get("is_dir") or not os.path.isdir(mount):
+        return mount
+    named = os.path.join(mount, ref["uri"].rstrip("/").rsplit("/", 1)[-1])
+    if os.path.isfile(named):
+        return named
+    entries = os.listdir(mount)
+    if len(entries) == 1:
+        return os.path.join(mount, entries[0])
+    raise FileNotFoundError(
+        f"Data({ref['uri']!r}, fuse=True): the file is not at {named} in its mount "
+        f"({len(entries)} other entries there)"
+    )
 
 
 def _ref_key(ref: dict[str, Any]) -> str:
