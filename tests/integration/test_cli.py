@@ -1,9 +1,16 @@
-"""``airflow kinetic ...`` / ``python -m airflow_provider_kinetic.cli ...`` as real
-processes against jobs and a data cache on the local backend (no mocks)."""
+"""``airflow kinetic ...`` / ``python -m airflow_provider_kinetic.cli ...`` against jobs
+and a data cache on the local backend (no mocks).
+
+Commands run as the CLI's ``main`` in this process (``tests/fixtures/cli.py``): a new
+process costs an Airflow import.  Real processes remain where the process is the
+subject: ``jobs result`` of a failed job through each entry point (its exit status
+and stderr), and ``jobs logs --follow`` while the job runs (``test_cli_stdout.py``
+checks what reaches a real process's stdout and stderr)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -13,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from airflow import __version__ as airflow_version
 from packaging.version import Version
 
@@ -26,11 +34,13 @@ from airflow_provider_kinetic.core.jobs.taskrecord import SYNC, TaskRecord, writ
 from airflow_provider_kinetic.core.runtime.context import context_key
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.hooks.signing import deployment_secret
+from tests.fixtures.cli import MODULE, REPO, _CallStream, run_cli, run_cli_process
 from tests.fixtures.tiny_wheel import write_wheel
+from tests.fixtures.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 CONN = "kn_cli"
-DEADLINE_S = 60.0
+#: How long a local job (a new Python process) may take to start or end.
+DEADLINE_S = 120.0
 
 
 def add(a: int, b: int) -> dict:
@@ -44,17 +54,8 @@ def wait_release(release: str) -> str:
 
     print("waiting", flush=True)
     while not os.path.exists(release):
-        time.sleep(0.02)
+        time.sleep(0.02)  # timing-ok: the remote job's workload, polling for its release
     return "released"
-
-
-def wait_for(pred: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        if value := pred():
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {DEADLINE_S}s waiting for {what}")
 
 
 @pytest.fixture
@@ -85,30 +86,23 @@ def submit(config: KineticConfig, func: Callable, *args: Any, **request: Any) ->
 def finished(config: KineticConfig, handle: JobHandle) -> JobStatus:
     backend = LocalBackend(config.bucket_name)
     return wait_for(
-        lambda: (s := backend.status(handle).status).is_terminal and s, f"{handle.job_id} to end"
+        f"{handle.job_id} to end",
+        lambda: (s := backend.status(handle).status).is_terminal and s,
+        DEADLINE_S,
     )
 
 
-def cli(*args: str, ok: bool = True, airflow: bool = False) -> subprocess.CompletedProcess:
-    """Run the CLI in a fresh process with this session's AIRFLOW_HOME and connections."""
-    if airflow:  # Airflow's own CLI: the provider's "cli" entry registers the group
-        cmd = [sys.executable, "-m", "airflow", "kinetic", *args, "--conn-id", CONN]
-    else:
-        cmd = [sys.executable, "-m", "airflow_provider_kinetic.cli", *args, "--conn-id", CONN]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+def cli(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
+    """The CLI with this module's connection, called in this process."""
+    out = run_cli(*args, "--conn-id", CONN)
     if ok:
-        assert out.returncode == 0, f"{cmd}\nstdout:{out.stdout}\nstderr:{out.stderr[-3000:]}"
+        assert out.returncode == 0, f"{args}\nstdout:{out.stdout}\nstderr:{out.stderr[-3000:]}"
     return out
 
 
-def as_json(*args: str, airflow: bool = False) -> Any:
-    """The command's JSON output: stdout holds nothing else (Airflow's own CLI may log
-    its unit-test configuration notice there before it parses arguments)."""
-    out = cli(*args, "--output", "json", airflow=airflow).stdout
-    if airflow:
-        out = "\n".join(line for line in out.splitlines() if "Unit test configuration" not in line)
-    return json.loads(out)
+def as_json(*args: str) -> Any:
+    """The command's JSON output (stdout holds nothing else)."""
+    return json.loads(cli(*args, "--output", "json").stdout)
 
 
 def test_list_status_logs_result_and_cleanup(config: KineticConfig):
@@ -180,7 +174,7 @@ def test_cancel_and_follow(config: KineticConfig, tmp_path: Path):
     release = tmp_path / "release"
     waiting = submit(config, wait_release, str(release))
     backend = LocalBackend(config.bucket_name)
-    wait_for(lambda: "waiting" in backend.read_logs(waiting)[0], "the job to start")
+    wait_for("the job to start", lambda: "waiting" in backend.read_logs(waiting)[0], DEADLINE_S)
     early = cli("jobs", "result", waiting.job_id, ok=False)
     assert early.returncode == 1 and "pass --wait" in early.stderr
     running = cli("jobs", "list", "--state", "RUNNING", "-o", "json").stdout
@@ -192,9 +186,10 @@ def test_cancel_and_follow(config: KineticConfig, tmp_path: Path):
     failed = cli("jobs", "result", waiting.job_id, ok=False)
     assert failed.returncode == 1 and f"kinetic job {waiting.job_id} failed" in failed.stderr
 
+    # A real process: the test reads its output while it runs, and acts meanwhile.
     follow = submit(config, wait_release, str(release))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "airflow_provider_kinetic.cli", "jobs", "logs", follow.job_id,
+        [sys.executable, "-m", MODULE, "jobs", "logs", follow.job_id,
          "--follow", "--poll-interval", "0.05", "--conn-id", CONN],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -228,12 +223,16 @@ def raise_two_arg(n: int) -> None:
 
 @pytest.mark.parametrize("airflow", [False, True], ids=["python-m", "airflow"])
 def test_result_of_an_unrebuildable_remote_error(config: KineticConfig, airflow: bool):
-    """``jobs result`` names the remote type, its message and its traceback."""
+    """``jobs result`` names the remote type, its message and its traceback.
+
+    Each entry point once as a real process (the others in this module call ``main``):
+    ``python -m airflow_provider_kinetic.cli``, and ``airflow kinetic`` through
+    Airflow's own CLI, which adds the group from the provider's ``cli`` entry."""
     if airflow and Version(airflow_version).release < (3, 2):
         pytest.skip("Airflow 3.1 does not load provider CLI commands")
     handle = submit(config, raise_two_arg, 7)
     assert finished(config, handle) is JobStatus.FAILED
-    out = cli("jobs", "result", handle.job_id, ok=False, airflow=airflow)
+    out = run_cli_process("jobs", "result", handle.job_id, "--conn-id", CONN, airflow=airflow)
     assert out.returncode == 1 and "could not be deserialised" not in out.stderr
     name = f"{__name__}.TwoArgError"
     first = next(line for line in out.stderr.splitlines() if line.startswith("error: "))
@@ -277,7 +276,7 @@ def test_data_ls_and_gc(config: KineticConfig):
     assert dry[-1]["kind"] == "upload parts" and (dry[-1]["files"], dry[-1]["bytes"]) == (2, 10)
     assert store.exists(marker_key("a" * 64)) and store.exists(context_key("d" * 64))
     assert store.exists(".kinetic-parts/left/00")
-    gc = as_json("data", "gc", "--older-than", "7d", airflow=True)
+    gc = as_json("data", "gc", "--older-than", "7d")
     assert [(r["hash"], r["action"]) for r in gc] == [
         ("a" * 64, "deleted"),
         ("d" * 64, "deleted"),
@@ -309,7 +308,9 @@ def test_data_gc_removes_unused_local_venvs_but_not_a_live_jobs(
     release = tmp_path / "release"
     busy = submit(config, wait_release, str(release), requirements=["kngcprobe==0.0.2"])
     log = LocalBackend(root).job_dir(busy.job_id) + "/log"
-    wait_for(lambda: os.path.exists(log) and "waiting" in Path(log).read_text(), "the job")
+    wait_for(
+        "the job", lambda: os.path.exists(log) and "waiting" in Path(log).read_text(), DEADLINE_S
+    )
     others = [e.path for e in local_venv.list_venvs(root) if e.path not in (old_unused, fresh)]
     (busy_venv,) = others  # the job's own, built by its submit
     old = time.time() - 10 * 86400
@@ -336,8 +337,8 @@ def test_data_gc_removes_unused_local_venvs_but_not_a_live_jobs(
     assert gc == {busy_venv: "deleted"} and Path(fresh).is_dir()
 
 
-def test_accelerators_through_airflow():
-    rows = as_json("accelerators", airflow=True)
+def test_accelerators():
+    rows = as_json("accelerators")
     by_name = {r["name"]: r for r in rows}
     assert by_name["h100"]["kind"] == "gpu" and by_name["h100"]["gke"] == "nvidia-h100-80gb"
     assert by_name["v5litepod"]["topologies"]["4"] == "2x2"
@@ -356,7 +357,7 @@ def test_accelerators_through_airflow():
     assert by_name["gb200"]["arch"] == "arm64" and by_name["gb200"]["hosts"] == {"4": 1}
     assert "flex-start" in v6e["capacity"]["1"] and "flex-start" not in v6e["capacity"]["8"]
     assert "on-demand" in v6e["capacity"]["8"] and "spot" in by_name["l4"]["capacity"]["1"]
-    table = cli("accelerators", airflow=True).stdout
+    table = cli("accelerators").stdout
     lines = table.splitlines()
     header = next(line for line in lines if line.startswith("KIND"))
     assert header.split() == [
@@ -368,3 +369,28 @@ def test_accelerators_through_airflow():
     [v5e] = [ln for ln in lines if ln.split()[:2] == ["tpu", "v5litepod"]]
     assert "v5e, tpu-v5-lite-podslice" in v5e and "1/1/1/4/8/16/32/64" in v5e
     assert "1/4/8/4/4/4/4/4" in v5e  # chips per host: the 8-chip slice is one 8-chip VM
+
+
+def test_an_in_process_call_leaves_the_process_as_it_found_it(capfd: pytest.CaptureFixture[str]):
+    """``run_cli`` (what this module's tests call) restores the streams, the environment
+    and logging, and captures the command's output apart from pytest's capture; what
+    a logger made during the call writes later reaches the stderr of that time."""
+    root = logging.getLogger()
+    handlers = [(h, getattr(h, "stream", None)) for h in root.handlers]
+    before = (sys.stdout, sys.stderr, dict(os.environ), root.level, structlog.get_config())
+    listed = run_cli("accelerators", "-o", "json", env={"KINETIC_CLI_PROBE": "1"})
+    bad = run_cli("jobs", "list", "--state", "sideways")
+    usage = run_cli("jobs", "nope")
+    after = (sys.stdout, sys.stderr, dict(os.environ), root.level, structlog.get_config())
+    assert after == before
+    assert [(h, getattr(h, "stream", None)) for h in root.handlers] == handlers
+    assert listed.returncode == 0 and json.loads(listed.stdout)
+    assert (bad.returncode, bad.stdout) == (1, "") and "unknown state 'sideways'" in bad.stderr
+    assert usage.returncode == 2 and "invalid choice: 'nope'" in usage.stderr
+    assert "sideways" not in "".join(capfd.readouterr())
+
+    stream = _CallStream("stderr")
+    stream.write("during")
+    assert stream.end() == "during"
+    stream.write("after\n")
+    assert capfd.readouterr().err == "after\n"

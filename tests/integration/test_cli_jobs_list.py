@@ -1,6 +1,6 @@
 """``airflow kinetic jobs list`` by task: run id, logical date, map index and batch
-children, as real CLI processes over jobs and batches that operators ran on the local
-backend (the fixtures and helpers of ``test_cli``)."""
+children, over jobs and batches that operators ran on the local backend (the fixtures
+and helpers of ``test_cli``: the CLI's ``main`` called in this process)."""
 
 from __future__ import annotations
 

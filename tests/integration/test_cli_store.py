@@ -1,12 +1,11 @@
-"""``airflow kinetic store put|get|ls|rm`` (and ``data gc`` with keys) as real
-processes against a local root and a bucket on the real fake-gcs-server."""
+"""``airflow kinetic store put|get|ls|rm`` (and ``data gc`` with keys) against a local
+root, the CLI's ``main`` called in this process (``tests/fixtures/cli.py``; real
+processes of both entry points are ``test_cli.py``'s and ``test_cli_stdout.py``'s)."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +14,15 @@ import pytest
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data.refs import marker_key
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
+from tests.fixtures.cli import run_cli
 
-REPO = Path(__file__).resolve().parents[2]
 CONN = "kn_store_cli"
 
 
 @pytest.fixture
 def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> KineticConfig:
-    """A local connection (gs:// is covered in-process by test_keys.py: the CLI is a
-    thin layer over the same calls, and each CLI process costs an Airflow import)."""
+    """A local connection (gs:// is covered by test_keys.py: the CLI is a thin layer
+    over the same calls)."""
     extra = {"backend": "local", "root": str(tmp_path / "root")}
     monkeypatch.setenv(
         f"AIRFLOW_CONN_{CONN.upper()}", json.dumps({"conn_type": "kinetic", "extra": extra})
@@ -32,15 +31,10 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> KineticConfig:
     return KineticConfig(**extra)
 
 
-def cli(*args: str, ok: bool = True, airflow: bool = False) -> subprocess.CompletedProcess:
-    if airflow:
-        cmd = [sys.executable, "-m", "airflow", "kinetic", "store", *args, "--conn-id", CONN]
-    else:
-        cmd = [sys.executable, "-m", "airflow_provider_kinetic.cli", "store", *args]
-        cmd += ["--conn-id", CONN]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert (out.returncode == 0) is ok, f"{cmd}\nstdout:{out.stdout}\nstderr:{out.stderr[-3000:]}"
+def cli(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
+    """``store ARGS`` with this module's connection, called in this process."""
+    out = run_cli("store", *args, "--conn-id", CONN)
+    assert (out.returncode == 0) is ok, f"{args}\nstdout:{out.stdout}\nstderr:{out.stderr[-3000:]}"
     return out
 
 
@@ -56,14 +50,14 @@ def model(tmp_path: Path, text: str) -> Path:
 
 
 def test_put_ls_get(config: KineticConfig, tmp_path: Path) -> None:
-    """put and get as real processes, ``ls`` through Airflow's own CLI."""
+    """put, then ls and get (a version by its prefix)."""
     keys = KeyStore(config.store())
     first = as_json("put", "models/churn", str(model(tmp_path, "one")), "--ttl", "7d")
     assert first["uploaded"] is True and first["files"] == 1
     assert set(first["by"]) == {"user", "host"}
     second = keys.put("models/churn", model(tmp_path, "two"))
 
-    table = cli("ls", airflow=True).stdout.splitlines()
+    table = cli("ls").stdout.splitlines()
     header = next(i for i, line in enumerate(table) if line.split()[:2] == ["KEY", "VERSION"])
     row = table[header + 1].split()
     assert row[:2] == ["models/churn", second["version"][:12]] and "2" in row
@@ -95,11 +89,9 @@ def test_data_gc_expires_keys_and_keeps_what_keys_hold(
     second = keys.put("models/churn", model(tmp_path, "two"))
     (tmp_path / "b").write_text("short-lived")
     short = keys.put("drop/me", tmp_path / "b", ttl=0.001)
-    gc = [sys.executable, "-m", "airflow_provider_kinetic.cli", "data", "gc"]
-    gc += ["--older-than", "0s", "--conn-id", CONN, "-o", "json"]
+    gc = ["data", "gc", "--older-than", "0s", "--conn-id", CONN, "-o", "json"]
     gc += ["--force"]  # no Airflow database here: the XCom side is test_keyio.py's
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run(gc, capture_output=True, text=True, timeout=300, env=env)
+    out = run_cli(*gc)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = {(r["hash"], r.get("action")) for r in json.loads(out.stdout)}
     assert (short["version"], "expired") in rows and (short["version"], "deleted") in rows

@@ -4,18 +4,16 @@ A real DAG (``tests/dags/kinetic_history_dags.py``) runs under ``dag.test()`` on
 local backend: a sync job, a deferred one (``defer_grace_s = 0``: it defers at once),
 one submitted now and collected by a sensor, a batch with a failing child, a failing
 job and one whose result travels by reference.  Afterwards the store and the disk hold
-exactly what the policy says, and ``jobs list`` / ``jobs logs`` (real CLI processes)
-still show every job; ``jobs cleanup`` keeps what an XCom still needs unless
-``--force``, and applies the retention, saying what it deletes with sizes.
+exactly what the policy says, and ``jobs list`` / ``jobs logs`` (the CLI's ``main``
+called in this process, on the session's Airflow database) still show every job;
+``jobs cleanup`` keeps what an XCom still needs unless ``--force``, and applies the
+retention, saying what it deletes with sizes.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +21,17 @@ import pytest
 
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.storage import LocalStore
+from tests.fixtures.cli import run_cli
 
-REPO = Path(__file__).resolve().parents[2]
 LOGICAL = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 TASKS = {"sync", "deferred", "submit", "batch", "big", "failing"}
 
 
 def cli(conn: str, *args: str) -> Any:
-    """A real ``python -m airflow_provider_kinetic.cli`` process; its JSON output."""
-    cmd = [sys.executable, "-m", "airflow_provider_kinetic.cli", *args, "-o", "json"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([*cmd, "--conn-id", conn], capture_output=True, text=True,
-                         timeout=180, env=env)  # fmt: skip
-    assert out.returncode == 0, f"{cmd}\nstdout:{out.stdout}\nstderr:{out.stderr[-3000:]}"
+    """``python -m airflow_provider_kinetic.cli ARGS -o json`` (its ``main``, in this
+    process: tests/fixtures/cli.py); its JSON output."""
+    out = run_cli(*args, "-o", "json", "--conn-id", conn)
+    assert out.returncode == 0, f"{args}\nstdout:{out.stdout}\nstderr:{out.stderr[-3000:]}"
     return json.loads(out.stdout)
 
 

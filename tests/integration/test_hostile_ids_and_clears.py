@@ -32,6 +32,7 @@ from airflow_provider_kinetic.core.jobs.taskrecord import read_record
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.hooks.signing import deployment_secret
+from tests.fixtures.cli import run_cli
 from tests.fixtures.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,7 +59,7 @@ PRELUDE = textwrap.dedent(
         with open(marker, "a") as f:
             f.write("ran\\n")
         while os.path.exists(marker + ".hold"):  # the test releases the job
-            time.sleep(0.05)
+            time.sleep(0.05)  # timing-ok: the job's workload, held until the test releases it
     """
 )
 
@@ -180,13 +181,9 @@ def test_hostile_run_and_task_ids_each_get_their_own_job(tmp_path, root):
     for h in handles:  # readable where the ids allow it
         assert "/outputs/edges/" in h.output_dir
 
-    listed = subprocess.run(
-        [sys.executable, "-m", "airflow_provider_kinetic.cli", "jobs", "list", "-o", "json"],
-        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120,
-    )  # fmt: skip
+    listed = run_cli("jobs", "list", "-o", "json")  # kinetic_default: this store
     assert listed.returncode == 0, listed.stderr
-    start_json = listed.stdout.index("[")
-    rows = json.loads(listed.stdout[start_json:])
+    rows = json.loads(listed.stdout)
     shown = {(row["run_id"], row["task_id"]) for row in rows}
     assert shown == set(HOSTILE)
 

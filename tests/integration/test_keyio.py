@@ -8,9 +8,6 @@ key fails before any job is submitted."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +19,7 @@ from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.pins import read_pins
 from tests.fixtures.airflow_env import task_states, xcoms
-from tests.fixtures.standalone import REPO
+from tests.fixtures.cli import run_cli
 
 FILE = "kinetic_keyio_dags.py"
 DAY = pendulum.datetime(2026, 11, 22, tz="UTC")
@@ -37,12 +34,9 @@ def _keys(airflow_home: Path) -> KeyStore:
 
 
 def _gc(airflow_home: Path) -> dict[str, str]:
-    """``airflow kinetic data gc --older-than 0s --dry-run`` (a real CLI process on the
-    session's Airflow database): hash -> action."""
-    cmd = [sys.executable, "-m", "airflow_provider_kinetic.cli", "data", "gc", "--older-than"]
-    cmd += ["0s", "--dry-run", "-o", "json"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    """``airflow kinetic data gc --older-than 0s --dry-run`` (the CLI's ``main`` in this
+    process, on the session's Airflow database): hash -> action."""
+    out = run_cli("data", "gc", "--older-than", "0s", "--dry-run", "-o", "json")
     assert out.returncode == 0, out.stderr[-3000:]
     return {r["hash"]: r.get("action") for r in json.loads(out.stdout) if r["kind"] == "data"}
 

@@ -1,4 +1,5 @@
-"""``airflow kinetic usage`` as a real process: over jobs the local backend really ran
+"""``airflow kinetic usage`` (the CLI's ``main`` called in this process, as
+``tests/fixtures/cli.py`` does it): over jobs the local backend really ran
 (their runner's start records and results), and over history entries with known
 times, summed per DAG, task, accelerator and capacity, with and without a price table."""
 
@@ -7,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,10 +24,12 @@ from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.hooks.signing import deployment_secret
+from tests.fixtures.cli import run_cli
+from tests.fixtures.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 CONN = "kn_usage"
-DEADLINE_S = 60.0
+#: How long a local job (a new Python process) may take to end.
+DEADLINE_S = 120.0
 HEADER = "accelerator,capacity,usd_per_chip_hour\n"
 
 
@@ -52,12 +54,13 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KineticC
         backend.release(JobHandle(job_id=jdir.name, backend="local", bucket_name=str(root)))
 
 
-def cli(*args: str, ok: bool = True, env: dict[str, str] | None = None):
-    cmd = [sys.executable, "-m", "airflow_provider_kinetic.cli", "usage", *args, "--conn-id", CONN]
-    full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=full)
+def cli(
+    *args: str, ok: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``usage ARGS`` with this module's connection (``env`` set for the call only)."""
+    out = run_cli("usage", *args, "--conn-id", CONN, env=env)
     if ok:
-        assert out.returncode == 0, f"{cmd}\nstdout:{out.stdout}\nstderr:{out.stderr[-3000:]}"
+        assert out.returncode == 0, f"{args}\nstdout:{out.stdout}\nstderr:{out.stderr[-3000:]}"
     return out
 
 
@@ -71,10 +74,11 @@ def run_job(config: KineticConfig, accel: str, identity: dict[str, Any]) -> JobH
     backend = LocalBackend(config.bucket_name)
     request = JobRequest(func=add, args=(1, 2), accelerator=accel, identity=identity)
     handle, _ = submit_job(request, config, backend, config.store(), deployment_secret())
-    deadline = time.monotonic() + DEADLINE_S
-    while not (status := backend.status(handle).status).is_terminal:
-        assert time.monotonic() < deadline, f"{handle.job_id} did not end"
-        time.sleep(0.02)
+    status = wait_for(
+        f"{handle.job_id} to end",
+        lambda: (s := backend.status(handle).status).is_terminal and s,
+        DEADLINE_S,
+    )
     assert status is JobStatus.SUCCEEDED
     history.update(config.store(), handle.job_id, status.value)  # as its waiting task does
     backend.release(handle)
