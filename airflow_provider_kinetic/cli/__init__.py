@@ -228,9 +228,16 @@ def get_kinetic_cli_commands() -> list[Any]:
             ),
             action(
                 "ls",
-                "List keys (current version, size, files, time, who)",
+                "List keys (current version, size, files, time, who; --versions: every "
+                "kept version, with its pins)",
                 "store.store_ls",
                 Arg(("prefix",), help="Only keys starting with this", nargs="?", default=""),
+                Arg(
+                    ("--versions",),
+                    help="Every kept version of each key, newest first, with the task "
+                    "instances that pinned it",
+                    action="store_true",
+                ),
                 read_only=True,
             ),
             action(

@@ -2,7 +2,8 @@
 
 The same calls as ``from airflow_provider_kinetic import store``, on the store of
 ``--conn-id``; who put a version is user@host.  Tables for people, ``-o json`` for
-scripts (one object for put/get, a list for ls/rm).
+scripts (one object for put/get, a list for ls/rm).  ``ls --versions`` lists every
+kept version of each key (``core/keys/versions.py``).
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from airflow_provider_kinetic.cli.output import emit, human_bytes
 from airflow_provider_kinetic.core.keys import fetch
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.records import user_at_host
+from airflow_provider_kinetic.core.keys.versions import ls_versions
 from airflow_provider_kinetic.hooks.keys import keep_versions
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 
 COLUMNS = ("key", "version", "time", "files", "size", "by")
+#: A table's pins cell names this many task instances, then "+N".
+PINS_SHOWN = 2
 
 
 def _keys(args: Namespace) -> KeyStore:
@@ -52,10 +56,28 @@ def store_get(args: Namespace) -> None:
     emit(_shown(row, output_format(args)), output_format(args))
 
 
+def _pins(row: dict[str, Any], output: str) -> dict[str, Any]:
+    """A version row for a table: ``*`` on the current one, pins as dag/task/run."""
+    if output == "json":
+        return row
+    named = [
+        "/".join(str(p.get(k)) for k in ("dag_id", "task_id", "run_id"))
+        + ("" if p.get("map_index") in (None, -1) else f"[{p['map_index']}]")
+        for p in row["pins"]
+    ]
+    more = len(named) - PINS_SHOWN
+    pins = ", ".join(named[:PINS_SHOWN]) + (f" +{more}" if more > 0 else "")
+    return {**row, "current": "*" if row["current"] else "", "pins": pins}
+
+
 @command
 def store_ls(args: Namespace) -> None:
-    """Keys under PREFIX with their current version."""
+    """Keys under PREFIX with their current version (--versions: every kept one)."""
     out = output_format(args)
+    if args.versions:
+        rows = [_pins(_shown(r, out), out) for r in ls_versions(_keys(args), args.prefix)]
+        emit(rows, out, (*COLUMNS, "current", "pins"))
+        return
     rows = [_shown(r, out) for r in _keys(args).ls(args.prefix)]
     emit(rows, out, (*COLUMNS, "versions", "expires"))
 

@@ -25,6 +25,7 @@ from airflow_provider_kinetic.core.keys import env, fetch, tensor_broadcast, ten
 from airflow_provider_kinetic.core.keys import locale as locale_mod
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.records import DEFAULT_KEEP, user_at_host
+from airflow_provider_kinetic.core.keys.versions import ls_versions
 from airflow_provider_kinetic.core.keys.window import BroadcastWindow
 from airflow_provider_kinetic.core.storage import ObjectStore
 
@@ -133,14 +134,23 @@ class Store:
             version, key = local, key.partition("@")[0]
         return fetch.get(keys, key, dest, version, overwrite=overwrite)
 
-    def ls(self, prefix: str = "", conn_id: str | None = None) -> list[dict[str, Any]]:
+    def ls(
+        self, prefix: str = "", conn_id: str | None = None, versions: bool = False
+    ) -> list[dict[str, Any]]:
         """Keys starting with ``prefix``: current version, size, files, time, who.
         Inside a job every row has a ``locale``: "store", or "local" (with the
         serving ``address``) for a key a peer of this job's scope published with
-        ``locale="local"``; outside a job the rows are the store's, as the CLI shows."""
+        ``locale="local"``; outside a job the rows are the store's, as the CLI shows.
+        ``versions=True``: one row per kept version of each key, newest first, with
+        ``current`` and ``pins`` (the task instances whose retries read it); the
+        store's versions only (a local key has just the one its peer serves)."""
         keys = key_store(conn_id)
+        in_job = conn_id is None and env.in_job()
+        if versions:
+            rows = ls_versions(keys, prefix)
+            return [{**r, "locale": "store"} for r in rows] if in_job else rows
         rows = keys.ls(prefix)
-        if conn_id is not None or not env.in_job():
+        if not in_job:
             return rows
         local = locale_mod.ls_local(keys, prefix)
         rows = [{**r, "locale": "store"} for r in rows] + local

@@ -27,6 +27,7 @@ from airflow_provider_kinetic.core.accelerators import Accelerator
 from airflow_provider_kinetic.core.backends import (
     local_gpus,
     local_presence,
+    local_reasons,
     local_slots,
     local_venv,
     local_wake,
@@ -52,6 +53,7 @@ RUNNER_MODULE = "airflow_provider_kinetic.runner"
 _CANCEL_GRACE_S = 5.0
 #: A submit writes ``pid`` moments after making the job dir: this long without, it died.
 _START_GRACE_S = 120.0
+_STARTING = StatusReport(JobStatus.PENDING, "starting")
 
 
 def local_devices() -> dict[str, int]:
@@ -161,7 +163,9 @@ class LocalBackend(Backend):
             note += f", in the requirements venv {venv}"
         log.info("local backend: %s", note)
         with _private(os.path.join(jdir, "spec.json")) as f:
-            json.dump({"argv": argv, "env": overlay, "name": spec.name}, f, indent=2)
+            # "python": the supervisor's interpreter, named if it cannot start the job.
+            record = {"argv": argv, "env": overlay, "name": spec.name, "python": sys.executable}
+            json.dump(record, f, indent=2)
         if gpus is not None:  # locked by the supervisor for the job's whole life
             with _private(os.path.join(jdir, GPUS_FILE)) as f:
                 json.dump(gpus.request(local_gpus.lock_dir()), f)
@@ -220,11 +224,12 @@ class LocalBackend(Backend):
         if code is not None:
             if int(code) == 0:
                 return StatusReport(JobStatus.SUCCEEDED)
-            reason = "cancelled" if cancelled else "exit code " + code
+            reason = "cancelled" if cancelled else local_reasons.exited(jdir, int(code))
             return StatusReport(JobStatus.FAILED, reason)
         pid = _read(os.path.join(jdir, "pid"))
         if pid is None:
-            return _never_started(jdir) or StatusReport(JobStatus.PENDING, "starting")
+            why = local_reasons.unstarted(jdir, _START_GRACE_S)  # its submitter died?
+            return StatusReport(JobStatus.FAILED, why) if why else _STARTING
         if _alive(int(pid), jdir):  # PENDING while it waits for its GPUs or a job slot
             queued = local_gpus.queued_report(jdir) or local_slots.queued_report(jdir, listings)
             return queued or StatusReport(JobStatus.RUNNING)
@@ -232,7 +237,7 @@ class LocalBackend(Backend):
         code = _read(os.path.join(jdir, "exit_code"))
         if code is not None:
             return self.status(handle, listings)
-        reason = "cancelled" if cancelled else "process ended without an exit code (killed)"
+        reason = "cancelled" if cancelled else local_reasons.vanished(jdir)
         return StatusReport(JobStatus.FAILED, reason)
 
     def batch_status(self, group_id: str, handles: list[JobHandle]) -> dict[str, StatusReport]:
@@ -336,19 +341,6 @@ class LocalBackend(Backend):
         _write_atomic(os.path.join(jdir, "cancelled"), str(time.time()))
         _kill_group(int(pid), jdir)
         local_slots.withdraw(jdir)  # a queued job leaves the queue (its SIGTERM did too)
-
-
-def _never_started(jdir: str) -> StatusReport | None:
-    """FAILED for a job dir left without a ``pid`` for ``_START_GRACE_S``: its submitter
-    died (SIGKILL) between making the dir and starting the supervisor, so the job will
-    never start (a dir's mtime: the last file the submitter made in it)."""
-    try:
-        idle = time.time() - os.stat(jdir).st_mtime
-    except FileNotFoundError:
-        return None
-    if idle < _START_GRACE_S or _read(os.path.join(jdir, "pid")) is not None:
-        return None
-    return StatusReport(JobStatus.FAILED, "never started: its submitter ended before starting it")
 
 
 def _kill_group(pgid: int, jdir: str) -> None:

@@ -56,7 +56,8 @@ class BatchState:
     order: list[int] = field(default_factory=list)
     submit_errors: dict[int, str] = field(default_factory=dict)
     #: Why each failed input's last job failed, as its backend said ("exit code 3",
-    #: "process ended without an exit code (killed)", a pod's reason): a job that died
+    #: "killed by SIGKILL", "never started: ModuleNotFoundError: ...", a pod's reason
+    #: (``core.backends.local_reasons``, ``k8s_status``)): a job that died
     #: before writing an error payload has nothing else to tell its user.
     failed_why: dict[int, str] = field(default_factory=dict)
     stopped: bool = False

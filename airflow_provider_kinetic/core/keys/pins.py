@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,8 @@ from airflow_provider_kinetic.core.spec.identity import task_key
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 
 PINS_PREFIX = "_airflow/keypins"
+#: What a pin's row says of the task instance that recorded it.
+PIN_IDENTITY = ("dag_id", "run_id", "task_id", "map_index")
 
 
 def pins_key(identity: Mapping[str, Any]) -> str:
@@ -59,6 +62,34 @@ def read_pins(store: ObjectStore, identity: Mapping[str, Any]) -> dict[str, str]
     except ObjectNotFound:
         return {}
     return {str(k): str(v) for k, v in (body.get("pins") or {}).items()}
+
+
+def pinned(store: ObjectStore) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """``(key, version)`` -> the task instances whose pin records name that version
+    (a retry or clear of each reads it, whatever the key's current version): every
+    record in ``store``, read on the store's threads."""
+    names = [n for n in store.list(f"{PINS_PREFIX}/") if n.endswith(".json")]
+    if not names:
+        return {}
+    found: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    with ThreadPoolExecutor(store.workers_for(len(names), 0)) as pool:
+        for body in pool.map(lambda name: _record(store, name), names):
+            ident = body.get("identity") or {}
+            who = {k: ident.get(k) for k in PIN_IDENTITY}
+            for key, version in (body.get("pins") or {}).items():
+                found.setdefault((str(key), str(version)), []).append(who)
+    for pins in found.values():
+        pins.sort(key=lambda who: tuple(str(who[k]) for k in PIN_IDENTITY))
+    return found
+
+
+def _record(store: ObjectStore, name: str) -> dict[str, Any]:
+    """One pin record ({} for one removed meanwhile or unreadable)."""
+    try:
+        body = json.loads(store.read_bytes(name))
+    except (ObjectNotFound, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def pin_values(
