@@ -252,6 +252,10 @@ def test_cancel_of_a_dead_job_never_signals_a_reused_pid(config, backend, tmp_pa
     # The dead supervisor's pid now belongs to an unrelated process group leader.
     stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
+        # Its exec done: a command line read empty mid-exec is a supervisor starting up
+        # (``local_presence``), which cancel would rightly signal.
+        cmdline = Path(f"/proc/{stranger.pid}/cmdline")
+        wait_for("the stranger's exec", lambda: cmdline.read_bytes() == b"sleep\x00300\x00")
         Path(jdir, "pid").write_text(str(stranger.pid))
         backend.cancel(handle)
         assert stranger.poll() is None and pid_alive(stranger.pid)
