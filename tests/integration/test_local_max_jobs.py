@@ -158,7 +158,7 @@ def other_process(config: KineticConfig, tmp_path: Path) -> Iterator[Callable[[s
 
     yield submit
     proc.stdin.close()
-    proc.wait(30)
+    proc.wait(DEADLINE_S)
 
 
 def test_two_processes_share_the_limit_in_submit_order(jobs, other_process) -> None:
