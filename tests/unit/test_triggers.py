@@ -172,7 +172,7 @@ def _in_another_process(func, *args):
         assert here.poll(120), "the child process sent nothing"
         return json.loads(here.recv())
     finally:
-        child.join(60)
+        child.join(120)
 
 
 def _made(kind: str, kwargs: dict) -> dict:
