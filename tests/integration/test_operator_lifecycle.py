@@ -46,7 +46,7 @@ def sleepy(seconds: float, value: int) -> int:
     import time
 
     print("started", flush=True)
-    time.sleep(seconds)  # timing-ok: the job's workload (a test kills or outlasts it)
+    time.sleep(seconds)  # timing-ok: the job's simulated work: 0 s, or until the test kills it
     print("finished", flush=True)
     return value
 
