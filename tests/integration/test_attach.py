@@ -24,7 +24,7 @@ def slow_sum(a: int, b: int, release: str) -> int:
 
     print("summing", flush=True)
     while not os.path.exists(release):
-        time.sleep(0.02)
+        time.sleep(0.02)  # timing-ok: the job's workload polls the test's release file
     return a + b
 
 

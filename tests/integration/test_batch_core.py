@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import pytest
@@ -14,6 +13,7 @@ from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.storage import LocalStore
+from tests.fixtures.waiting import wait_for
 
 
 class CountingStore(LocalStore):
@@ -39,16 +39,20 @@ def scale(x: int, factor: int, table: str) -> int:
 
 
 def _run(state, config, backend, store, timeout=240.0):
-    deadline = time.monotonic() + timeout
-    while True:
+    """Drive the batch as its sensor would, a poll every 0.1 s, until it has finished."""
+
+    def poll() -> bool:
         batchrun.launch(state, config, backend, store)
         batchrun.maybe_write_manifest(state, store)
         if batchrun.is_finished(state):
-            return
-        assert time.monotonic() < deadline, batchrun.counts(state)
-        time.sleep(0.1)
+            return True
         reports = backend.batch_status(state.group_id, list(state.active.values()))
         batchrun.observe(state, reports, backend, store)
+        return False
+
+    wait_for(
+        "the batch to finish", poll, timeout, interval=0.1, detail=lambda: batchrun.counts(state)
+    )
 
 
 @pytest.mark.parametrize("n", [60])

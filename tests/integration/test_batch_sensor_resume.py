@@ -27,11 +27,11 @@ from airflow_provider_kinetic.core.batch.run import child_job_id
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.hooks.signing import deployment_secret
+from tests.fixtures.waiting import DEADLINE_S, wait_for
 from tests.integration.test_operator_lifecycle import TI
 
 CONN = "kinetic_batch_resume"
 INPUTS = [2, 3, 4]
-DEADLINE_S = 60.0
 
 
 def record_square(x: int, marker_dir: str) -> int:
@@ -74,17 +74,13 @@ def _wait_for_a_child_to_end(backend: LocalBackend, sensor: KineticBatchSensor) 
         backend.wait(list(state.active.values()), 2.0)
 
 
-def _group_gone(pgid: int, seconds: float = 10.0) -> bool:
+def _group_gone(pgid: int) -> bool:
     """Whether the job's process group (its supervisor and runner; the supervisor
-    leads it) is gone within ``seconds``: it may still be exiting just after its
-    exit code was written."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
+    leads it) is gone: it may still be exiting just after its exit code was written."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
     return False
 
 
@@ -175,4 +171,4 @@ def test_sensor_crash_before_save_live_adopts_the_relaunched_child(
     assert list((root / STATE_DIR).iterdir()) == []
     assert sorted(pids) == sorted(jobs)
     for job, pid in pids.items():
-        assert _group_gone(pid), f"{job} (process group {pid}) is still running"
+        wait_for(f"{job} (process group {pid}) to be gone", lambda pid=pid: _group_gone(pid))

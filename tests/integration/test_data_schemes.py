@@ -5,7 +5,6 @@ train -> evaluate example DAG chained through the ``output_dir`` XCom."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pendulum
@@ -19,16 +18,19 @@ from airflow_provider_kinetic.core.jobs.results import collect
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobStatus
 from tests.fixtures.airflow_env import task_states, xcoms
+from tests.fixtures.waiting import ended, wait_for
 
 
 def run_local(tmp_path: Path, func, *args, timeout: float = 120.0):
     config = KineticConfig(backend="local", root=str(tmp_path / "store"))
     backend = LocalBackend(config.bucket_name)
     handle, _ = submit_job(JobRequest(func=func, args=args), config, backend)
-    deadline = time.monotonic() + timeout
-    while not (report := backend.status(handle)).status.is_terminal:
-        assert time.monotonic() < deadline, backend.read_logs(handle)[0]
-        time.sleep(0.05)
+    report = wait_for(
+        f"job {handle.job_id} to end",
+        lambda: ended(backend.status(handle)),
+        timeout,
+        detail=lambda: backend.read_logs(handle)[0],
+    )
     log = backend.read_logs(handle)[0]
     return report, config, handle, log
 

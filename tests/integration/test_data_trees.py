@@ -10,7 +10,6 @@ them share one data-cache entry: each Data's ref carries its own empty directori
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import cloudpickle
@@ -26,6 +25,7 @@ from airflow_provider_kinetic.core.jobs.results import collect
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore
+from tests.fixtures.waiting import ended, wait_for
 from tests.integration.test_runner import read_result, run_runner, stage
 
 #: The directories (every level) a job must see in ``tree()``; ``twin()`` has the same
@@ -71,10 +71,11 @@ EMPTY = {"is_dir": True, "dirs": [], "files": []}
 
 
 def finish(backend: LocalBackend, config: KineticConfig, handle: JobHandle):
-    deadline = time.monotonic() + 120
-    while not (report := backend.status(handle)).status.is_terminal:
-        assert time.monotonic() < deadline, backend.read_logs(handle)[0]
-        time.sleep(0.05)
+    report = wait_for(
+        f"job {handle.job_id} to end",
+        lambda: ended(backend.status(handle)),
+        detail=lambda: backend.read_logs(handle)[0],
+    )
     log = backend.read_logs(handle)[0]
     assert report.status is JobStatus.SUCCEEDED, log
     return collect(config.store(), handle.job_id, report.status), log

@@ -14,6 +14,7 @@ from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.submit import submit_job
+from tests.fixtures.waiting import wait_for
 
 SECRET = b"k" * 32
 
@@ -52,17 +53,24 @@ def test_fifty_jobs_and_a_batch_leave_no_work_dirs(tmp_path, monkeypatch):
         signing_secret=SECRET,
     )
     batchrun.start_batch(state, objects, local, store)
-    deadline = time.monotonic() + 240
-    while True:
+
+    def poll() -> bool:  # as the batch's sensor would, every 0.1 s
         batchrun.launch(state, config, backend, store, SECRET)
         done = all(backend.status(h).status.is_terminal for h in handles)
         if done and state.finished:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+            return True
         batchrun.observe(
             state, backend.batch_status(state.group_id, list(state.active.values())), backend, store
         )
+        return False
+
+    wait_for(
+        "the 50 jobs and the batch to end",
+        poll,
+        240,
+        interval=0.1,
+        detail=lambda: batchrun.counts(state),
+    )
     outcomes = [backend.status(h).status.value for h in handles]
     assert outcomes.count("FAILED") == 7 and outcomes.count("SUCCEEDED") == 43
     assert sorted(set(state.done.values())) == ["FAILED", "SUCCEEDED"]

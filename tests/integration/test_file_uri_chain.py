@@ -6,7 +6,6 @@ the first job writes into ``KINETIC_OUTPUT_DIR``, the second gets
 from __future__ import annotations
 
 import os
-import time
 import urllib.parse
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from airflow_provider_kinetic.core.jobs.results import collect
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobStatus
 from airflow_provider_kinetic.operators.common import directory_uri
+from tests.fixtures.waiting import ended, wait_for
 
 #: A space, "%41" (which a decoder would turn into "A"), "#", "?" and non-ASCII.
 AWKWARD = "runs 50%41 #2 ?x=é"
@@ -48,10 +48,11 @@ def read_back(folder: str) -> dict[str, str]:
 
 def run(backend: LocalBackend, config: KineticConfig, request: JobRequest) -> tuple:
     handle, _ = submit_job(request, config, backend)
-    deadline = time.monotonic() + 120
-    while not (report := backend.status(handle)).status.is_terminal:
-        assert time.monotonic() < deadline, backend.read_logs(handle)[0]
-        time.sleep(0.05)
+    report = wait_for(
+        f"job {handle.job_id} to end",
+        lambda: ended(backend.status(handle)),
+        detail=lambda: backend.read_logs(handle)[0],
+    )
     assert report.status is JobStatus.SUCCEEDED, backend.read_logs(handle)[0]
     return handle, collect(config.store(), handle.job_id, report.status)
 

@@ -7,13 +7,13 @@ Airflow's real auth manager and JWTs (the ``clients`` of ``test_kinetic_plugin``
 from __future__ import annotations
 
 import re
-import time
 import urllib.parse
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_kinetic import KineticMapOperator, KineticRunOperator, attach
+from tests.fixtures.waiting import ended, wait_for
 from tests.integration import test_kinetic_plugin as plugin_pages
 from tests.integration.test_kinetic_plugin import waits
 from tests.integration.test_operator_lifecycle import TI
@@ -156,7 +156,5 @@ def test_tab_of_a_running_job_offers_cancel_only_to_whom_may(conn, clients, tmp_
         assert f"data-url='/kinetic/jobs/{job_id}/cancel?conn_id={conn}'" in theirs
     finally:
         release.touch()
-        job, deadline = attach(job_id, conn_id=conn), time.monotonic() + 60
-        while not job.status().status.is_terminal:
-            assert time.monotonic() < deadline, f"{job_id} did not end"
-            time.sleep(0.05)
+        job = attach(job_id, conn_id=conn)
+        wait_for(f"{job_id} to end", lambda: ended(job.status()))

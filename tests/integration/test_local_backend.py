@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,28 +33,17 @@ from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
 from tests.fixtures import records
+from tests.fixtures.waiting import ended, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEADLINE_S = 60.0
-
-
-def wait_for(pred: Callable[[], Any], what: str, timeout: float = DEADLINE_S) -> Any:
-    """Poll ``pred`` until it is truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def wait_terminal(backend: LocalBackend, handle: dict, expect: JobStatus | None = None):
-    def done() -> StatusReport | None:
-        report = backend.status(handle)
-        return report if report.status.is_terminal else None
-
-    report = wait_for(done, f"job {handle.job_id} to finish")
+    report = wait_for(
+        f"job {handle.job_id} to finish",
+        lambda: ended(backend.status(handle)),
+        detail=lambda: backend.read_logs(handle)[0],
+    )
     if expect is not None:
         assert report.status is expect, f"{report.describe()}; log:\n{backend.read_logs(handle)[0]}"
     return report
@@ -86,7 +74,7 @@ def wait_for_file(path: str, value: Any = "done") -> Any:
     while not os.path.exists(path):
         if time.monotonic() > deadline:
             raise TimeoutError(path)
-        time.sleep(0.02)
+        time.sleep(0.02)  # timing-ok: the job's workload polls the test's release file
     return value
 
 
@@ -110,7 +98,7 @@ def spawn_and_hang(pid_file: str) -> None:
     child = subprocess.Popen(["sleep", "300"])
     Path(pid_file + ".tmp").write_text(f"{os.getpid()} {child.pid}")
     os.replace(pid_file + ".tmp", pid_file)
-    time.sleep(300)
+    time.sleep(300)  # timing-ok: the job's workload hangs until the test cancels it
 
 
 def report_process(keys: list[str]) -> dict:
@@ -264,6 +252,10 @@ def test_cancel_of_a_dead_job_never_signals_a_reused_pid(config, backend, tmp_pa
     # The dead supervisor's pid now belongs to an unrelated process group leader.
     stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
+        # Its exec done: a command line read empty mid-exec is a supervisor starting up
+        # (``local_presence``), which cancel would rightly signal.
+        cmdline = Path(f"/proc/{stranger.pid}/cmdline")
+        wait_for("the stranger's exec", lambda: cmdline.read_bytes() == b"sleep\x00300\x00")
         Path(jdir, "pid").write_text(str(stranger.pid))
         backend.cancel(handle)
         assert stranger.poll() is None and pid_alive(stranger.pid)
@@ -276,7 +268,7 @@ def test_cancel_of_a_dead_job_never_signals_a_reused_pid(config, backend, tmp_pa
 def test_read_logs_returns_only_new_whole_lines(config, backend, tmp_path: Path) -> None:
     ready, go = tmp_path / "ready", tmp_path / "go"
     handle, _ = submit(config, backend, chatty, str(ready), str(go))
-    wait_for(ready.exists, "the job to print its partial line")
+    wait_for("the job to print its partial line", ready.exists)
     first, offset = backend.read_logs(handle)
     assert first.endswith("line2\n") and "line1\n" in first
     assert "partial" not in first
@@ -324,14 +316,14 @@ def test_capped_reads_are_bounded_and_add_up_to_the_log(config, backend) -> None
 def test_cancel_kills_the_process_group(config, backend, tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
     handle, _ = submit(config, backend, spawn_and_hang, str(pid_file))
-    wait_for(pid_file.exists, "the job to start its child")
+    wait_for("the job to start its child", pid_file.exists)
     runner_pid, child_pid = (int(p) for p in pid_file.read_text().split())
     try:
         assert pid_alive(runner_pid) and pid_alive(child_pid)
         assert backend.status(handle).status is JobStatus.RUNNING
         LocalBackend(config.bucket_name).cancel(handle)  # any instance can cancel
         gone = lambda: not pid_alive(runner_pid) and not pid_alive(child_pid)  # noqa: E731
-        wait_for(gone, "the job's process group to die", timeout=20)
+        wait_for("the job's process group to die", gone)
     finally:
         for pid in (child_pid, runner_pid):
             if pid_alive(pid):

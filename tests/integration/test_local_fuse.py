@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
-
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.results import collect
 from airflow_provider_kinetic.core.jobs.submit import submit_job
+from tests.fixtures.waiting import ended, wait_for
 
 
 def peek(folder: str, single: str, mounted: str) -> dict:
@@ -44,10 +43,11 @@ def test_fuse_data_resolves_to_read_only_cache_paths(tmp_path):
         config,
         backend,
     )
-    deadline = time.monotonic() + 60
-    while not (report := backend.status(handle)).status.is_terminal:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    report = wait_for(
+        f"job {handle.job_id} to end",
+        lambda: ended(backend.status(handle)),
+        detail=lambda: backend.read_logs(handle)[0],
+    )
     value = collect(config.store(), handle.job_id, report.status)
     cache = str(tmp_path / "store" / "default" / "data-cache")
     assert value["folder"].startswith(cache) and value["files"] == ["x.bin"]

@@ -24,21 +24,14 @@ from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.results import collect
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
-from tests.fixtures import waiting
-
-DEADLINE_S = 60.0
-
-
-def wait_for(pred: Callable[[], Any], what: str) -> Any:
-    """``pred``'s first truthy value, polled; fails after ``DEADLINE_S``."""
-    return waiting.wait_for(what, pred, DEADLINE_S)
+from tests.fixtures.waiting import ended, wait_for
 
 
 def devices_when(go: str | None = None) -> dict[str, str | None]:
     """The job: once ``go`` exists (if given), what CUDA sees of this machine."""
     deadline = time.monotonic() + 60
     while go is not None and not os.path.exists(go) and time.monotonic() < deadline:
-        time.sleep(0.02)
+        time.sleep(0.02)  # timing-ok: the job's workload polls the test's go file
     return {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
 
 
@@ -67,7 +60,7 @@ def status_is(backend: LocalBackend, handle: JobHandle, status: JobStatus):
 
 
 def result(config: KineticConfig, backend: LocalBackend, handle: JobHandle) -> dict:
-    report = wait_for(lambda: (r := backend.status(handle)).status.is_terminal and r, "the end")
+    report = wait_for("the end", lambda: ended(backend.status(handle)))
     assert report.status is JobStatus.SUCCEEDED, backend.read_logs(handle)[0]
     return collect(config.store(), handle.job_id, report.status)
 
@@ -78,7 +71,7 @@ def test_two_jobs_get_a_device_each(config, backend, machine, tmp_path: Path) ->
     first = run(config, backend, "gpu-l4x1", go)
     second = run(config, backend, "gpu-l4x1", go)
     for handle in (first, second):  # both hold their device at once
-        wait_for(status_is(backend, handle, JobStatus.RUNNING), "both jobs running")
+        wait_for("both jobs running", status_is(backend, handle, JobStatus.RUNNING))
     Path(go).touch()
     seen = [result(config, backend, h) for h in (first, second)]
     assert sorted(s["CUDA_VISIBLE_DEVICES"] for s in seen) == ["0", "1"]
@@ -90,10 +83,10 @@ def test_a_job_waits_queued_for_a_free_device(config, backend, machine, tmp_path
     machine('["NVIDIA H100 80GB HBM3", "NVIDIA L4"]')
     go = str(tmp_path / "go")
     first = run(config, backend, "gpu-l4x1", go)
-    wait_for(status_is(backend, first, JobStatus.RUNNING), "the first job running")
+    wait_for("the first job running", status_is(backend, first, JobStatus.RUNNING))
     second = run(config, backend, "l4", None)
-    queued = wait_for(status_is(backend, second, JobStatus.PENDING), "the second job queued")
-    queued = wait_for(lambda: (r := backend.status(second)).reason == "queued" and r, "queued")
+    queued = wait_for("the second job queued", status_is(backend, second, JobStatus.PENDING))
+    queued = wait_for("queued", lambda: (r := backend.status(second)).reason == "queued" and r)
     assert queued == StatusReport(
         JobStatus.PENDING, "queued", "waiting for 1 free nvidia-l4 GPU (0 of 1 free)"
     )
@@ -108,13 +101,13 @@ def test_a_job_waits_queued_for_a_free_device(config, backend, machine, tmp_path
 def test_a_killed_job_frees_its_device(config, backend, machine, tmp_path) -> None:
     machine("NVIDIA L4")
     first = run(config, backend, "gpu-l4x1", str(tmp_path / "never"))
-    wait_for(status_is(backend, first, JobStatus.RUNNING), "the first job running")
+    wait_for("the first job running", status_is(backend, first, JobStatus.RUNNING))
     second = run(config, backend, "gpu-l4x1", None)
-    wait_for(lambda: backend.status(second).reason == "queued", "the second job queued")
+    wait_for("the second job queued", lambda: backend.status(second).reason == "queued")
     pgid = int(Path(backend.job_dir(first.job_id), "pid").read_text())
     os.killpg(pgid, signal.SIGKILL)  # supervisor and runner: no clean-up of their own
     assert result(config, backend, second)["CUDA_VISIBLE_DEVICES"] == "0"
-    report = wait_for(status_is(backend, first, JobStatus.FAILED), "the killed job failed")
+    report = wait_for("the killed job failed", status_is(backend, first, JobStatus.FAILED))
     assert "killed" in (report.reason or "")
 
 
@@ -122,9 +115,9 @@ def test_cancelling_a_queued_job(config, backend, machine, tmp_path) -> None:
     machine("NVIDIA L4")
     go = str(tmp_path / "go")
     first = run(config, backend, "gpu-l4x1", go)
-    wait_for(status_is(backend, first, JobStatus.RUNNING), "the first job running")
+    wait_for("the first job running", status_is(backend, first, JobStatus.RUNNING))
     second = run(config, backend, "gpu-l4x1", None)
-    wait_for(lambda: backend.status(second).reason == "queued", "the second job queued")
+    wait_for("the second job queued", lambda: backend.status(second).reason == "queued")
     backend.cancel(second)
     assert backend.status(second) == StatusReport(JobStatus.FAILED, "cancelled")
     Path(go).touch()

@@ -33,14 +33,9 @@ from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_job_spec
 from tests.fixtures import records, waiting
 from tests.fixtures.local_jobs import most_at_once
+from tests.fixtures.waiting import DEADLINE_S, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-DEADLINE_S = 60.0
-
-
-def wait_for(pred: Callable[[], Any], what: str) -> Any:
-    """``pred``'s first truthy value, polled; fails after ``DEADLINE_S``."""
-    return waiting.wait_for(what, pred, DEADLINE_S)
 
 
 def gated_spec(root: str, job_id: str, marks: str, accelerator: str = "cpu") -> JobSpec:
@@ -101,11 +96,9 @@ class Jobs:
         return report.message if report.status is JobStatus.PENDING else None
 
     def ended(self, job_id: str, status: JobStatus) -> Any:
-        report = wait_for(
-            lambda: (r := self.backend.status(self.handle(job_id))).status.is_terminal and r,
-            f"{job_id} to end",
-        )
-        assert report.status is status, (report, self.backend.read_logs(self.handle(job_id)))
+        handle = self.handle(job_id)
+        report = wait_for(f"{job_id} to end", lambda: waiting.ended(self.backend.status(handle)))
+        assert report.status is status, (report, self.backend.read_logs(handle))
         return report
 
 
@@ -165,7 +158,7 @@ def other_process(config: KineticConfig, tmp_path: Path) -> Iterator[Callable[[s
 
     yield submit
     proc.stdin.close()
-    proc.wait(30)
+    proc.wait(DEADLINE_S)
 
 
 def test_two_processes_share_the_limit_in_submit_order(jobs, other_process) -> None:
@@ -173,21 +166,21 @@ def test_two_processes_share_the_limit_in_submit_order(jobs, other_process) -> N
     ids = [f"job-fifo-{i}" for i in range(5)]
     for i, job_id in enumerate(ids):  # alternately from this process and the other
         here.submit(job_id) if i % 2 == 0 else other_process(job_id)
-    wait_for(lambda: here.started(ids[0]) and here.started(ids[1]), "the first two to start")
+    wait_for("the first two to start", lambda: here.started(ids[0]) and here.started(ids[1]))
     expected = {
         ids[2]: "queued: 0 jobs ahead (local_max_jobs=2)",
         ids[3]: "queued: 1 job ahead (local_max_jobs=2)",
         ids[4]: "queued: 2 jobs ahead (local_max_jobs=2)",
     }
-    wait_for(lambda: {j: here.message(j) for j in expected} == expected, "three jobs queued")
+    wait_for("three jobs queued", lambda: {j: here.message(j) for j in expected} == expected)
     assert not any(here.started(j) for j in expected)
     log = lambda: here.backend.read_logs(here.handle(ids[4]))[0]  # noqa: E731
-    wait_for(lambda: "kinetic: queued: " in log(), "the job's log to say it is queued")
+    wait_for("the job's log to say it is queued", lambda: "kinetic: queued: " in log())
     # Each job that ends lets in the first job still queued, and no other.
     for i, job_id in enumerate(ids):
         here.release(job_id)
         if i + 2 < len(ids):
-            wait_for(lambda i=i: here.started(ids[i + 2]), f"{ids[i + 2]} to start")
+            wait_for(f"{ids[i + 2]} to start", lambda i=i: here.started(ids[i + 2]))
             assert not any(here.started(j) for j in ids[i + 3 :])
             if i + 3 < len(ids):
                 assert here.message(ids[i + 3]) == "queued: 0 jobs ahead (local_max_jobs=2)"
@@ -203,14 +196,14 @@ def test_two_processes_share_the_limit_in_submit_order(jobs, other_process) -> N
 def test_a_sigkilled_job_frees_its_slot(jobs) -> None:
     here = jobs(1)
     first, second, third = (here.submit(f"job-kill-{i}") for i in range(3))
-    wait_for(lambda: here.started(first.job_id), "the first job to start")
-    wait_for(lambda: here.message(second.job_id), "the second job queued")
+    wait_for("the first job to start", lambda: here.started(first.job_id))
+    wait_for("the second job queued", lambda: here.message(second.job_id))
     pgid = int(Path(here.backend.job_dir(first.job_id), "pid").read_text())
     os.killpg(pgid, signal.SIGKILL)  # supervisor and job: no clean-up code runs at all
-    wait_for(lambda: here.started(second.job_id), "the second job to start")
+    wait_for("the second job to start", lambda: here.started(second.job_id))
     assert "killed" in here.ended(first.job_id, JobStatus.FAILED).reason
     os.kill(here.child_pid(second.job_id), signal.SIGKILL)  # the job alone
-    wait_for(lambda: here.started(third.job_id), "the third job to start")
+    wait_for("the third job to start", lambda: here.started(third.job_id))
     here.ended(second.job_id, JobStatus.FAILED)
     here.release(third.job_id)
     here.ended(third.job_id, JobStatus.SUCCEEDED)
@@ -219,15 +212,15 @@ def test_a_sigkilled_job_frees_its_slot(jobs) -> None:
 def test_a_cancelled_queued_job_leaves_the_queue(jobs, slots: Path) -> None:
     here = jobs(1)
     first, second, third = (here.submit(f"job-cancel-{i}") for i in range(3))
-    wait_for(lambda: here.started(first.job_id), "the first job to start")
-    wait_for(lambda: here.message(third.job_id), "the third job queued")
+    wait_for("the first job to start", lambda: here.started(first.job_id))
+    wait_for("the third job queued", lambda: here.message(third.job_id))
     assert here.message(third.job_id) == "queued: 1 job ahead (local_max_jobs=1)"
     here.backend.cancel(second)
     assert here.ended(second.job_id, JobStatus.FAILED).reason == "cancelled"
     assert len(slot_queue.waiting(str(slots))) == 1  # only the third's ticket is left
     assert here.message(third.job_id) == "queued: 0 jobs ahead (local_max_jobs=1)"
     here.release(first.job_id)
-    wait_for(lambda: here.started(third.job_id), "the third job to start")
+    wait_for("the third job to start", lambda: here.started(third.job_id))
     assert not here.started(second.job_id)
     here.release(third.job_id)
     here.ended(third.job_id, JobStatus.SUCCEEDED)
@@ -237,13 +230,13 @@ def test_a_cancelled_queued_job_leaves_the_queue(jobs, slots: Path) -> None:
 def test_a_dead_queued_supervisor_never_blocks_the_queue(jobs, slots: Path) -> None:
     here = jobs(1)
     first, second, third = (here.submit(f"job-dead-{i}") for i in range(3))
-    wait_for(lambda: here.started(first.job_id), "the first job to start")
-    wait_for(lambda: here.message(third.job_id), "the third job queued")
+    wait_for("the first job to start", lambda: here.started(first.job_id))
+    wait_for("the third job queued", lambda: here.message(third.job_id))
     pgid = int(Path(here.backend.job_dir(second.job_id), "pid").read_text())
     os.killpg(pgid, signal.SIGKILL)  # no handler runs: its ticket stays, unlocked
     here.ended(second.job_id, JobStatus.FAILED)
     here.release(first.job_id)
-    wait_for(lambda: here.started(third.job_id), "the third job to start")
+    wait_for("the third job to start", lambda: here.started(third.job_id))
     assert slot_queue.waiting(str(slots)) == []  # the dead ticket was cleared
     here.release(third.job_id)
     here.ended(third.job_id, JobStatus.SUCCEEDED)
@@ -252,8 +245,8 @@ def test_a_dead_queued_supervisor_never_blocks_the_queue(jobs, slots: Path) -> N
 def test_batch_status_lists_the_queue_once(jobs, monkeypatch) -> None:
     here = jobs(1)
     handles = [here.submit(f"job-batch-{i}") for i in range(4)]
-    wait_for(lambda: here.started(handles[0].job_id), "the first job to start")
-    wait_for(lambda: here.message(handles[3].job_id), "the last job queued")
+    wait_for("the first job to start", lambda: here.started(handles[0].job_id))
+    wait_for("the last job queued", lambda: here.message(handles[3].job_id))
     listed: list[str] = []
     real = slot_queue.waiting
     monkeypatch.setattr(slot_queue, "waiting", lambda d: listed.append(d) or real(d))
@@ -274,14 +267,14 @@ def test_gpu_jobs_take_no_slot(jobs, monkeypatch, tmp_path) -> None:
     monkeypatch.setenv(LOCKS_ENV, str(tmp_path / "gpu-locks"))
     here = jobs(1)
     cpu = here.submit("job-gpu-cpu-0")
-    wait_for(lambda: here.started(cpu.job_id), "the CPU job to start")
+    wait_for("the CPU job to start", lambda: here.started(cpu.job_id))
     gpu = here.submit("job-gpu-l4", accelerator="gpu-l4x1")
     queued = here.submit("job-gpu-cpu-1")
-    wait_for(lambda: here.started(gpu.job_id), "the GPU job to start")
+    wait_for("the GPU job to start", lambda: here.started(gpu.job_id))
     assert not Path(here.backend.job_dir(gpu.job_id), slot_queue.SLOTS_FILE).exists()
     assert here.message(queued.job_id) == "queued: 0 jobs ahead (local_max_jobs=1)"
     here.release(cpu.job_id)
-    wait_for(lambda: here.started(queued.job_id), "the queued CPU job to start")
+    wait_for("the queued CPU job to start", lambda: here.started(queued.job_id))
     for handle in (gpu, queued):
         here.release(handle.job_id)
         here.ended(handle.job_id, JobStatus.SUCCEEDED)
@@ -294,13 +287,17 @@ def test_a_bad_limit_fails_the_submit_before_any_job_state(jobs) -> None:
     assert not Path(here.backend.job_dir("job-bad-limit")).exists()
 
 
-def sleepy(seconds: float) -> str:
+def until_released(release: str) -> str:
+    import os
 
-    time.sleep(seconds)
+    while not os.path.exists(release):
+        time.sleep(0.02)  # timing-ok: the job's workload polls the test's release file
     return "done"
 
 
-def test_the_queued_message_reaches_the_task_log(jobs, monkeypatch, caplog, capfd, config) -> None:
+def test_the_queued_message_reaches_the_task_log(
+    jobs, monkeypatch, caplog, capfd, config, tmp_path
+) -> None:
     """A sync KineticRunOperator logs each status change (``report.describe()``): a job
     over ``[kinetic] local_max_jobs`` shows as queued in the task log, then runs."""
     from airflow_provider_kinetic import KineticRunOperator
@@ -310,11 +307,11 @@ def test_the_queued_message_reaches_the_task_log(jobs, monkeypatch, caplog, capf
     monkeypatch.setenv("AIRFLOW_CONN_KINETIC_LIMITED", json.dumps(conn))
     monkeypatch.setenv("AIRFLOW__KINETIC__LOCAL_MAX_JOBS", "1")
     held = blocker.submit("job-log-blocker")
-    wait_for(lambda: blocker.started(held.job_id), "the blocker to start")
+    wait_for("the blocker to start", lambda: blocker.started(held.job_id))
     op = KineticRunOperator(
         task_id="t",
-        python_callable=sleepy,
-        op_args=[2],  # running for many polls: its RUNNING line is seen on any machine
+        python_callable=until_released,
+        op_args=[str(tmp_path / "release")],  # running until its RUNNING line is seen
         kinetic_conn_id="kinetic_limited",
         deferrable=False,
         poll_interval=0.1,
@@ -339,10 +336,12 @@ def test_the_queued_message_reaches_the_task_log(jobs, monkeypatch, caplog, capf
     queued = "PENDING: queued: 0 jobs ahead (local_max_jobs=1)"
     with caplog.at_level("INFO"):
         worker.start()
-        wait_for(lambda: queued in task_log(), "the task log to show the job queued")
+        wait_for("the task log to show the job queued", lambda: queued in task_log())
         # ... and the job's own log line (its supervisor's), streamed into the task log
-        wait_for(lambda: "] kinetic: queued: 0 jobs ahead" in task_log(), "the job's line")
+        wait_for("the job's line", lambda: "] kinetic: queued: 0 jobs ahead" in task_log())
         blocker.release(held.job_id)
+        wait_for("the task log to show the job running", lambda: "RUNNING" in task_log())
+        (tmp_path / "release").touch()
         worker.join(DEADLINE_S)
     assert out == ["done"]
     text = task_log()

@@ -16,16 +16,16 @@ from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.results import collect
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobStatus
+from tests.fixtures.waiting import ended, wait_for
 
 
 def hold(mount: str, release: str, started: str) -> list[str]:
     import os
-    import time
 
     seen = sorted(os.listdir(mount))
     open(started, "w").close()
     while not os.path.exists(release):
-        time.sleep(0.02)
+        time.sleep(0.02)  # timing-ok: the job's workload polls the test's release file
     return seen
 
 
@@ -48,20 +48,15 @@ def test_concurrent_jobs_share_a_mount_link_and_the_last_removes_it(tmp_path):
         )[0]
         for r, s in zip(release, started, strict=True)
     ]
-    deadline = time.monotonic() + 60
-    while not all(s.exists() for s in started):  # both jobs hold the link
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_for("both jobs to hold the link", lambda: all(s.exists() for s in started))
     assert mount.is_symlink()
     release[0].touch()
     first = handles[0]
-    while not (report := backend.status(first)).status.is_terminal:
-        time.sleep(0.02)
+    report = wait_for("the first job to end", lambda: ended(backend.status(first)))
     assert report.status is JobStatus.SUCCEEDED, backend.read_logs(first)[0]
     assert mount.is_symlink()  # the second job still uses it
     release[1].touch()
-    while not (report := backend.status(handles[1])).status.is_terminal:
-        time.sleep(0.02)
+    report = wait_for("the second job to end", lambda: ended(backend.status(handles[1])))
     assert report.status is JobStatus.SUCCEEDED
     assert collect(config.store(), handles[1].job_id, report.status) == ["x.csv"]
     assert not os.path.lexists(mount)  # the last user removed the link
@@ -79,8 +74,7 @@ def test_an_existing_mount_path_fails_the_job_naming_it(tmp_path):
     backend = LocalBackend(config.bucket_name)
     request = JobRequest(func=len, args=("x",), volumes={str(taken): Data(str(data))})
     handle, _ = submit_job(request, config, backend)
-    while not (report := backend.status(handle)).status.is_terminal:
-        time.sleep(0.02)
+    report = wait_for("the job to end", lambda: ended(backend.status(handle)))
     assert report.status is JobStatus.FAILED
     with pytest.raises(RuntimeError, match=f"data resolve failed: FileExistsError: .*{taken}"):
         collect(config.store(), handle.job_id, report.status)

@@ -8,13 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from airflow_provider_kinetic.core.backends import k8s_status as ks
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.spec.handles import JobStatus
 from airflow_provider_kinetic.core.storage import LocalStore
+from tests.fixtures.waiting import DEADLINE_S, wait_for
 from tests.integration.test_runner import REPO_ROOT, stage
 
 
@@ -41,16 +41,18 @@ def start(flags: list[str], finished: Path) -> subprocess.Popen:
 
 
 def wait_ready(proc: subprocess.Popen, finished: Path) -> None:
-    deadline = time.monotonic() + 60
-    while not finished.exists():
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    def ready() -> bool:
+        if finished.exists():
+            return True
+        assert proc.poll() is None, proc.communicate()[0]  # it idles once finished
+        return False
+
+    wait_for("the runner to write its finished file", ready)
 
 
 def stop(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGTERM)
-    proc.wait(30)
+    proc.wait(DEADLINE_S)
 
 
 def test_success_idles_ready_and_a_restart_does_not_run_again(tmp_path):
@@ -76,7 +78,7 @@ def test_failure_exits_and_a_restart_fails_at_once(tmp_path):
     flags = stage(store, JobRequest(func=count_runs, args=(str(marker), True)))
     for _ in range(2):
         proc = start(flags, finished)
-        out, _ = proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=DEADLINE_S)
         assert proc.returncode == 1, out
     assert "already failed: not running the function again" in out
     assert marker.read_text().count("run") == 1 and not finished.exists()

@@ -23,6 +23,7 @@ from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
+from tests.fixtures.waiting import DEADLINE_S, wait_for
 
 
 class TI:
@@ -45,7 +46,18 @@ def sleepy(seconds: float, value: int) -> int:
     import time
 
     print("started", flush=True)
-    time.sleep(seconds)
+    time.sleep(seconds)  # timing-ok: the job's simulated work: 0 s, or until the test kills it
+    print("finished", flush=True)
+    return value
+
+
+def held(release: str, value: int) -> int:
+    import os
+    import time
+
+    print("started", flush=True)
+    while not os.path.exists(release):
+        time.sleep(0.02)  # timing-ok: the job's workload polls the test's release file
     print("finished", flush=True)
     return value
 
@@ -58,11 +70,37 @@ def local_conn(monkeypatch, tmp_path) -> Path:
     return root
 
 
-def _wait(predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
+class WatchClock:
+    """The operator's monotonic clock (``operators.run``, ``operators.run_sync``), moved
+    only by its waits on the job: each ``LocalBackend.wait(seconds)`` waits on the job
+    for real, then moves the clock on by ``seconds``.  It starts once the job has
+    printed "started", whatever the machine's load."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+@pytest.fixture
+def watch_clock(monkeypatch) -> WatchClock:
+    from airflow_provider_kinetic.operators import run, run_sync
+
+    clock, real_wait = WatchClock(), LocalBackend.wait
+
+    def wait(backend: LocalBackend, handles: list[JobHandle], seconds: float) -> None:
+        wait_for("the job to start", lambda: "started" in backend.read_logs(handles[0])[0])
+        real_wait(backend, handles, seconds)
+        clock.now += seconds
+
+    monkeypatch.setattr(run, "time", clock)
+    monkeypatch.setattr(run_sync, "time", clock)
+    monkeypatch.setattr(LocalBackend, "wait", wait)
+    return clock
 
 
 def test_on_kill_cancels_the_job_this_try_started(local_conn):
@@ -84,12 +122,12 @@ def test_on_kill_cancels_the_job_this_try_started(local_conn):
 
     worker = threading.Thread(target=run)
     worker.start()
-    _wait(lambda: "kinetic_job" in ti.xcom)
+    wait_for("the job's handle in XCom", lambda: "kinetic_job" in ti.xcom)
     handle = JobHandle.from_dict(ti.xcom["kinetic_job"])
     backend = LocalBackend(str(local_conn))
-    _wait(lambda: "started" in backend.read_logs(handle)[0])
+    wait_for("the job to start", lambda: "started" in backend.read_logs(handle)[0])
     op.on_kill()
-    worker.join(60)
+    worker.join(DEADLINE_S)
     assert not worker.is_alive()
     assert errors and "cancelled" in str(errors[0])
     # Collected: its local state went, and its history says it was cancelled.
@@ -99,10 +137,14 @@ def test_on_kill_cancels_the_job_this_try_started(local_conn):
     assert "cancelled" in entry["reason"]
 
 
-def test_retry_adopts_the_running_job_instead_of_submitting_again(local_conn, capfd, caplog):
+def test_retry_adopts_the_running_job_instead_of_submitting_again(
+    local_conn, tmp_path, capfd, caplog
+):
     config = KineticConfig(backend="local", root=str(local_conn))
     backend = LocalBackend(config.bucket_name)
-    previous, _ = submit_job(JobRequest(func=sleepy, args=(1.5, 42)), config, backend)
+    release = tmp_path / "release"
+    previous, _ = submit_job(JobRequest(func=held, args=(str(release), 42)), config, backend)
+    wait_for("the job to start", lambda: "started" in backend.read_logs(previous)[0])
     store = StateStore(kinetic_job=previous.to_dict())
     op = KineticRunOperator(
         task_id="t",
@@ -112,8 +154,16 @@ def test_retry_adopts_the_running_job_instead_of_submitting_again(local_conn, ca
         deferrable=False,
         poll_interval=0.1,
     )
-    ti = TI()
-    assert op.execute({"ti": ti, "task_state_store": store}) == 42
+    ti, values = TI(), []
+    worker = threading.Thread(
+        target=lambda: values.append(op.execute({"ti": ti, "task_state_store": store}))
+    )
+    worker.start()
+    # Published once the try has adopted (or submitted) a job: the job runs until now.
+    wait_for("the try to publish its job", lambda: "kinetic_job" in ti.xcom)
+    release.touch()
+    worker.join(DEADLINE_S)
+    assert not worker.is_alive() and values == [42]
     assert ti.xcom["kinetic_job"]["job_id"] == previous.job_id
     # No second job: the store's history knows only the adopted one.
     assert [p.parent.name for p in (local_conn / "history").glob("*/entry.json")] == [
@@ -164,10 +214,11 @@ def test_trigger_error_redefers_then_cancels(local_conn):
     assert report.status.value == "FAILED" and report.reason == "cancelled"
 
 
-def test_deferrable_collects_a_quick_job_before_deferring(local_conn):
+def test_deferrable_collects_a_quick_job_before_deferring(local_conn, watch_clock):
     """A job that ends within DEFER_GRACE_S never reaches the triggerer (no race between
     the worker's exit report and the trigger's event); a longer one defers, carrying
-    the log offset already shown so no line repeats."""
+    the log offset already shown so no line repeats.  The watch is timed on the
+    operator's own clock (``watch_clock``): exactly DEFER_GRACE_S of waits."""
     from airflow.providers.common.compat.sdk import TaskDeferred
 
     from airflow_provider_kinetic.operators.common import DEFER_GRACE_S
@@ -184,22 +235,24 @@ def test_deferrable_collects_a_quick_job_before_deferring(local_conn):
     slow = KineticRunOperator(
         task_id="t",
         python_callable=sleepy,
-        op_args=[DEFER_GRACE_S + 30, 6],
+        op_args=[DEFER_GRACE_S + 120, 6],
         kinetic_conn_id="kinetic_local",
         deferrable=True,
     )
     ti = TI()
-    start = time.monotonic()
+    start = watch_clock.now
     with pytest.raises(TaskDeferred) as deferred:
         slow.execute({"ti": ti})
-    assert DEFER_GRACE_S <= time.monotonic() - start < DEFER_GRACE_S + 10
+    # Deferred once the grace had passed on its clock: not at once, not later.
+    assert watch_clock.now - start == pytest.approx(DEFER_GRACE_S)
     trigger = deferred.value.trigger
     backend = LocalBackend(KineticConfig(backend="local", root=str(local_conn)).bucket_name)
     handle = JobHandle.from_dict(ti.xcom["kinetic_job"])
+    assert backend.status(handle).status.value == "RUNNING"  # deferred before its end
     text, offset = backend.read_logs(handle, 0)
     assert "started" in text and trigger.log_offset == offset > 0
     slow.on_kill()
-    _wait(lambda: backend.status(handle).status.value == "FAILED")
+    wait_for("the job to be cancelled", lambda: backend.status(handle).status.value == "FAILED")
 
 
 def test_resumed_task_takes_the_final_state_from_the_event(local_conn):
@@ -217,11 +270,11 @@ def test_resumed_task_takes_the_final_state_from_the_event(local_conn):
     config = KineticConfig(backend="local", root=str(local_conn))
     backend = LocalBackend(config.bucket_name)
     handle, _ = submit_job(JobRequest(func=sleepy, args=(0, 11)), config, backend)
-    _wait(lambda: backend.status(handle).status.value == "SUCCEEDED")
+    wait_for("the job to succeed", lambda: backend.status(handle).status.value == "SUCCEEDED")
     # The supervisor writes the exit code, then exits: a record removed while it lives
     # reads as a store that cannot be seen, not as a job that is gone.
     state_dir = str(local_conn / STATE_DIR)
-    _wait(lambda: handle.job_id not in live_supervisors(state_dir))
+    wait_for("its supervisor to exit", lambda: handle.job_id not in live_supervisors(state_dir))
     event = {"status": "SUCCEEDED", "message": "", "reason": None, "handle": handle.to_dict()}
     shutil.rmtree(local_conn / STATE_DIR / handle.job_id)
     assert backend.status(handle).status.value == "NOT_FOUND"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import pickle
 import stat
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from airflow_provider_kinetic.core.jobs.signing import (
 )
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobStatus
+from tests.fixtures.waiting import ended, wait_for
 
 SECRET = os.urandom(32)
 
@@ -35,10 +35,11 @@ def run(tmp_path: Path, x: int, secret: bytes | None = SECRET):
     config = KineticConfig(backend="local", root=str(tmp_path / "store"))
     backend = LocalBackend(config.bucket_name)
     handle, spec = submit_job(JobRequest(func=answer, args=(x,)), config, backend, None, secret)
-    deadline = time.monotonic() + 60
-    while not (report := backend.status(handle)).status.is_terminal:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    report = wait_for(
+        f"job {handle.job_id} to end",
+        lambda: ended(backend.status(handle)),
+        detail=lambda: backend.read_logs(handle)[0],
+    )
     assert report.status is JobStatus.SUCCEEDED, backend.read_logs(handle)[0]
     return config.store(), backend, handle, spec
 

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from airflow_provider_kinetic.core.keys.peers import PEERS_PREFIX  # noqa: E402
 from airflow_provider_kinetic.core.keys.tensors import TensorMismatch  # noqa: E402
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore  # noqa: E402
 from tests.fixtures.fake_gcs import requires_fake_gcs  # noqa: E402
+from tests.fixtures.waiting import wait_for  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -208,15 +208,16 @@ def _run_batch(tmp_path: Path, store: LocalStore, inputs: list[list[Any]]) -> li
         fail_fast=False,
     )
     batchrun.start_batch(state, objects, local, store)
-    deadline = time.monotonic() + 240
-    while True:
+
+    def poll() -> bool:  # as the batch's sensor would, every 0.1 s
         batchrun.launch(state, config, backend, store)
         if batchrun.is_finished(state):
-            break
-        assert time.monotonic() < deadline, batchrun.counts(state)
+            return True
         reports = backend.batch_status(state.group_id, list(state.active.values()))
         batchrun.observe(state, reports, backend, store)
-        time.sleep(0.1)  # the poll interval of this loop, not a synchronisation
+        return False
+
+    wait_for("the batch to finish", poll, 240, interval=0.1, detail=lambda: batchrun.counts(state))
     values, failures = batchrun.gather(state, store)
     assert failures == {}, failures
     # Every child met in its batch's peer scope, and the rendezvous records on the

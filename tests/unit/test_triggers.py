@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -47,6 +48,45 @@ async def _first(trigger) -> dict:
     events = [e async for e in trigger.run()]
     assert len(events) == 1
     return events[0].payload
+
+
+class SettleClock:
+    """``triggers.settle``'s clock, made exact: frozen at ``NOW``, except that every
+    reading moves it on 1 s (a batch trigger re-polls until ``remaining`` is 0) and a
+    hold's sleep moves it on by what it sleeps instead of sleeping.  ``seen`` is the
+    clock when each event reached the test."""
+
+    NOW = 1_800_000_000.0
+
+    def __init__(self) -> None:
+        self.now = self.NOW
+        self.seen: list[float] = []
+
+    def time(self) -> float:
+        self.now += 1.0
+        return self.now - 1.0
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        await asyncio.sleep(0)
+
+    async def first(self, trigger) -> dict:
+        events = []
+        async for event in trigger.run():
+            self.seen.append(self.now)
+            events.append(event)
+        assert len(events) == 1
+        return events[0].payload
+
+
+@pytest.fixture
+def clock(monkeypatch) -> SettleClock:
+    from airflow_provider_kinetic.triggers import settle
+
+    fake = SettleClock()
+    monkeypatch.setattr(settle, "time", fake)
+    monkeypatch.setattr(settle, "asyncio", fake)
+    return fake
 
 
 def test_job_trigger_roundtrips_json_and_reports_success(tmp_path):
@@ -132,7 +172,7 @@ def _in_another_process(func, *args):
         assert here.poll(120), "the child process sent nothing"
         return json.loads(here.recv())
     finally:
-        child.join(60)
+        child.join(120)
 
 
 def _made(kind: str, kwargs: dict) -> dict:
@@ -149,36 +189,31 @@ def _trigger_kwargs(kind: str, root: str, job_id: str) -> dict:
 
 
 @pytest.mark.parametrize("kind", ["job", "batch"])
-def test_no_event_before_the_deferral_has_settled(tmp_path, kind):
+def test_no_event_before_the_deferral_has_settled(tmp_path, kind, clock):
     """A job that ends at once still yields its event only ``not_before`` (set when the
     trigger was made, in the deferring worker, kept through its kwargs), so the
     scheduler has seen the deferring worker's exit first (apache/airflow#66374)."""
-    import asyncio
-
     from airflow_provider_kinetic.triggers.settle import settle_s
 
     root = str(tmp_path)
     _sleeper(root, "job-00000005", 0)
-    made = time.time()
     kwargs = _in_another_process(_made, kind, _trigger_kwargs(kind, root, "job-00000005"))
     assert settle_s() >= 5.0  # past the supervisor's wake-up interval
-    assert made + settle_s() - 0.1 <= kwargs["not_before"] <= time.time() + settle_s()
+    assert kwargs["not_before"] == clock.NOW + settle_s()  # made at the deferral (NOW)
     recreated = (KineticJobTrigger if kind == "job" else KineticBatchTrigger)(**kwargs)
     assert recreated.not_before == kwargs["not_before"]  # as the triggerer re-creates it
-    event = asyncio.run(_first(recreated))
-    assert time.time() >= kwargs["not_before"]
+    event = asyncio.run(clock.first(recreated))
+    assert clock.seen[0] >= kwargs["not_before"]
     done = event if kind == "job" else event["finished"]["job-00000005"]
     assert done["status"] == "SUCCEEDED"
 
 
 @pytest.mark.parametrize("kind", ["job", "batch"])
-def test_a_trigger_in_the_deferring_process_holds_nothing(tmp_path, kind, monkeypatch):
+def test_a_trigger_in_the_deferring_process_holds_nothing(tmp_path, kind, monkeypatch, clock):
     """``dag.test()`` runs a task's trigger inline, in the process that deferred it, once
     the task has returned: no executor reports that exit, so nothing can race the
     event, and the event comes as soon as the job ends, long before ``not_before``
     (the hold is made an hour long here, so a hold could not go unseen)."""
-    import asyncio
-
     from airflow_provider_kinetic.triggers.settle import deferred_here, remaining
 
     monkeypatch.setenv("AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL", "3600")
@@ -190,8 +225,8 @@ def test_a_trigger_in_the_deferring_process_holds_nothing(tmp_path, kind, monkey
     _, kwargs = made.serialize()
     recreated = type(made)(**json.loads(json.dumps(kwargs)))  # as dag.test re-creates it
     assert deferred_here(recreated.not_before) and remaining(recreated.not_before) == 0.0
-    event = asyncio.run(_first(recreated))
-    assert time.time() < recreated.not_before  # no hour-long hold
+    event = asyncio.run(clock.first(recreated))
+    assert clock.seen[0] < recreated.not_before  # no hour-long hold
     done = event if kind == "job" else event["finished"]["job-00000006"]
     assert done["status"] == "SUCCEEDED"
     # The same deadline is held by any other process (a triggerer), a fork included.
