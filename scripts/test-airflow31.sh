@@ -20,7 +20,6 @@ exec "$VENV/bin/pytest" -q -p no:cacheprovider \
   tests/unit/test_provider_info.py \
   --deselect tests/unit/test_provider_info.py::test_providers_manager_sees_every_component_and_the_form \
   tests/unit/test_triggers.py \
-  tests/unit/test_taskrecord.py \
   tests/unit/test_hook_config.py \
   tests/integration/test_airflow_versions.py \
   tests/integration/test_dags.py \

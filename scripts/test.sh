@@ -22,6 +22,8 @@ $UV pip install --quiet --python .venv/bin/python --no-deps keras-kinetic==0.0.4
 .venv/bin/ruff format --check .
 # The layers and no import cycles (pyproject.toml [tool.importlinter]).
 .venv/bin/lint-imports --no-cache
+# No sleep as synchronisation and no wall-clock assertion in the tests (docs/TESTING.md).
+.venv/bin/python scripts/check_test_timing.py
 # The oldest supported Airflow (3.1): the version-sensitive tests again, from its own
 # lock, beside the main run (skipped when arguments pick tests for the main run).  Each
 # pytest process works in a temp dir of its own (tests/fixtures/airflow_env.py), so the
