@@ -92,8 +92,12 @@ class BatchDriver:
         return cls(config, store_for(config), deployment_secret(), backend, log, result_key)
 
     def resume(self, state: BatchState) -> BatchState:
-        """The newest state this deferral saved (after a triggerer restart), else ``state``."""
-        return self.saves.load(state)
+        """The newest state this deferral saved (after a triggerer restart), else
+        ``state``; an input it lost track of (a save of an older version beside a
+        launch) is adopted or launched again at once (``batchrun.recover``)."""
+        latest = self.saves.load(state)
+        batchrun.recover(latest, self.config, self.backend, self.store, self.secret)
+        return latest
 
     def step(self, state: BatchState, reports: dict[str, StatusReport]) -> int:
         """Fold one poll's statuses in, launch what fits, save when due; returns how

@@ -25,6 +25,8 @@ from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC
+from airflow_provider_kinetic.core.jobs.submit import create_job
+from airflow_provider_kinetic.core.spec.handles import artifact_key
 from airflow_provider_kinetic.hooks.kinetic import config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key_for_job
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
@@ -226,3 +228,33 @@ def test_a_triggerer_shutting_down_mid_launch_saves_every_input(
         final, config.store(), result_key=lambda job: result_key_for_job(job, AUTH_HMAC)
     )
     assert failures == {} and values == [3 * i for i in range(INPUTS)]
+
+
+@pytest.mark.parametrize("created", [True, False], ids=["child-created", "never-created"])
+def test_a_trigger_resumed_from_a_save_that_lost_an_input_runs_it_once(
+    config: KineticConfig, backend: LocalBackend, caplog: pytest.LogCaptureFixture, created: bool
+) -> None:
+    """A state saved beside a launch (as before the fix above): input 0 taken off the
+    queue, neither active nor done.  The next trigger tells from the input's derived
+    job ids whether that launch created its child: it adopts the child, or launches
+    the input once; the sweep ends with every value, each input run once."""
+    state = _deferred(config)
+    store = config.store()
+    state.queue, state.launches = [1, 2, 3], {0: 1}
+    job = batchrun.child_job_id(state.group_id, 0, 1)
+    if created:  # the launch went on after the save and made the child
+        spec = batchrun.child_spec(state, 0, job, config, store, deployment_secret())
+        create_job(store, backend, spec, state.template.handle(config, store, spec, 0))
+    events = asyncio.run(_events(_trigger(config, state)))
+    assert [e.payload["status"] for e in events] == ["finished"]
+    final = BatchState.from_dict(events[0].payload["state"])
+    assert final.jobs[0] == job and all(final.launches[i] == 1 for i in range(INPUTS))
+    second = batchrun.child_job_id(state.group_id, 0, 2)
+    assert not store.exists(artifact_key(second, "handle.json"))
+    values, failures = batchrun.gather(
+        final, store, result_key=lambda job: result_key_for_job(job, AUTH_HMAC)
+    )
+    assert failures == {} and values == [3 * i for i in range(INPUTS)]
+    said = "adopted" if created else "launched now"
+    assert "had lost track of inputs[0] (neither queued, running nor done)" in caplog.text
+    assert said in caplog.text
