@@ -11,6 +11,7 @@ from airflow_provider_kinetic.core.backends.k8s_status import REASON_PREEMPTED
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.errors import KineticInternalError
 from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import LocalStore
@@ -197,6 +198,38 @@ def test_a_lost_input_whose_recorded_child_ended_is_launched_anew(tmp_path):
     backend = Creating()
     batchrun.launch(s, config, backend, store)
     assert backend.created == [batchrun.child_job_id(s.group_id, 2, 2)] and s.launches[2] == 2
+
+
+def test_an_input_that_never_ran_without_fail_fast_is_reported_as_our_bug(tmp_path, caplog):
+    store, _, s = _lost(tmp_path)
+    for i in (0, 1):
+        result(store, s.jobs[i], True, i)
+    values, failures = batchrun.gather(s, store)
+    assert values[:2] == [0, 1] and list(failures) == [2]
+    exc = failures[2]
+    assert isinstance(exc, KineticInternalError) and "fail_fast" not in str(exc).split(";")[0]
+    assert "inputs[2] never ran (no outcome; fail_fast is off)" in str(exc)
+    assert "a bug in airflow-provider-kinetic, not an error of your function" in str(exc)
+    assert [r.levelname for r in caplog.records if "inputs[2] never ran" in r.message] == ["ERROR"]
+    # Not submitted or cancelled although fail_fast never stopped the batch: ours too.
+    s.done[2] = "NOT_SUBMITTED"
+    s.fail_fast = True
+    _, failures = batchrun.gather(s, store)
+    assert isinstance(failures[2], KineticInternalError)
+    assert "(not submitted; fail_fast did not stop the batch)" in str(failures[2])
+
+
+def test_inputs_fail_fast_stopped_read_fail_fast_and_are_no_bug(tmp_path, caplog):
+    store, backend = LocalStore(str(tmp_path)), Recorder()
+    s = state(3, {0: "job-0", 1: "job-1"}, fail_fast=True)
+    result(store, "job-1", False)
+    running = StatusReport(JobStatus.RUNNING)
+    batchrun.observe(s, {"job-0": running, "job-1": FAILED}, backend, store)
+    _, failures = batchrun.gather(s, store)
+    assert str(failures[0]) == "cancelled (fail_fast)"
+    assert str(failures[2]) == "not submitted (fail_fast)"
+    assert not any(isinstance(e, KineticInternalError) for e in failures.values())
+    assert "never ran" not in caplog.text
 
 
 def test_an_error_midway_leaves_the_input_queued_or_active_never_neither(tmp_path, monkeypatch):

@@ -29,6 +29,7 @@ from airflow_provider_kinetic.core.batch.state import (
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data import cache as datacache
+from airflow_provider_kinetic.core.errors import KineticInternalError
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.fallback import describe_step, next_step
 from airflow_provider_kinetic.core.jobs.results import collect, collect_with_blob, is_preemption
@@ -446,8 +447,11 @@ def _failure(
 ) -> BaseException:
     if index in state.submit_errors:
         return RuntimeError(f"submission failed: {state.submit_errors[index]}")
+    if outcome in (CANCELLED, NOT_SUBMITTED) and state.fail_fast and state.stopped:
+        # fail_fast stopped the batch (``stop``): the only way an input ends unrun.
+        return RuntimeError(f"{outcome.lower().replace('_', ' ')} (fail_fast)")
     if outcome in (CANCELLED, NOT_SUBMITTED, None):
-        return RuntimeError(f"{(outcome or 'not run').lower().replace('_', ' ')} (fail_fast)")
+        return _not_run(state, index, outcome)
     try:
         job = state.jobs[index]
         why = state.failed_why.get(index)
@@ -455,6 +459,19 @@ def _failure(
     except Exception as exc:  # noqa: BLE001 - the remote error is the value we want
         return exc
     return RuntimeError("failed without an error payload")
+
+
+def _not_run(state: BatchState, index: int, outcome: str | None) -> KineticInternalError:
+    """An input that never ran although fail_fast did not stop the batch: kinetic lost
+    it, an error of ours; logged as one and named in the batch's failure."""
+    why = "fail_fast is off" if not state.fail_fast else "fail_fast did not stop the batch"
+    message = (
+        f"inputs[{index}] never ran ({(outcome or 'no outcome').lower().replace('_', ' ')}; "
+        f"{why}): a bug in airflow-provider-kinetic, not an error of your function or "
+        f"inputs (batch {state.group_id}; please report it)"
+    )
+    log.error("%s", message)
+    return KineticInternalError(message)
 
 
 def describe_exception(exc: BaseException) -> dict[str, Any]:
