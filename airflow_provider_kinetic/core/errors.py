@@ -11,3 +11,8 @@ from __future__ import annotations
 
 class KineticError(Exception):
     """Base class of the errors raised by airflow-provider-kinetic."""
+
+
+class KineticInternalError(KineticError, RuntimeError):
+    """A bug of kinetic's own, never an error of the user's function or inputs: say so,
+    with what was lost (e.g. a batch input that never ran although nothing stopped it)."""

@@ -42,7 +42,8 @@ T = TypeVar("T")
 async def to_the_end(work: asyncio.Future) -> None:
     """Wait until ``work`` (a thread's) has ended, even if this task is cancelled again
     meanwhile (3.1's triggerer cancels at every state sync); its error is logged, not
-    raised: the trigger is stopping already."""
+    raised: the trigger is stopping already.  A cancelled ``work`` task is done at
+    once, its thread not: what must not overlap that thread locks against it."""
     while not work.done():
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait({work})
@@ -198,6 +199,9 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
             # continues from here instead of showing lines again.
             # The driver's work in flight is waited for first (a save beside a step
             # could catch an input between queue and active), through further cancels.
+            # When the loop itself is torn down (a triggerer stopping), the work's task
+            # is cancelled too and reads as ended while its thread still runs: the
+            # save then waits for the step in the driver (``BatchDriver.busy``).
             if driver is not None:
                 driver.halt.set()
             if self._work is not None:

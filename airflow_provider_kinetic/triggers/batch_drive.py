@@ -16,8 +16,12 @@ runs twice and no result is dropped.
 
 A step runs in a thread, which cancelling the trigger does not stop.  So a stopping
 trigger sets :attr:`BatchDriver.halt` (the step launches no more) and saves only once
-the step in flight has ended (``triggers.batch``): a save taken beside a step could
-hold an input taken off the queue but not yet active, lost to the next trigger.
+the step in flight has ended: a save taken beside a step could hold an input taken
+off the queue but not yet active, lost to the next trigger.  The driver itself makes
+that so (:attr:`BatchDriver.busy`: a save waits for the step in flight), not the
+trigger's wait for its work: a triggerer stops by leaving ``asyncio.run``, whose
+teardown cancels every task of the loop, the task of the driver's work too, which
+then reads as ended while its thread still launches.
 
 Saves follow progress, not time: one when a ``1/SAVES_PER_BATCH`` share of the
 batch's launches and ends has happened since the last (and at most every
@@ -75,6 +79,8 @@ class BatchDriver:
         self.changes = 0  # launches and ends since the last save
         self.saves = DrivenSaves(self.store, self.secret)
         self.halt = threading.Event()  # set when the trigger is stopped: launch no more
+        # Held by a step and by a save: a save never reads the batch beside a step.
+        self.busy = threading.Lock()
 
     @classmethod
     def for_trigger(cls, config_json: str, backend: Backend, log: logging.Logger) -> BatchDriver:
@@ -86,12 +92,20 @@ class BatchDriver:
         return cls(config, store_for(config), deployment_secret(), backend, log, result_key)
 
     def resume(self, state: BatchState) -> BatchState:
-        """The newest state this deferral saved (after a triggerer restart), else ``state``."""
-        return self.saves.load(state)
+        """The newest state this deferral saved (after a triggerer restart), else
+        ``state``; an input it lost track of (a save of an older version beside a
+        launch) is adopted or launched again at once (``batchrun.recover``)."""
+        latest = self.saves.load(state)
+        batchrun.recover(latest, self.config, self.backend, self.store, self.secret)
+        return latest
 
     def step(self, state: BatchState, reports: dict[str, StatusReport]) -> int:
         """Fold one poll's statuses in, launch what fits, save when due; returns how
         many children finished or were launched (0: nothing changed)."""
+        with self.busy:
+            return self._step(state, reports)
+
+    def _step(self, state: BatchState, reports: dict[str, StatusReport]) -> int:
         finished = batchrun.observe(state, reports, self.backend, self.store, self.result_key)
         batchlogs.log_failures(state, finished, reports, self.log)
         batchlogs.forget_finished(state)
@@ -111,13 +125,17 @@ class BatchDriver:
             self.changes >= save_threshold(state.total)
             and time.monotonic() - self.saved_at >= SAVE_EVERY_S
         ):
-            self.save(state)
+            self._save(state)
         return changed
 
     def save(self, state: BatchState) -> None:
         """A delta of what changed since the last save: at progress steps, and always
         on cancel and at the end (the log offsets shown since count too, so a new
-        trigger neither repeats nor skips lines)."""
+        trigger neither repeats nor skips lines).  Waits for a step in flight."""
+        with self.busy:
+            self._save(state)
+
+    def _save(self, state: BatchState) -> None:
         self.saves.save(state)
         self.saved_at, self.changes = time.monotonic(), 0
 

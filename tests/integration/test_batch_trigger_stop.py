@@ -20,11 +20,13 @@ import pytest
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
-from airflow_provider_kinetic.core.batch.resume import driven_key, load_driven
+from airflow_provider_kinetic.core.batch.resume import DrivenSaves, driven_key, load_driven
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC
+from airflow_provider_kinetic.core.jobs.submit import create_job
+from airflow_provider_kinetic.core.spec.handles import artifact_key
 from airflow_provider_kinetic.hooks.kinetic import config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key_for_job
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
@@ -144,3 +146,115 @@ def test_a_trigger_stopped_while_resuming_saves_nothing(
 
 async def _events(trigger: KineticBatchTrigger) -> list[Any]:
     return [event async for event in trigger.run()]
+
+
+class _NotedLock:
+    """A driver's ``busy`` lock that says when someone has to wait for it."""
+
+    def __init__(self, waits: threading.Event) -> None:
+        self._lock, self.waits = threading.Lock(), waits
+
+    def __enter__(self) -> _NotedLock:
+        if not self._lock.acquire(blocking=False):
+            self.waits.set()
+            self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_a_triggerer_shutting_down_mid_launch_saves_every_input(
+    config: KineticConfig, backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A triggerer stops by leaving ``asyncio.run``, whose teardown cancels every task
+    of the loop: the trigger's, and the task of the driver's work in its thread too.
+    That work task ends at once although its thread is still launching a child, so
+    the stopping trigger took the step as ended and saved beside the launch: an input
+    taken off the queue but not yet active, which the next trigger never ran (a sweep
+    failed after a triggerer restart: "inputs[2] (not submitted): not run").  Here a
+    launch is held open while the loop is torn down as the triggerer's is; the launch
+    ends only once the save has either been written (beside it) or waits for it."""
+    state = _deferred(config)
+    submitted: list[str] = []
+    launching, release, save_reached = threading.Event(), threading.Event(), threading.Event()
+    real_submit, real_write = LocalBackend.submit, DrivenSaves.save
+    real_for_trigger = BatchDriver.for_trigger
+
+    def held_submit(self: LocalBackend, spec: Any) -> None:
+        submitted.append(spec.job_id)
+        launching.set()
+        assert release.wait(120)
+        real_submit(self, spec)
+
+    def noted_write(self: DrivenSaves, batch: BatchState) -> None:
+        real_write(self, batch)
+        save_reached.set()  # written (beside the launch, if it is still held)
+
+    def noted_driver(config_json: str, backend_: Any, log: Any) -> BatchDriver:
+        made = real_for_trigger(config_json, backend_, log)
+        made.busy = _NotedLock(save_reached)  # a save that waits for the step says so
+        return made
+
+    monkeypatch.setattr(LocalBackend, "submit", held_submit)
+    monkeypatch.setattr(DrivenSaves, "save", noted_write)
+    monkeypatch.setattr(BatchDriver, "for_trigger", staticmethod(noted_driver))
+
+    def let_the_launch_end() -> None:
+        save_reached.wait(120)
+        release.set()
+
+    async def triggerer() -> None:
+        # The trigger runs until its first launch is held; then the loop is left with
+        # the trigger still running, as a stopping triggerer leaves it.
+        asyncio.ensure_future(_trigger(config, state).run().__anext__())
+        await asyncio.to_thread(launching.wait, 120)
+        threading.Thread(target=let_the_launch_end, daemon=True).start()
+
+    asyncio.run(triggerer())
+    assert release.is_set() and submitted == [submitted[0]]
+    saved = load_driven(config.store(), BatchState.from_dict(state.to_dict()), deployment_secret())
+    accounted = set(saved.queue) | set(saved.active) | set(saved.done)
+    assert accounted == set(range(INPUTS)), saved.to_dict()
+    assert {i: h.job_id for i, h in saved.active.items()} == {0: submitted[0]}
+
+    # The next trigger runs the rest: every input once, the held one adopted.
+    monkeypatch.undo()
+    events = asyncio.run(_events(_trigger(config, state)))
+    final = BatchState.from_dict(events[0].payload["state"])
+    assert final.jobs[0] == submitted[0]
+    assert all(final.launches[i] == 1 for i in range(INPUTS))
+    values, failures = batchrun.gather(
+        final, config.store(), result_key=lambda job: result_key_for_job(job, AUTH_HMAC)
+    )
+    assert failures == {} and values == [3 * i for i in range(INPUTS)]
+
+
+@pytest.mark.parametrize("created", [True, False], ids=["child-created", "never-created"])
+def test_a_trigger_resumed_from_a_save_that_lost_an_input_runs_it_once(
+    config: KineticConfig, backend: LocalBackend, caplog: pytest.LogCaptureFixture, created: bool
+) -> None:
+    """A state saved beside a launch (as before the fix above): input 0 taken off the
+    queue, neither active nor done.  The next trigger tells from the input's derived
+    job ids whether that launch created its child: it adopts the child, or launches
+    the input once; the sweep ends with every value, each input run once."""
+    state = _deferred(config)
+    store = config.store()
+    state.queue, state.launches = [1, 2, 3], {0: 1}
+    job = batchrun.child_job_id(state.group_id, 0, 1)
+    if created:  # the launch went on after the save and made the child
+        spec = batchrun.child_spec(state, 0, job, config, store, deployment_secret())
+        create_job(store, backend, spec, state.template.handle(config, store, spec, 0))
+    events = asyncio.run(_events(_trigger(config, state)))
+    assert [e.payload["status"] for e in events] == ["finished"]
+    final = BatchState.from_dict(events[0].payload["state"])
+    assert final.jobs[0] == job and all(final.launches[i] == 1 for i in range(INPUTS))
+    second = batchrun.child_job_id(state.group_id, 0, 2)
+    assert not store.exists(artifact_key(second, "handle.json"))
+    values, failures = batchrun.gather(
+        final, store, result_key=lambda job: result_key_for_job(job, AUTH_HMAC)
+    )
+    assert failures == {} and values == [3 * i for i in range(INPUTS)]
+    said = "adopted" if created else "launched now"
+    assert "had lost track of inputs[0] (neither queued, running nor done)" in caplog.text
+    assert said in caplog.text

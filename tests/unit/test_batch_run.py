@@ -10,6 +10,8 @@ import pytest
 from airflow_provider_kinetic.core.backends.k8s_status import REASON_PREEMPTED
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.errors import KineticInternalError
 from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import LocalStore
@@ -126,3 +128,129 @@ def test_a_child_without_capacity_moves_to_the_next_step_apart_from_retries(tmp_
     result(store, "job-s0", True, 5)
     assert batchrun.observe(s, {"job-s0": StatusReport(JobStatus.SUCCEEDED)}, backend, store) == [0]
     assert batchrun.counts(s)["capacity"] == {"spot": 1, "reservation": 1}
+
+
+class Creating(LocalBackend):
+    """Records the jobs it is asked to create; every job it knows of runs."""
+
+    def __init__(self, running: set[str] | None = None) -> None:
+        super().__init__("/nonexistent")
+        self.created: list[str] = []
+        self.running = set(running or ())
+
+    def submit(self, spec: Any) -> None:
+        self.created.append(spec.job_id)
+        self.running.add(spec.job_id)
+
+    def status(self, handle: JobHandle, listings: Any = None) -> StatusReport:
+        if handle.job_id in self.running:
+            return StatusReport(JobStatus.RUNNING)
+        return StatusReport(JobStatus.NOT_FOUND, "no such job")
+
+
+def _lost(tmp_path) -> tuple[LocalStore, KineticConfig, Any]:
+    """A batch of 3 whose inputs 0 and 1 succeeded and whose input 2 the state lost:
+    taken off the queue, never active nor done (as a save beside a launch kept it)."""
+    config = KineticConfig(backend="local", root=str(tmp_path))
+    store = config.store()
+    s = state(3, {})
+    s.queue, s.done, s.order = [], {0: "SUCCEEDED", 1: "SUCCEEDED"}, [0, 1]
+    s.jobs = {
+        0: batchrun.child_job_id(s.group_id, 0, 1),
+        1: batchrun.child_job_id(s.group_id, 1, 1),
+    }
+    s.launches = {0: 1, 1: 1, 2: 1}
+    return store, config, s
+
+
+def test_a_lost_input_whose_child_was_created_is_adopted_not_made_again(tmp_path, caplog):
+    store, config, s = _lost(tmp_path)
+    job = batchrun.child_job_id(s.group_id, 2, 1)
+    store.write_bytes(f"{job}/handle.json", b"{}")  # written before its create
+    backend = Creating(running={job})
+    assert batchrun.unaccounted(s) == [2]
+    assert batchrun.launch(s, config, backend, store) == 1
+    assert backend.created == [] and s.active[2].job_id == job and s.jobs[2] == job
+    assert s.launches[2] == 1 and s.attempts[2] == 1 and batchrun.unaccounted(s) == []
+    assert (
+        "kinetic bug" in caplog.text and f"{job} (created, not recorded) is adopted" in caplog.text
+    )
+
+
+def test_a_lost_input_never_created_is_launched_once(tmp_path, caplog):
+    store, config, s = _lost(tmp_path)
+    backend = Creating()
+    assert batchrun.launch(s, config, backend, store) == 1
+    job = batchrun.child_job_id(s.group_id, 2, 1)
+    assert backend.created == [job] and s.active[2].job_id == job and s.launches[2] == 1
+    assert batchrun.launch(s, config, backend, store) == 0  # running now: never a second job
+    assert backend.created == [job]
+    assert "inputs[2] (neither queued, running nor done); it is launched now" in caplog.text
+
+
+def test_a_lost_input_whose_recorded_child_ended_is_launched_anew(tmp_path):
+    """The newest child the state records for the input is its last ended one: the
+    lost launch never created its job, so the next id is made, once."""
+    store, config, s = _lost(tmp_path)
+    first = batchrun.child_job_id(s.group_id, 2, 1)
+    store.write_bytes(f"{first}/handle.json", b"{}")
+    s.jobs[2] = first  # failed once and was to be retried
+    backend = Creating()
+    batchrun.launch(s, config, backend, store)
+    assert backend.created == [batchrun.child_job_id(s.group_id, 2, 2)] and s.launches[2] == 2
+
+
+def test_an_input_that_never_ran_without_fail_fast_is_reported_as_our_bug(tmp_path, caplog):
+    store, _, s = _lost(tmp_path)
+    for i in (0, 1):
+        result(store, s.jobs[i], True, i)
+    values, failures = batchrun.gather(s, store)
+    assert values[:2] == [0, 1] and list(failures) == [2]
+    exc = failures[2]
+    assert isinstance(exc, KineticInternalError) and "fail_fast" not in str(exc).split(";")[0]
+    assert "inputs[2] never ran (no outcome; fail_fast is off)" in str(exc)
+    assert "a bug in airflow-provider-kinetic, not an error of your function" in str(exc)
+    assert [r.levelname for r in caplog.records if "inputs[2] never ran" in r.message] == ["ERROR"]
+    # Not submitted or cancelled although fail_fast never stopped the batch: ours too.
+    s.done[2] = "NOT_SUBMITTED"
+    s.fail_fast = True
+    _, failures = batchrun.gather(s, store)
+    assert isinstance(failures[2], KineticInternalError)
+    assert "(not submitted; fail_fast did not stop the batch)" in str(failures[2])
+
+
+def test_inputs_fail_fast_stopped_read_fail_fast_and_are_no_bug(tmp_path, caplog):
+    store, backend = LocalStore(str(tmp_path)), Recorder()
+    s = state(3, {0: "job-0", 1: "job-1"}, fail_fast=True)
+    result(store, "job-1", False)
+    running = StatusReport(JobStatus.RUNNING)
+    batchrun.observe(s, {"job-0": running, "job-1": FAILED}, backend, store)
+    _, failures = batchrun.gather(s, store)
+    assert str(failures[0]) == "cancelled (fail_fast)"
+    assert str(failures[2]) == "not submitted (fail_fast)"
+    assert not any(isinstance(e, KineticInternalError) for e in failures.values())
+    assert "never ran" not in caplog.text
+
+
+def test_an_error_midway_leaves_the_input_queued_or_active_never_neither(tmp_path, monkeypatch):
+    """An input leaves the queue only as it becomes active, and ``active`` only for
+    ``done`` or the queue: an error on the way (a store outage, say) leaves it where it
+    was, for the next poll, never lost to the batch."""
+    store, config, s = _lost(tmp_path)
+    s.queue, s.launches = [2], {0: 1, 1: 1}
+
+    def outage(*_args: Any, **_kw: Any) -> Any:
+        raise OSError("store unavailable")
+
+    monkeypatch.setattr(batchrun, "child_spec", outage)
+    with pytest.raises(OSError):
+        batchrun.launch(s, config, Creating(), store)
+    assert s.queue == [2] and 2 not in s.launches and batchrun.unaccounted(s) == []
+    monkeypatch.undo()
+
+    s.queue, s.active = [], {2: handle("job-x")}
+    backend = Recorder()
+    monkeypatch.setattr(backend, "cancel", outage)
+    with pytest.raises(OSError):
+        batchrun.observe(s, {"job-x": StatusReport(JobStatus.SUCCEEDED)}, backend, store)
+    assert list(s.active) == [2] and 2 not in s.done and batchrun.unaccounted(s) == []

@@ -27,7 +27,7 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
     request_cancel,
     succeeded_result,
 )
-from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, artifact_key
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -140,15 +140,6 @@ class DrivenSaves:
         self.last = json.loads(json.dumps(new))
 
 
-def _latest_launch(store: ObjectStore, group_id: str, index: int) -> int:
-    launch = 0
-    while store.exists(
-        artifact_key(batchrun.child_job_id(group_id, index, launch + 1), "handle.json")
-    ):
-        launch += 1
-    return launch
-
-
 def resume_batch(
     store: ObjectStore,
     backend: Backend,
@@ -164,7 +155,7 @@ def resume_batch(
     state.queue, state.order, state.stopped = [], [], False
     latest: dict[int, JobHandle] = {}
     for index in range(state.total):
-        launch = _latest_launch(store, group_id, index)
+        launch = batchrun.latest_launch(store, group_id, index)
         state.launches[index] = launch
         if launch:
             job_id = batchrun.child_job_id(group_id, index, launch)

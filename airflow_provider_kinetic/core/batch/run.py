@@ -29,6 +29,7 @@ from airflow_provider_kinetic.core.batch.state import (
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data import cache as datacache
+from airflow_provider_kinetic.core.errors import KineticInternalError
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.fallback import describe_step, next_step
 from airflow_provider_kinetic.core.jobs.results import collect, collect_with_blob, is_preemption
@@ -39,6 +40,7 @@ from airflow_provider_kinetic.core.spec.handles import (
     JobHandle,
     JobStatus,
     StatusReport,
+    artifact_key,
 )
 from airflow_provider_kinetic.core.spec.pod import JobSpec
 from airflow_provider_kinetic.core.storage import ObjectStore
@@ -159,20 +161,29 @@ def launch(
     triggerer restart starts from its last saved state): a child whose derived job
     id already has a ``handle.json`` is adopted, not created again
     (``jobs.submit.adopted``), so no input ever runs twice.  ``halted``: asked before
-    each launch; once true, the rest stay queued (a trigger being stopped)."""
+    each launch; once true, the rest stay queued (a trigger being stopped).
+
+    An input leaves the queue only as it becomes active (or failed to submit), with
+    no I/O between: an error on the way leaves it queued, never neither."""
     launched = 0
+    if not state.queue and not state.active and not state.stopped:
+        # The batch would end here: not while an input has no outcome of its own.
+        lost = recover(state, config, backend, store, signing_secret)
+        launched += sum(index in state.active for index in lost)  # adopted (the rest queued)
     while state.queue and len(state.active) < state.max_concurrent and not state.stopped:
         if halted is not None and halted():
             break
-        index = state.queue.pop(0)
-        state.launches[index] = state.launches.get(index, 0) + 1
-        job_id = child_job_id(state.group_id, index, state.launches[index])
+        index = state.queue[0]
+        launch_no = state.launches.get(index, 0) + 1
+        job_id = child_job_id(state.group_id, index, launch_no)
         spec = child_spec(state, index, job_id, config, store, signing_secret)
         handle = state.template.handle(config, store, spec, index, step=state.steps.get(index, 0))
         try:
             if not (probe and adopted(store, backend, spec, handle)):
                 create_job(store, backend, spec, handle)
         except Exception as exc:  # noqa: BLE001 - recorded per index, never retried
+            state.queue.pop(0)
+            state.launches[index] = launch_no
             state.submit_errors[index] = f"{type(exc).__name__}: {exc}"
             state.done[index] = FAILED
             state.order.append(index)
@@ -180,12 +191,82 @@ def launch(
             if state.fail_fast:
                 state.stopped = True
             continue
+        state.queue.pop(0)
+        state.launches[index] = launch_no
         state.active[index] = handle
         state.jobs[index] = handle.job_id
         state.attempts[index] = state.attempts.get(index, 0) + 1
         state.manifest_dirty = True
         launched += 1
     return launched
+
+
+def unaccounted(state: BatchState) -> list[int]:
+    """Inputs neither queued, active nor done: none, unless kinetic lost track of one
+    (a bug of ours, never the user's: every input ends with an outcome of its own)."""
+    seen = set(state.queue)
+    seen.update(state.active)
+    seen.update(state.done)
+    return [index for index in range(state.total) if index not in seen]
+
+
+def latest_launch(store: ObjectStore, group_id: str, index: int) -> int:
+    """How many of input ``index``'s derived jobs were created (each has its
+    ``handle.json`` from before its create): the batch's own launch records."""
+    launch = 0
+    while store.exists(artifact_key(child_job_id(group_id, index, launch + 1), "handle.json")):
+        launch += 1
+    return launch
+
+
+def recover(
+    state: BatchState,
+    config: KineticConfig,
+    backend: Backend,
+    store: ObjectStore,
+    signing_secret: bytes | None = None,
+) -> list[int]:
+    """Put back every input the state lost track of (:func:`unaccounted`), each once.
+
+    Its derived job ids tell a child that was created from one never created: a job
+    newer than the last one the state recorded for the input (``jobs``) was launched
+    and not recorded, so it is adopted (made under the same id if its create never
+    happened, ``jobs.submit.adopted``); else the input is queued first and launched
+    once, under the next id.  Either way it is said as the error of ours it is.  A
+    batch fail_fast stopped launches nothing more: its report names such an input."""
+    if state.stopped:
+        return []
+    lost = unaccounted(state)
+    for index in lost:
+        created = latest_launch(store, state.group_id, index)
+        known = state.jobs.get(index)
+        recorded = next(
+            (n for n in range(created, 0, -1) if child_job_id(state.group_id, index, n) == known),
+            0,
+        )
+        state.launches[index] = created
+        if created > recorded:
+            job_id = child_job_id(state.group_id, index, created)
+            spec = child_spec(state, index, job_id, config, store, signing_secret)
+            step = state.steps.get(index, 0)
+            handle = state.template.handle(config, store, spec, index, step=step)
+            adopted(store, backend, spec, handle)
+            state.active[index] = handle
+            state.jobs[index] = job_id
+            state.attempts[index] = state.attempts.get(index, 0) + 1
+            state.manifest_dirty = True
+            what = f"its child {job_id} (created, not recorded) is adopted"
+        else:
+            state.queue.insert(0, index)
+            what = "it is launched now"
+        log.error(
+            "kinetic bug (not an error of your function or inputs): batch %s had lost "
+            "track of inputs[%d] (neither queued, running nor done); %s",
+            state.group_id,
+            index,
+            what,
+        )
+    return lost
 
 
 def observe(
@@ -211,12 +292,19 @@ def observe(
             and succeeded_result(store, handle, result_key)
         ):
             report = StatusReport(JobStatus.SUCCEEDED)
-        del state.active[index]
         # Its outcome is in the store (or it failed): delete the Job / LeaderWorkerSet
         # now, so no finished child holds a node (a stuck pod's Job goes before a retry).
         backend.cancel(handle)
-        state.capacity_used[index] = handle.capacity or "on-demand"
         step = next_step(state.template.capacity, handle, report, store)
+        preempted = (
+            report.status is not JobStatus.SUCCEEDED
+            and step is None
+            and is_preemption(report, store, handle)
+        )
+        # Every call that can fail is made: the input leaves ``active`` for ``done`` or
+        # the queue with nothing between (an error above leaves it active, asked again).
+        del state.active[index]
+        state.capacity_used[index] = handle.capacity or "on-demand"
         if report.status is JobStatus.SUCCEEDED:
             state.done[index] = SUCCEEDED
         elif step is not None:  # nothing of it ran: the next capacity step, not a retry
@@ -233,10 +321,7 @@ def observe(
             )
             state.queue.insert(0, index)
             continue
-        elif (
-            is_preemption(report, store, handle)
-            and state.preemptions.get(index, 0) < MAX_PREEMPTION_RETRIES
-        ):
+        elif preempted and state.preemptions.get(index, 0) < MAX_PREEMPTION_RETRIES:
             state.preemptions[index] = state.preemptions.get(index, 0) + 1
             metrics.incr("kinetic.job.preemptions", 1, {"capacity": state.capacity_used[index]})
             state.attempts[index] -= 1  # does not count against ``retries``
@@ -362,8 +447,11 @@ def _failure(
 ) -> BaseException:
     if index in state.submit_errors:
         return RuntimeError(f"submission failed: {state.submit_errors[index]}")
+    if outcome in (CANCELLED, NOT_SUBMITTED) and state.fail_fast and state.stopped:
+        # fail_fast stopped the batch (``stop``): the only way an input ends unrun.
+        return RuntimeError(f"{outcome.lower().replace('_', ' ')} (fail_fast)")
     if outcome in (CANCELLED, NOT_SUBMITTED, None):
-        return RuntimeError(f"{(outcome or 'not run').lower().replace('_', ' ')} (fail_fast)")
+        return _not_run(state, index, outcome)
     try:
         job = state.jobs[index]
         why = state.failed_why.get(index)
@@ -371,6 +459,19 @@ def _failure(
     except Exception as exc:  # noqa: BLE001 - the remote error is the value we want
         return exc
     return RuntimeError("failed without an error payload")
+
+
+def _not_run(state: BatchState, index: int, outcome: str | None) -> KineticInternalError:
+    """An input that never ran although fail_fast did not stop the batch: kinetic lost
+    it, an error of ours; logged as one and named in the batch's failure."""
+    why = "fail_fast is off" if not state.fail_fast else "fail_fast did not stop the batch"
+    message = (
+        f"inputs[{index}] never ran ({(outcome or 'no outcome').lower().replace('_', ' ')}; "
+        f"{why}): a bug in airflow-provider-kinetic, not an error of your function or "
+        f"inputs (batch {state.group_id}; please report it)"
+    )
+    log.error("%s", message)
+    return KineticInternalError(message)
 
 
 def describe_exception(exc: BaseException) -> dict[str, Any]:
