@@ -26,6 +26,32 @@ def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ARG001 - pytest'
         session.exitstatus = 1
 
 
+#: The costliest modules (docs/TESTING.md's table), started first: the workers take
+#: modules in collection order (``--dist loadfile``), and a slow module taken last keeps
+#: one worker busy while the other has nothing left.
+SLOW_FIRST = (
+    "tests/integration/test_browser.py",
+    "tests/integration/test_benchmark_quick.py",
+    "tests/integration/test_openlineage.py",
+    "tests/integration/test_standalone.py",
+    "tests/integration/test_history.py",
+    "tests/integration/test_airflow_versions.py",
+    "tests/integration/test_assets_standalone.py",
+    "tests/integration/test_hostile_ids_standalone.py",
+    "tests/integration/test_sweep_standalone.py",
+    "tests/integration/test_map_dags.py",
+    "tests/integration/test_hostile_ids_and_clears.py",
+    "tests/integration/test_tries.py",
+    "tests/integration/test_cli.py",
+)
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Slow modules first (a stable sort: each module's own order stays)."""
+    rank = {module: n for n, module in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 # Per-module cost, summed over every test's setup, call and teardown (on the xdist
 # controller too: it receives every worker's reports).  Printed at the end of the run
 # so a slow module shows itself; docs/TESTING.md keeps the table.
