@@ -8,7 +8,9 @@ failing job and one whose result travels by reference.  Afterwards each store an
 disk hold exactly what its policy says, and ``jobs list`` / ``jobs logs`` (real CLI
 processes) still show every job; ``jobs cleanup`` (on a group of its own, policy
 ``never``) keeps what an XCom still needs unless ``--force``, and applies the
-retention, saying what it deletes with sizes.
+retention, saying what it deletes with sizes.  Commands whose outputs do not decide
+the next command's arguments share one CLI process (``clis``): each process costs ~3 s
+of CPU importing Airflow.
 """
 
 from __future__ import annotations
@@ -37,6 +39,31 @@ POLICIES = ("on_success", "always", "never")
 GROUPS = (*POLICIES, "cleanup")
 
 
+#: Several CLI commands in one process, in order, each as ``python -m
+#: airflow_provider_kinetic.cli`` runs it (``main(argv)``) with its stdout captured; fd 1
+#: points at stderr meanwhile, so the real stdout carries the list of outputs alone.
+BATCH = """
+import contextlib, io, json, os, sys
+real = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+from airflow_provider_kinetic.cli.__main__ import main
+done = []
+for argv in json.loads(sys.argv[1]):
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = 0 if exc.code is None else exc.code
+    done.append({"argv": argv, "rc": code, "stdout": out.getvalue()})
+    if code:
+        break
+real.write(json.dumps(done))
+real.close()
+"""
+
+
 def cli(conn: str, *args: str) -> Any:
     """A real ``python -m airflow_provider_kinetic.cli`` process; its JSON output."""
     cmd = [sys.executable, "-m", "airflow_provider_kinetic.cli", *args, "-o", "json"]
@@ -45,6 +72,21 @@ def cli(conn: str, *args: str) -> Any:
                          timeout=180, env=env)  # fmt: skip
     assert out.returncode == 0, f"{cmd}\nstdout:{out.stdout}\nstderr:{out.stderr[-3000:]}"
     return json.loads(out.stdout)
+
+
+def clis(conn: str, *commands: tuple[str, ...]) -> list[Any]:
+    """Several commands' JSON outputs, run in order by one real process (``BATCH``): each
+    CLI process spends ~3 s of CPU importing Airflow, most of this module's cost."""
+    argvs = [[*args, "-o", "json", "--conn-id", conn] for args in commands]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", BATCH, json.dumps(argvs)], capture_output=True,
+                         text=True, timeout=180, env=env)  # fmt: skip
+    assert out.returncode == 0, f"{argvs}\nstdout:{out.stdout}\nstderr:{out.stderr[-3000:]}"
+    done = json.loads(out.stdout)
+    for one in done:
+        assert one["rc"] == 0, f"{one['argv']}\nstdout:{one['stdout']}\n{out.stderr[-3000:]}"
+    assert len(done) == len(argvs)
+    return [json.loads(one["stdout"]) for one in done]
 
 
 def artifact_dirs(root: Path) -> set[str]:
@@ -132,31 +174,38 @@ def test_every_path_leaves_what_the_policy_says_and_the_history_shows_it(policy,
     assert not state_dir.exists() or list(state_dir.iterdir()) == []
     assert list(tmp.iterdir()) == []
 
-    # Every job's log, after its local state dir went.
-    for task in ("sync", "deferred", "failing"):
-        text = cli(conn, "jobs", "logs", job[task])["logs"]
-        assert f"history-test {'broken' if task == 'failing' else task}" in text
+    # Every job's log, after its local state dir went; and the filters.
     (child,) = failed_child
-    assert "history-test child 1" in cli(conn, "jobs", "logs", child)["logs"]
-
-    # Filters.
-    failed = cli(conn, "jobs", "list", "--state", "failed")
+    printed = {"sync": job["sync"], "deferred": job["deferred"], "broken": job["failing"],
+               "child 1": child}  # fmt: skip
+    *logs, failed, future, recent, other_dag = clis(
+        conn,
+        *[("jobs", "logs", job_id) for job_id in printed.values()],
+        ("jobs", "list", "--state", "failed"),
+        ("jobs", "list", "--since", "2099-01-01"),
+        ("jobs", "list", "--since", "1h"),
+        ("jobs", "list", "--dag-id", "another_dag"),
+    )
+    for tag, log in zip(printed, logs, strict=True):
+        assert f"history-test {tag}" in log["logs"]
     assert [r["task_id"] for r in failed] == [f"{policy}.failing"]
-    assert cli(conn, "jobs", "list", "--since", "2099-01-01") == []
-    assert len(cli(conn, "jobs", "list", "--since", "1h")) == len(TASKS)
-    assert cli(conn, "jobs", "list", "--dag-id", "another_dag") == []
+    assert future == []
+    assert len(recent) == len(TASKS)
+    assert other_dag == []
 
 
 @pytest.mark.timeout(600)
 def test_cleanup_keeps_what_xcoms_need_then_applies_the_retention(ran: Ran, monkeypatch):
     conn, root = conn_of("cleanup"), ran.root("cleanup")  # policy never: everything kept
     store = LocalStore(str(root))
-    job = {t: r["job_id"] for t, r in by_task("cleanup", cli(conn, "jobs", "list")).items()}
     everything = artifact_dirs(root)
 
     # --older-than 0s: every ended job, but not the one an XCom result reference needs.
-    dry = {r["job_id"]: r for r in cli(conn, "jobs", "cleanup", "--older-than", "0s",
-                                       "--dry-run")}  # fmt: skip
+    rows, dry_rows = clis(
+        conn, ("jobs", "list"), ("jobs", "cleanup", "--older-than", "0s", "--dry-run")
+    )
+    job = {t: r["job_id"] for t, r in by_task("cleanup", rows).items()}
+    dry = {r["job_id"]: r for r in dry_rows}
     assert set(dry) == everything
     assert dry[job["big"]]["action"].startswith("kept: a result reference in an XCom of")
     assert {r["action"] for k, r in dry.items() if k != job["big"]} == {"would delete"}
@@ -165,17 +214,23 @@ def test_cleanup_keeps_what_xcoms_need_then_applies_the_retention(ran: Ran, monk
     done = {r["job_id"]: r["action"] for r in cli(conn, "jobs", "cleanup", "--older-than", "0s")}
     assert artifact_dirs(root) == {job["big"]}
     assert set(done) == everything
-    forced = cli(conn, "jobs", "cleanup", job["big"], "--force")
+    # History outlives all of it, ...
+    forced, rows = clis(conn, ("jobs", "cleanup", job["big"], "--force"), ("jobs", "list"))
     assert [(r["job_id"], r["action"]) for r in forced] == [(job["big"], "deleted")]
     assert artifact_dirs(root) == set()
+    assert set(by_task("cleanup", rows)) == TASKS
 
-    # History outlives all of it, until its own retention says otherwise.
-    assert set(by_task("cleanup", cli(conn, "jobs", "list"))) == TASKS
+    # ... until its own retention says otherwise.
     monkeypatch.setenv("AIRFLOW__KINETIC__HISTORY_RETENTION_DAYS", "0")
-    dry = cli(conn, "jobs", "cleanup", "--dry-run")
+    dry, rows, gone, after = clis(
+        conn,
+        ("jobs", "cleanup", "--dry-run"),
+        ("jobs", "list"),
+        ("jobs", "cleanup", "--force"),
+        ("jobs", "list"),
+    )
     assert {r["what"] for r in dry} == {"history"} and len(dry) == len(TASKS)
-    assert len(cli(conn, "jobs", "list")) == len(TASKS)
-    gone = cli(conn, "jobs", "cleanup", "--force")
+    assert len(rows) == len(TASKS)
     assert {(r["what"], r["action"]) for r in gone} == {("history", "deleted")}
-    assert cli(conn, "jobs", "list") == []
+    assert after == []
     assert store.list(history.HISTORY_PREFIX + "/") == []  # children's logs went too
