@@ -23,6 +23,8 @@ Prints one table (case, baseline, ours, ratio, goal, pass/fail) for:
    memory per job (``cases_triggerer.py``).
 9. broadcast of a key to a batch's children as a tree, against every child reading
    the store (bytes from the store, time; 1,000 pods on paper): ``cases_broadcast.py``.
+10. what a local DAG file adds to Airflow's own import when it imports the provider
+    (``cases_import.py``).
 
 Each ratio is kinetic's (or the baseline's) time over ours, best of ``--repeat``
 interleaved runs.  ``--quick`` uses small sizes (the test suite runs it); its ratios
@@ -46,6 +48,7 @@ import cases_batch  # noqa: E402
 import cases_batch10k  # noqa: E402
 import cases_broadcast  # noqa: E402
 import cases_hash  # noqa: E402
+import cases_import  # noqa: E402
 import cases_keys  # noqa: E402
 import cases_overhead  # noqa: E402
 import cases_polls  # noqa: E402
@@ -58,7 +61,7 @@ from table import Row, render  # noqa: E402
 FULL = {"files": 20_000, "size": 4096, "big": 1 << 30, "upload": 2_000, "batch": 1_000,
         "pod_files": 2_000, "pod_big": 2 << 30}  # fmt: skip
 CASES = ["hash", "big", "rehash", "keys", "upload", "batch", "overhead", "transfer", "triggerer",
-         "batch10k", "broadcast"]  # fmt: skip
+         "batch10k", "broadcast", "import"]  # fmt: skip
 QUICK = {"files": 2_000, "size": 4096, "big": 64 << 20, "upload": 200, "batch": 20,
          "pod_files": 20, "pod_big": 64 << 20}  # fmt: skip
 FULL["batch10k"], QUICK["batch10k"] = (1_000, 10_000), (8, 24)  # type: ignore[assignment]
@@ -89,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     sizes = QUICK if ns.quick else FULL
     only = set(ns.only or CASES)
-    if only - {"keys", "broadcast"} and kinetic_ref.kinetic_dir() is None:  # no kinetic side
+    no_kinetic_side = {"keys", "broadcast", "import"}
+    if only - no_kinetic_side and kinetic_ref.kinetic_dir() is None:
         print("keras-kinetic 0.0.4 is not installed: pip install --no-deps keras-kinetic==0.0.4")
         return 2
     rows: list[Row] = []
@@ -122,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             cases_hash.wait_until_not_racy(written)
             rows.append(cases_keys.unchanged_put(tree, n, ns.repeat, tmp))
         print("hashing done", flush=True)
+        if "import" in only:
+            rows.append(cases_import.import_cost(tmp / "import", ns.repeat))
         if "upload" in only:
             small = tmp / "upload"
             cases_hash.make_tree(small, sizes["upload"], size, per_dir=250)

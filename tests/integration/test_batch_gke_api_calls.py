@@ -7,11 +7,18 @@ told apart by the trigger's status query (one Job list per poll); between two of
 them, the reads (every GET: lists, single reads, logs) must stay the same however
 many inputs the batch has, and the writes follow only the children that were
 created or ended in that poll (bounded by ``max_concurrent``).
+
+The kubelet and the trigger keep in step (``in_step``): each status query waits until
+the kubelet has finished every child created before it, so every poll finds its wave
+ended and the number of polls is the number of waves, not what the machine's load
+makes of a 0.05 s poll interval (a poll that finds nothing to do reads all the same,
+so counts over the whole batch would follow the load).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -39,6 +46,34 @@ def twice(i: int) -> int:
     return 2 * i
 
 
+class CountingKubelet(ResultKubelet):
+    """:class:`ResultKubelet` that counts the child Jobs it has finished."""
+
+    def __init__(self, double: ThreadedDouble, total: int, after: int) -> None:
+        super().__init__(double, total, after)
+        self.finished = 0
+
+    def finish(self, job: dict[str, Any]) -> None:
+        super().finish(job)
+        self.finished += 1
+
+
+def in_step(backend: Any, double: ThreadedDouble, kubelet: CountingKubelet) -> None:
+    """Make each of ``backend``'s batch status queries wait until ``kubelet`` has
+    finished every child Job created so far (at most a minute)."""
+    query = backend.abatch_status
+
+    async def after_the_kubelet(*args: Any, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + 60
+        while kubelet.finished < len(double.sent("POST", JOBS)):
+            assert kubelet.error is None, kubelet.error
+            assert time.monotonic() < deadline, "the kubelet did not finish the children"
+            await asyncio.sleep(0.005)
+        return await query(*args, **kwargs)
+
+    backend.abatch_status = after_the_kubelet
+
+
 async def _events(trigger: KineticBatchTrigger) -> list[Any]:
     return [event async for event in trigger.run()]
 
@@ -59,7 +94,7 @@ def _drive(
     batchrun.start_batch(state, objects, local, store)
     backend = hook.get_backend(state.backend)
     start = len(double.requests())
-    kubelet = ResultKubelet(double, n, start)
+    kubelet = CountingKubelet(double, n, start)
     kubelet.start()
     try:
         batchrun.launch(state, config, backend, store, secret)
@@ -68,6 +103,8 @@ def _drive(
             state=state.to_dict(), config=config_to_json(config), poll_interval=0.05,
             log_bytes_per_poll=0, drive=True,
         )  # fmt: skip
+        in_step(backend, double, kubelet)
+        trigger._backend = lambda: backend  # type: ignore[method-assign] - the one in step
         (event,) = asyncio.run(_events(trigger))
     finally:
         kubelet.abort.set()
@@ -98,17 +135,19 @@ def test_reads_per_poll_stay_flat_as_the_batch_grows(
         results[n] = polls
         api.call(lambda d: d.forget_requests())
     small, large = results[SMALL], results[LARGE]
-    # Six times the inputs: more polls, none of them reading more than the Job and pod
-    # lists, the namespace's events and a single read per active child missing from
-    # the lists: a bound set by max_concurrent, not by the batch.
-    assert len(large) > 2 * len(small), (len(small), len(large))
+    # Six times the inputs: six times the polls (one per wave of max_concurrent
+    # children), none of them reading more than the Job and pod lists, the namespace's
+    # events and a single read per active child missing from the lists: a bound set by
+    # max_concurrent, not by the batch.
+    waves = {n: n // MAX_CONCURRENT for n in (SMALL, LARGE)}
+    assert (len(small), len(large)) == (waves[SMALL], waves[LARGE]), (small, large)
     reads_bound = 3 + MAX_CONCURRENT
     assert max(p["GET"] for p in small + large) <= reads_bound, (small, large)
     # Writes per poll follow the children created and ended in it (a Secret, a Job,
     # its owner patch, its delete), never the batch.
     assert max(p["write"] for p in small + large) <= 4 * 2 * MAX_CONCURRENT, (small, large)
-    # Per input, over the whole batch: the same within a margin at both sizes.  (Not
-    # per poll: how many polls find nothing to do follows the machine's load.)
+    # Per input, over the whole batch: the same within a margin at both sizes (the
+    # polls are the waves: none finds nothing to do).
     per_input = {n: {kind: c / n for kind, c in totals[n].items()} for n in totals}
     for n, ps in results.items():  # shown with -s: the numbers behind the assertions
         print(f"{n} inputs: {len(ps)} polls, per input {per_input[n]}")
