@@ -18,7 +18,6 @@ so counts over the whole batch would follow the load).
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from typing import Any
 
@@ -30,6 +29,7 @@ from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 from tests.fixtures.k8s_double import ThreadedDouble, by_code_under_test
+from tests.fixtures.waiting import wait_for_async
 from tests.integration.test_gke_dags import (  # noqa: F401 - fixtures
     JOBS,
     api,
@@ -60,15 +60,15 @@ class CountingKubelet(ResultKubelet):
 
 def in_step(backend: Any, double: ThreadedDouble, kubelet: CountingKubelet) -> None:
     """Make each of ``backend``'s batch status queries wait until ``kubelet`` has
-    finished every child Job created so far (at most a minute)."""
+    finished every child Job created so far."""
     query = backend.abatch_status
 
     async def after_the_kubelet(*args: Any, **kwargs: Any) -> Any:
-        deadline = time.monotonic() + 60
-        while kubelet.finished < len(double.sent("POST", JOBS)):
+        def finished() -> bool:
             assert kubelet.error is None, kubelet.error
-            assert time.monotonic() < deadline, "the kubelet did not finish the children"
-            await asyncio.sleep(0.005)
+            return kubelet.finished >= len(double.sent("POST", JOBS))
+
+        await wait_for_async("the kubelet to finish the children", finished)
         return await query(*args, **kwargs)
 
     backend.abatch_status = after_the_kubelet

@@ -81,7 +81,7 @@ class ReadersClock(FakeClock):
         self.waiting[me] = (target, settled)
         try:
             while not (settled() and self._everyone()):
-                await asyncio.sleep(0.002)
+                await asyncio.sleep(0.002)  # timing-ok: the fake clock's own turn of the loop
             if event.is_set() and timeout > 0:
                 return  # a new waiter: the reader looks at what is due again
             while self.t < target:
@@ -91,7 +91,7 @@ class ReadersClock(FakeClock):
                     for hook in self.on_move:
                         hook(self.t)
                 else:
-                    await asyncio.sleep(0.002)
+                    await asyncio.sleep(0.002)  # timing-ok: the fake clock waits its readers
             await self._run_due()
         finally:
             del self.waiting[me]
