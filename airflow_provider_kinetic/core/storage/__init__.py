@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_kinetic.core.storage.base import (
     ObjectNotFound,
     ObjectStore,
+    OutsideStoreError,
     PreconditionFailed,
     ProgressFn,
     StoreFullError,
@@ -28,6 +29,7 @@ __all__ = [
     "LocalStore",
     "ObjectNotFound",
     "ObjectStore",
+    "OutsideStoreError",
     "PreconditionFailed",
     "ProgressFn",
     "StoreFullError",

@@ -25,6 +25,13 @@ class PreconditionFailed(KineticError, FileExistsError):
     """Raised by ``write_bytes(..., if_absent=True)`` when the key already exists."""
 
 
+class OutsideStoreError(KineticError, PermissionError):
+    """A read of a key whose path leads out of the store's root through a symlink (a
+    job's output dir may hold any link its function left there).  Reads resolve links
+    and serve only what lies inside the root; this error names the key and the store
+    and is never retried: the object stays refused until the link is removed."""
+
+
 class StoreUnavailable(KineticError, OSError):
     """The store cannot be read right now (a local mount that went away, a root that is
     missing or unreadable, a job whose state is hidden while it runs): a transient

@@ -13,6 +13,18 @@ Each temporary name carries its writer's pid, so the next upload removes the fil
 of writers that are gone.  A write that runs out of space or quota removes its temp
 file and raises ``StoreFullError`` naming the key, the path, the size and the room
 left (``full_error``).
+
+Reads never leave the root: the store's directories are written by jobs (a local
+job's output dir is a directory of the store), so a key may be a symlink, or lie
+under one.  Every read (``read_bytes``, ``download_file``/``download_prefix``,
+``stat``, ``exists``, ``list``, and ``swap.read_versioned``) resolves the key's path
+and refuses one that leads out of the root with ``OutsideStoreError`` naming the key;
+a link to a file inside the root is served as that file.  The file is then opened
+without following a last link, and (on Linux) the open file's own path is checked
+again, so a link swapped in between the check and the open is refused too.
+``list`` never descends into a symlinked directory and leaves out links that lead
+outside.  Writes and deletes act on the names themselves (``os.replace`` and
+``os.unlink`` replace or remove a link, never its target).
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ import errno
 import os
 import secrets
 import shutil
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -38,6 +51,7 @@ from airflow_provider_kinetic.core.storage.base import (
     FileDigests,
     ObjectNotFound,
     ObjectStore,
+    OutsideStoreError,
     PreconditionFailed,
     ProgressFn,
     StoreFullError,
@@ -50,6 +64,31 @@ TMP_SUFFIX = ".kinetic-tmp"
 STAGING_DIR = TMP_SUFFIX
 #: Staged files older than this are removed even when their pid is alive (reused pid).
 STALE_S = 24 * 3600.0
+
+
+#: Open flags of a read: no last-component link (the path given is already resolved).
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+#: Where Linux shows an open descriptor's path (the post-open check; absent elsewhere).
+_PROC_FD = "/proc/self/fd"
+
+
+def _inside(path: str, root: str) -> bool:
+    """Whether the (real) ``path`` is ``root`` or lies under it."""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _copy_open(src: BinaryIO, dst: BinaryIO) -> None:
+    """Copy the open file ``src`` into ``dst``: in the kernel (``sendfile``) where it
+    can, else through a buffer from where the kernel stopped."""
+    if hasattr(os, "sendfile"):
+        try:
+            while os.sendfile(dst.fileno(), src.fileno(), None, 1 << 30):
+                pass
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EXDEV):
+                raise
+    shutil.copyfileobj(src, dst, 1024 * 1024)
 
 
 #: Writes in flight per staging directory in this process: the last one out removes
@@ -124,6 +163,61 @@ class LocalStore(ObjectStore):
             raise ValueError(f"key {key!r} escapes the store root {root!r}")
         return path
 
+    def _outside(self, key: str, real: str) -> OutsideStoreError:
+        return OutsideStoreError(
+            f"{self.uri(key)} (key {key!r}) leads outside the store root {self.bucket} "
+            f"(to {real}): a symlink out of the store is never followed; read refused"
+        )
+
+    def _read_path(self, key: str) -> str:
+        """The real path of ``key`` for a read: every symlink on the way resolved
+        (a missing tail is kept as written, so the read reports it absent); raises
+        ``OutsideStoreError`` when that path is not inside the (real) root."""
+        real = os.path.realpath(self._path(key))
+        if not _inside(real, os.path.realpath(self.bucket)):
+            raise self._outside(key, real)
+        return real
+
+    def _open_read(self, key: str) -> BinaryIO:
+        """``key`` open for reading, proven inside the root: resolved first
+        (``_read_path``), opened without following a last link, and on Linux checked
+        again by the open file's own path (a directory on the way swapped for a link
+        after the check is caught there).  A missing object or a directory raises
+        ``ObjectNotFound``."""
+        real = self._read_path(key)
+        try:
+            fd = os.open(real, _READ_FLAGS)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+            raise ObjectNotFound(self.uri(key)) from e
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # a link appeared at the name since the check
+                raise self._outside(key, f"a symlink that appeared at {real}") from e
+            raise
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ObjectNotFound(self.uri(key))
+            try:
+                opened = os.readlink(f"{_PROC_FD}/{fd}")
+            except OSError:
+                opened = real  # no /proc: the resolved path's check stands
+            if not _inside(opened, os.path.realpath(self.bucket)):
+                raise self._outside(key, opened)
+            return os.fdopen(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def stat(self, key: str) -> os.stat_result:
+        """The stat of the file ``key`` is (or links to, inside the root); raises
+        ``ObjectNotFound`` when absent, ``OutsideStoreError`` when it leads out."""
+        try:
+            st = os.stat(self._read_path(key))
+        except (FileNotFoundError, NotADirectoryError) as e:
+            raise ObjectNotFound(self.uri(key)) from e
+        if not stat.S_ISREG(st.st_mode):
+            raise ObjectNotFound(self.uri(key))
+        return st
+
     def uri(self, key: str = "") -> str:
         """``file://`` + the object's path, percent-encoded (``fileuri.py``)."""
         return file_uri(self._path(key) if key else self.bucket)
@@ -131,14 +225,13 @@ class LocalStore(ObjectStore):
     # -- single objects ------------------------------------------------------------
 
     def exists(self, key: str) -> bool:
-        return os.path.isfile(self._path(key))
+        """Whether ``key`` is a file (or a link to one inside the root); a key that
+        leads outside raises ``OutsideStoreError`` rather than answer either way."""
+        return os.path.isfile(self._read_path(key))
 
     def read_bytes(self, key: str) -> bytes:
-        try:
-            with open(self._path(key), "rb") as f:
-                return f.read()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
-            raise ObjectNotFound(self.uri(key)) from e
+        with self._open_read(key) as f:
+            return f.read()
 
     def make_private(self, key: str) -> None:
         """Owner-only access (0600) for an object holding job data (payload, handle)."""
@@ -169,20 +262,22 @@ class LocalStore(ObjectStore):
         return True
 
     def download_file(self, key: str, local_path: str, size: int | None = None) -> None:
-        src = self._path(key)
-        if not os.path.isfile(src):
-            raise ObjectNotFound(self.uri(key))
-        parent = os.path.dirname(os.path.abspath(local_path))
-        os.makedirs(parent, exist_ok=True)
-        tmp = os.path.join(parent, f".{secrets.token_hex(8)}{TMP_SUFFIX}")
-        try:
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, local_path)
-        except FileNotFoundError as e:  # deleted between the check and the copy
-            raise ObjectNotFound(self.uri(key)) from e
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        with self._open_read(key) as src:
+            parent = os.path.dirname(os.path.abspath(local_path))
+            os.makedirs(parent, exist_ok=True)
+            tmp = os.path.join(parent, f".{secrets.token_hex(8)}{TMP_SUFFIX}")
+            try:
+                with open(tmp, "wb") as dst:
+                    _copy_open(src, dst)
+                os.replace(tmp, local_path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+
+    def _copy_out(self, key: str, local_path: str) -> None:
+        """``key`` copied to ``local_path`` in place (``download_prefix``'s copy)."""
+        with self._open_read(key) as src, open(local_path, "wb") as dst:
+            _copy_open(src, dst)
 
     def _staging(self) -> str | None:
         """The staging directory, or ``None`` for ``LocalStore("/")`` (a view of the
@@ -344,43 +439,60 @@ class LocalStore(ObjectStore):
         rels, jobs = [], []
         for key in self.list(base):
             rel = key[len(base) :]
-            src = self._path(key)
             dst = os.path.join(local_dir, *safe_relpath(rel).split("/"))
             rels.append(rel)
-            jobs.append((src, dst, os.path.getsize(src)))
+            jobs.append((key, dst, self.stat(key).st_size))
         for parent in {os.path.dirname(dst) for _, dst, _ in jobs}:
             os.makedirs(parent, exist_ok=True)
-        run_parallel(jobs, shutil.copyfile, self.workers, progress)
+        run_parallel(jobs, self._copy_out, self.workers, progress)
         return rels
 
     def list(self, prefix: str) -> list[str]:
-        """Keys starting with ``prefix``; walks only the deepest directory it names."""
+        """Keys starting with ``prefix``; walks only the deepest directory it names.
+
+        Regular files, and links to files inside the root; never a symlinked
+        directory's contents (not descended), nor a link that leads outside.  A
+        prefix whose directory itself leads outside lists nothing."""
         start_rel = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
-        start = self._path(start_rel) if start_rel else self.bucket
+        root = os.path.realpath(self.bucket)
+        if start_rel and not _inside(os.path.realpath(self._path(start_rel)), root):
+            return []
         keys: list[str] = []
-        for dirpath, dirs, files in os.walk(start):
-            rel_dir = os.path.relpath(dirpath, self.bucket).replace(os.sep, "/")
-            rel_dir = "" if rel_dir == "." else rel_dir + "/"
-            # Prune subdirectories that cannot contain a matching key, and staging.
-            dirs[:] = [
-                d
-                for d in dirs
-                if not d.endswith(TMP_SUFFIX)
-                and ((rel_dir + d + "/").startswith(prefix) or prefix.startswith(rel_dir + d + "/"))
-            ]
-            keys.extend(
-                rel_dir + name
-                for name in files
-                if not name.endswith(TMP_SUFFIX) and (rel_dir + name).startswith(prefix)
-            )
+        todo = [start_rel + "/" if start_rel else ""]
+        while todo:
+            rel_dir = todo.pop()
+            try:
+                with os.scandir(os.path.join(self.bucket, *rel_dir.split("/"))) as it:
+                    entries = list(it)
+            except OSError:  # gone, or not a directory: nothing under it (as os.walk)
+                continue
+            for entry in entries:
+                rel = rel_dir + entry.name
+                if entry.name.endswith(TMP_SUFFIX):
+                    continue  # staging and in-flight temporary files
+                try:
+                    if entry.is_symlink():
+                        real = os.path.realpath(entry.path)
+                        if _inside(real, root) and os.path.isfile(real) and rel.startswith(prefix):
+                            keys.append(rel)
+                    elif entry.is_dir(follow_symlinks=False):
+                        # Prune subdirectories that cannot contain a matching key.
+                        if (rel + "/").startswith(prefix) or prefix.startswith(rel + "/"):
+                            todo.append(rel + "/")
+                    elif entry.is_file(follow_symlinks=False) and rel.startswith(prefix):
+                        keys.append(rel)
+                except OSError:
+                    continue  # removed while listed
         return sorted(keys)
 
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix/`` (directory semantics, never ``""``).
 
         Emptied directories are removed too, so a later ``list`` of the parent does
-        not trip over them.  An empty prefix is refused: for ``LocalStore("/")`` it
-        would mean the whole filesystem.
+        not trip over them, and so are the links ``list`` leaves out (to directories,
+        or out of the root): the links themselves, never what they point to.  An
+        empty prefix is refused: for ``LocalStore("/")`` it would mean the whole
+        filesystem.
         """
         base = dir_prefix(prefix)
         if not base:
@@ -391,7 +503,14 @@ class LocalStore(ObjectStore):
                 os.unlink(self._path(key))
                 count += 1
         top = self._path(base.rstrip("/"))
-        for dirpath, _dirs, _files in os.walk(top, topdown=False):
+        if not _inside(os.path.realpath(top), os.path.realpath(self.bucket)):
+            return count  # a link out of the root: its target's directories are not ours
+        for dirpath, dirs, files in os.walk(top, topdown=False):
+            for name in dirs + files:  # what is left: links not listed, temp files
+                link = os.path.join(dirpath, name)
+                if os.path.islink(link):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(link)
             with contextlib.suppress(OSError):
                 os.rmdir(dirpath)  # only succeeds when empty
         return count

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import os
-
-from airflow_provider_kinetic.core.storage.base import ObjectStore
-from airflow_provider_kinetic.core.storage.fileuri import file_uri_path
+from airflow_provider_kinetic.core.storage.base import ObjectStore, OutsideStoreError
 
 
 def stat_objects(store: ObjectStore, prefix: str) -> dict[str, tuple[int, float]]:
     """``{key: (bytes, modified epoch seconds)}`` for every object under ``prefix``.
 
-    One listing either way: ``os.stat`` on a local store, blob metadata on GCS (the
-    listing already carries ``size`` and ``updated``).
+    One listing either way: ``LocalStore.stat`` on a local store (links resolved; a
+    link out of the root is not listed), blob metadata on GCS (the listing already
+    carries ``size`` and ``updated``).
     """
     if store.scheme == "file":
         out: dict[str, tuple[int, float]] = {}
         for key in store.list(prefix):
             try:
-                st = os.stat(file_uri_path(store.uri(key)))
-            except FileNotFoundError:  # removed since the listing
+                st = store.stat(key)  # type: ignore[attr-defined]  # LocalStore: links resolved
+            except (FileNotFoundError, OutsideStoreError):  # removed, or relinked, since
                 continue
             out[key] = (st.st_size, st.st_mtime)
         return out

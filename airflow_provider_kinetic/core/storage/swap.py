@@ -38,9 +38,8 @@ def read_versioned(store: ObjectStore, key: str) -> tuple[bytes | None, str]:
     """``(bytes, token)`` of ``key``; ``(None, ABSENT)`` when it does not exist."""
     if store.scheme == "gs":
         return _gcs_read(store, key)
-    path = _local_path(store, key)
-    try:
-        with open(path, "rb") as f:
+    try:  # a link out of the root raises OutsideStoreError (local.py)
+        with store._open_read(key) as f:  # type: ignore[attr-defined]  # LocalStore
             return f.read(), _token(os.fstat(f.fileno()))
     except (FileNotFoundError, NotADirectoryError):
         return None, ABSENT
