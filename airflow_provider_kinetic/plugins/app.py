@@ -16,6 +16,10 @@ DAG), cancelling needs ``PUT`` (the job page shows its Cancel button only to a u
 who has it).  The cancel POST must carry an ``X-Kinetic-Action``
 header (a plain cross-site form cannot) and, when the browser sends one, a
 same-origin ``Origin``.
+
+Output files and logs are read through the store, which never follows a link out of
+its root (``core/storage/local.py``): a link a job left to a file outside is not
+listed, and its download (or any read it leads) answers 403.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from airflow_provider_kinetic.core.errors import KineticError
-from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
+from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore, OutsideStoreError
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.plugins import jobs, keyview, tasks, taskview, views
 
@@ -100,6 +104,12 @@ def create_app() -> FastAPI:
         if "/api/" in request.url.path:
             return JSONResponse({"detail": str(exc)}, status_code=exc.status)
         return HTMLResponse(views.error_page(exc.status, str(exc)), status_code=exc.status)
+
+    @app.exception_handler(OutsideStoreError)
+    async def outside_store(request: Request, exc: OutsideStoreError) -> Response:
+        # A read that a link in the store led outside it (a log, a record): refused,
+        # without the target's path (the server's layout is not the viewer's business).
+        return await denied(request, Denied(403, "refused: a link that leads outside the store"))
 
     @app.exception_handler(KineticError)
     async def kinetic_error(request: Request, exc: KineticError) -> Response:
@@ -222,6 +232,8 @@ def _download(store: ObjectStore, key: str | None, name: str) -> Response:
         data = store.read_bytes(key)
     except ObjectNotFound:
         raise Denied(404, f"no output file {name!r}") from None
+    except OutsideStoreError:  # a link the job left, to something outside the store
+        raise Denied(403, f"output file {name!r} is a link out of the store: refused") from None
     filename = urllib.parse.quote(name.rsplit("/", 1)[-1])
     return Response(
         data,

@@ -223,6 +223,42 @@ def check_pages(conn: str, clients: Any, done: dict, collected: dict, running: d
     assert "id='no-jobs'" in group.text and "<tr data-job-id" not in group.text
 
 
+def leaves_links(secret: str, secret_dir: str) -> int:
+    import os
+
+    out = os.environ["KINETIC_OUTPUT_DIR"]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "metrics.json"), "w") as f:
+        f.write('{"ok": true}')
+    os.symlink(secret, os.path.join(out, "passwd"))  # a file outside the store
+    os.symlink(secret_dir, os.path.join(out, "etc"))  # a directory outside the store
+    os.symlink("metrics.json", os.path.join(out, "alias.json"))  # a file inside it
+    return 1
+
+
+def test_a_viewer_cannot_download_through_a_link_out_of_the_store(conn, clients, tmp_path: Path):
+    """Issue 38, case 1: a job leaves links in its output dir; a viewer's download of
+    one that leads outside the store is refused (403, the secret nowhere in the
+    answer) and the job page does not list it; a link to a file inside is served."""
+    secret_dir = tmp_path / "server-etc"
+    secret_dir.mkdir()
+    (secret_dir / "passwd").write_text("root:SECRET-OUTSIDE-THE-STORE\n")
+    done = submit(conn, leaves_links, str(secret_dir / "passwd"), str(secret_dir))
+    assert attach(done["job_id"], conn_id=conn).result(timeout=120, poll_interval=0.05) == 1
+    _, viewer, _ = clients
+    q, files = {"conn_id": conn}, f"/kinetic/jobs/{done['job_id']}/files"
+    for name in ("passwd", "etc/passwd"):
+        resp = viewer.get(files, params={**q, "name": name})
+        assert resp.status_code == 403, (name, resp.status_code, resp.text)
+        assert "SECRET" not in resp.text and str(secret_dir) not in resp.text
+    alias = viewer.get(files, params={**q, "name": "alias.json"})
+    assert alias.status_code == 200 and alias.json() == {"ok": True}
+    page = viewer.get(f"/kinetic/jobs/{done['job_id']}", params=q)
+    assert page.status_code == 200
+    assert "alias.json</a>" in page.text and "metrics.json</a>" in page.text
+    assert "passwd</a>" not in page.text
+
+
 def train(steps: int) -> int:
     return steps * 2
 
