@@ -11,6 +11,14 @@ in order: ``[kinetic] result_signing_key``; else Airflow's ``[core] fernet_key``
 embedded local backend, ``airflow standalone``).  A secret configured by text is the
 same secret in either option, so ``result_signing_keys = <new>, <old
 result_signing_key>`` rotates away from the single key.
+
+Whether a result must be signed is decided here, from this deployment's own
+configuration (:func:`signing_configured`), never from what a handle, an XCom or the
+store says: a handle's ``result_auth: "none"`` is believed only by a deployment that
+has no signing secret at all (kinetic 0.0.4's own runner signs nothing, and a
+deployment without a key has nothing to verify with).  With a secret, every result is
+verified under its keyring and an unsigned one is refused naming its job, whatever
+the handle claims.
 """
 
 from __future__ import annotations
@@ -49,6 +57,20 @@ def deployment_secret() -> Keyring:
     return Keyring([_single_secret()])
 
 
+def signing_configured() -> bool:
+    """Whether this deployment has a signing secret: one configured
+    (``[kinetic] result_signing_keys``/``result_signing_key``, ``[core] fernet_key``)
+    or the generated key file.  The one source of "must results be signed"."""
+    for section, option in (
+        ("kinetic", "result_signing_keys"),
+        ("kinetic", "result_signing_key"),
+        ("core", "fernet_key"),
+    ):
+        if (conf.get(section, option, fallback="") or "").strip(" ,\n"):
+            return True
+    return os.path.exists(os.path.join(_home(), "kinetic", KEY_FILE))
+
+
 def _single_secret() -> bytes:
     configured = conf.get("kinetic", "result_signing_key", fallback="") or conf.get(
         "core", "fernet_key", fallback=""
@@ -77,15 +99,26 @@ def _single_secret() -> bytes:
         return bytes.fromhex(f.read().decode().strip())
 
 
+def _unsigned_allowed(result_auth: str) -> bool:
+    """A result may go unverified only where the handle says it is unsigned *and* this
+    deployment has no signing secret (kinetic 0.0.4 interop); the handle alone never
+    turns verification off."""
+    return result_auth == AUTH_NONE and not signing_configured()
+
+
 def result_key(handle: JobHandle) -> str | None:
     """The key a job's result must be signed with (a ``ResultKey``: the keyring's keys for
-    the job and the id of the secret its handle says it got); ``None`` for unsigned
-    (kinetic-runner) jobs."""
-    if handle.result_auth == AUTH_NONE:
+    the job and the id of the secret its handle says it got); ``None`` (unverified)
+    only for an unsigned job on a deployment with no signing secret.  With a secret,
+    a handle saying ``result_auth: "none"`` still gets the key: its unsigned result
+    is refused (``ResultAuthError`` naming the job)."""
+    if _unsigned_allowed(handle.result_auth):
         return None
     return ResultKey.for_job(deployment_secret(), handle.job_id, handle.result_key_id)
 
 
 def result_key_for_job(job_id: str, result_auth: str) -> str | None:
     """``result_key`` when only the job id is known (batch children): any key of the ring."""
-    return None if result_auth == AUTH_NONE else ResultKey.for_job(deployment_secret(), job_id)
+    if _unsigned_allowed(result_auth):
+        return None
+    return ResultKey.for_job(deployment_secret(), job_id)
