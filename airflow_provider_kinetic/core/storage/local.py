@@ -35,6 +35,7 @@ import os
 import secrets
 import shutil
 import stat
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -78,9 +79,9 @@ def _inside(path: str, root: str) -> bool:
 
 
 def _copy_open(src: BinaryIO, dst: BinaryIO) -> None:
-    """Copy the open file ``src`` into ``dst``: in the kernel (``sendfile``) where it
-    can, else through a buffer from where the kernel stopped."""
-    if hasattr(os, "sendfile"):
+    """Copy the open file ``src`` into ``dst``: in the kernel (Linux ``sendfile``, from
+    the file's own position) where it can, else through a buffer from where it stopped."""
+    if sys.platform.startswith("linux"):
         try:
             while os.sendfile(dst.fileno(), src.fileno(), None, 1 << 30):
                 pass
