@@ -13,7 +13,10 @@ from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data import cache as datacache
 from airflow_provider_kinetic.core.data.cache import DataChangedDuringUpload
 from airflow_provider_kinetic.core.data.refs import make_data_ref
-from airflow_provider_kinetic.core.data.schemes.download import download_from_store
+from airflow_provider_kinetic.core.data.schemes.download import (
+    DataHashMismatch,
+    download_from_store,
+)
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore
 
 
@@ -233,3 +236,26 @@ def test_a_file_changed_between_hash_and_upload_leaves_no_entry_marker(
     out = download_from_store(ref, str(tmp_path / "out"), reader(store))
     path = Path(out) if lone else Path(out) / rels[0]
     assert path.read_bytes() == good
+
+
+def test_an_entry_found_bad_when_read_loses_its_marker_and_is_uploaded_again(
+    store: ObjectStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job that reads an entry whose bytes are not its name fails (DataHashMismatch)
+    and removes the entry's marker with a warning naming it: the next submit of the
+    same data uploads it again instead of every run failing on it."""
+    rels = make_tree(tmp_path / "tree", n=5)
+    d = Data(str(tmp_path / "tree"))
+    h = d.content_hash()
+    assert datacache.upload_data(store, d) is True
+    key = f"{datacache.cache_key(h)}/{rels[1]}"
+    store.write_bytes(key, b"not what was hashed")
+    ref = make_data_ref(store.uri(datacache.cache_key(h)), True)
+    with pytest.raises(DataHashMismatch, match="marker was removed"):
+        download_from_store(ref, str(tmp_path / "out"), reader(store))
+    assert not store.exists(datacache.marker_key(h))
+    warned = [r.message for r in caplog.records if r.levelname == "WARNING" and h in r.message]
+    assert warned and "uploads it again" in warned[0]
+    assert datacache.upload_data(store, Data(str(tmp_path / "tree"))) is True
+    out = download_from_store(ref, str(tmp_path / "out"), reader(store))
+    assert (Path(out) / rels[1]).read_bytes() == (tmp_path / "tree" / rels[1]).read_bytes()
