@@ -11,6 +11,12 @@ import pytest
 
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data import cache as datacache
+from airflow_provider_kinetic.core.data.cache import DataChangedDuringUpload
+from airflow_provider_kinetic.core.data.refs import make_data_ref
+from airflow_provider_kinetic.core.data.schemes.download import (
+    DataHashMismatch,
+    download_from_store,
+)
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore
 
 
@@ -40,13 +46,13 @@ class Recorder:
         self.events.append(("exists", key))
         return self.inner.exists(key)
 
-    def upload_files(self, root, relpaths, prefix, progress=None) -> int:
+    def upload_files(self, root, relpaths, prefix, progress=None, **kw: Any) -> int:
         rels = list(relpaths)
         self.events.append(("upload_files:start", prefix, tuple(rels)))
         if self.fail_after is not None:
-            self.inner.upload_files(root, rels[: self.fail_after], prefix)
+            self.inner.upload_files(root, rels[: self.fail_after], prefix, **kw)
             raise ConnectionError("network dropped mid-upload")
-        n = self.inner.upload_files(root, rels, prefix, progress=progress)
+        n = self.inner.upload_files(root, rels, prefix, progress=progress, **kw)
         self.events.append(("upload_files:end", prefix))
         return n
 
@@ -184,3 +190,72 @@ def test_upload_sends_exactly_what_was_hashed(store: ObjectStore, tmp_path: Path
     assert store.list(datacache.cache_key(h) + "/") == [
         f"{datacache.cache_key(h)}/{r}" for r in rels
     ]
+
+
+def reader(store: ObjectStore) -> ObjectStore | None:
+    """The store a job reads a ref's URI with (a file:// URI names its own root)."""
+    return None if isinstance(store, LocalStore) else store
+
+
+class ChangedBeforeUpload(Recorder):
+    """A store whose ``upload_files`` first rewrites ``path`` (as a writer would,
+    between ``upload_data``'s hashing and its upload): no timing race, the change
+    lands at exactly that point."""
+
+    def __init__(self, inner: ObjectStore, path: Path, content: bytes):
+        super().__init__(inner)
+        self.path, self.content = path, content
+
+    def upload_files(self, root, relpaths, prefix, progress=None, **kw: Any) -> int:
+        self.path.write_bytes(self.content)
+        return super().upload_files(root, relpaths, prefix, progress, **kw)
+
+
+@pytest.mark.parametrize("lone", [False, True], ids=["dir", "file"])
+def test_a_file_changed_between_hash_and_upload_leaves_no_entry_marker(
+    store: ObjectStore, tmp_path: Path, lone: bool
+) -> None:
+    """The upload hashes the bytes it sends: ones that are not the entry's name fail
+    the upload naming the file, and no marker is written, so the next run with the
+    data stable uploads the entry again instead of hitting a poisoned one."""
+    rels = make_tree(tmp_path / "tree", n=5)
+    changed = tmp_path / "tree" / (rels[0] if not lone else "top.txt")
+    good = changed.read_bytes()
+    d = Data(str(changed if lone else tmp_path / "tree"))
+    h = d.content_hash()
+    rec = ChangedBeforeUpload(store, changed, b"half-written")
+    with pytest.raises(DataChangedDuringUpload, match=rf"{'top.txt' if lone else rels[0]}"):
+        datacache.upload_data(rec, d)
+    assert not store.exists(datacache.marker_key(h))
+    assert not [e for e in rec.events if e[0] == "write_bytes"]
+    changed.write_bytes(good)  # the writer finished: the data is what was hashed
+    again = Data(str(changed if lone else tmp_path / "tree"))
+    assert again.content_hash() == h and datacache.upload_data(store, again) is True
+    assert store.exists(datacache.marker_key(h))
+    ref = make_data_ref(store.uri(datacache.cache_key(h)), again.is_dir)
+    out = download_from_store(ref, str(tmp_path / "out"), reader(store))
+    path = Path(out) if lone else Path(out) / rels[0]
+    assert path.read_bytes() == good
+
+
+def test_an_entry_found_bad_when_read_loses_its_marker_and_is_uploaded_again(
+    store: ObjectStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job that reads an entry whose bytes are not its name fails (DataHashMismatch)
+    and removes the entry's marker with a warning naming it: the next submit of the
+    same data uploads it again instead of every run failing on it."""
+    rels = make_tree(tmp_path / "tree", n=5)
+    d = Data(str(tmp_path / "tree"))
+    h = d.content_hash()
+    assert datacache.upload_data(store, d) is True
+    key = f"{datacache.cache_key(h)}/{rels[1]}"
+    store.write_bytes(key, b"not what was hashed")
+    ref = make_data_ref(store.uri(datacache.cache_key(h)), True)
+    with pytest.raises(DataHashMismatch, match="marker was removed"):
+        download_from_store(ref, str(tmp_path / "out"), reader(store))
+    assert not store.exists(datacache.marker_key(h))
+    warned = [r.message for r in caplog.records if r.levelname == "WARNING" and h in r.message]
+    assert warned and "uploads it again" in warned[0]
+    assert datacache.upload_data(store, Data(str(tmp_path / "tree"))) is True
+    out = download_from_store(ref, str(tmp_path / "out"), reader(store))
+    assert (Path(out) / rels[1]).read_bytes() == (tmp_path / "tree" / rels[1]).read_bytes()

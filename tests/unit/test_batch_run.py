@@ -10,6 +10,7 @@ import pytest
 from airflow_provider_kinetic.core.backends.k8s_status import REASON_PREEMPTED
 from airflow_provider_kinetic.core.backends.local import LocalBackend
 from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch.logs import failure_summary
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.errors import KineticInternalError
 from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
@@ -88,6 +89,59 @@ def test_fail_fast_cancels_active_and_skips_queue(tmp_path):
     assert sorted(backend.cancelled) == ["job-0", "job-1", "job-2"]
     c = batchrun.counts(s)
     assert (c["failed"], c["cancelled"], c["not_submitted"]) == (1, 2, 3)
+
+
+@pytest.mark.parametrize("second_attempt", [1, 2])
+def test_fail_fast_with_two_failures_in_one_poll_fails_the_batch_naming_both(
+    tmp_path, second_attempt
+):
+    """Two children seen failed in one poll: the first stops the batch (cancelling
+    its running siblings); the second is still a failure of its own, not a sibling
+    the stop cancelled (it was one: ``KeyError`` on the next index of the poll), and
+    not retried (the batch stopped) even with a retry left."""
+    store, backend = LocalStore(str(tmp_path)), Recorder()
+    s = state(4, {0: "job-0", 1: "job-1", 2: "job-2"}, fail_fast=True, retries=1)
+    s.attempts.update({0: 2, 1: second_attempt})  # inputs[0] on its last try
+    result(store, "job-0", False)
+    result(store, "job-1", False)
+    running = StatusReport(JobStatus.RUNNING)
+    reports = {"job-0": FAILED, "job-1": FAILED, "job-2": running}
+    finished = batchrun.observe(s, reports, backend, store)
+    assert sorted(finished) == [0, 1] and s.stopped and batchrun.is_finished(s)
+    assert s.done == {0: "FAILED", 1: "FAILED", 2: "CANCELLED", 3: "NOT_SUBMITTED"}
+    assert batchrun.unaccounted(s) == [] and sorted(s.order) == [0, 1, 2]
+    assert sorted(backend.cancelled) == ["job-0", "job-1", "job-2"]
+    _, failures = batchrun.gather(s, store)
+    assert str(failures[0]) == "job-0 broke" and str(failures[1]) == "job-1 broke"
+    summary = failure_summary(s, failures)
+    assert "inputs[0] (job-0): ValueError: job-0 broke" in summary
+    assert "inputs[1] (job-1): ValueError: job-1 broke" in summary
+    # A later poll (a sensor's retry) sees the same reports again: nothing to do.
+    assert batchrun.observe(s, reports, backend, store) == []
+
+
+def test_a_fail_fast_stop_cut_short_is_finished_by_the_next_poll(tmp_path, monkeypatch):
+    store, backend = LocalStore(str(tmp_path)), Recorder()
+    s = state(4, {0: "job-0", 1: "job-1", 2: "job-2"}, fail_fast=True)
+    result(store, "job-0", False)
+    running = StatusReport(JobStatus.RUNNING)
+    reports = {"job-0": FAILED, "job-1": running, "job-2": running}
+    real_cancel = backend.cancel
+
+    def outage(h: JobHandle) -> None:
+        if h.job_id == "job-2":
+            raise OSError("cluster unavailable")
+        real_cancel(h)
+
+    monkeypatch.setattr(backend, "cancel", outage)
+    with pytest.raises(OSError):
+        batchrun.observe(s, reports, backend, store)
+    # Nothing more launches, the uncancelled child is still active, not yet stopped.
+    assert s.queue == [] and list(s.active) == [2] and not s.stopped
+    assert s.done == {0: "FAILED", 1: "CANCELLED", 3: "NOT_SUBMITTED"}
+    monkeypatch.undo()
+    assert batchrun.observe(s, reports, backend, store) == []
+    assert s.stopped and batchrun.is_finished(s) and s.done[2] == "CANCELLED"
 
 
 @pytest.mark.parametrize("ordered", [True, False])

@@ -106,3 +106,38 @@ def test_kinetic_data_packs_as_the_versions_cache_entry(tmp_path: Path) -> None:
         plan_job(bad, config, store, "job-keyio0002")
     with pytest.raises(KeyNameError, match=r"op_args\[0\]: key 'models/\.\./x'"):
         plan_job(JobRequest(func=f, args=(Data("kinetic://models/../x"),)), config, store, "j")
+
+
+@pytest.mark.parametrize("how", ["output_key", "store.put"])
+def test_a_publish_of_unchanged_content_renews_the_ttl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A daily task whose output is the same each day keeps its key alive: the
+    publish renews the ttl (the expiry ``data gc`` reads) without a new version."""
+    from types import SimpleNamespace
+
+    from airflow_provider_kinetic.core.keys import gc as keys_gc
+    from airflow_provider_kinetic.core.keys import keystore
+
+    now = [1_000_000.0]
+    monkeypatch.setattr(keystore, "time", SimpleNamespace(time=lambda: now[0]))
+    keys = KeyStore(LocalStore(str(tmp_path / "root")))
+    day = 86_400.0
+    first = publish_output(keys, "models/daily", _out(tmp_path, "o1", "same"), WHO)
+    keys.put("models/daily", tmp_path / "o1", ttl="2d")  # the same content, a ttl
+    assert keys.state("models/daily").expires_at == now[0] + 2 * day
+    for n in range(2, 5):  # one publish a day, the same bytes each time
+        now[0] += day
+        if how == "output_key":
+            run = {**WHO, "run_id": f"r{n}"}
+            row = publish_output(keys, "models/daily", _out(tmp_path, f"o{n}", "same"), run)
+        else:
+            row = keys.put("models/daily", tmp_path / "o1")
+        assert row["version"] == first["version"]
+        state = keys.state("models/daily")
+        assert [v.version for v in state.versions] == [first["version"]]  # no new version
+        assert state.expires_at == now[0] + 2 * day
+    later = now[0] + 1.5 * day  # past the first put's ttl, within the last one's
+    assert keys_gc.expire(keys, later) == []
+    assert keys_gc.referenced_hashes(keys, later) == {first["version"]}
+    assert [s.key for s in keys_gc.expire(keys, now[0] + 2 * day)] == ["models/daily"]

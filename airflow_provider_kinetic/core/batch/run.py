@@ -280,8 +280,36 @@ def observe(
 
     ``result_key`` (drivers that may restart): a child whose job is gone (NOT_FOUND)
     but left an authentic success payload succeeded; its job was deleted by a driver
-    that did not live to save that."""
-    finished = []
+    that did not live to save that.
+
+    fail_fast stops the batch (:func:`stop`) after every report of the poll is
+    folded in: two children that failed in one poll both end FAILED (the second
+    not retried), never the second cancelled by the first's stop mid-loop."""
+    finished: list[int] = []
+    failed_now: list[int] = []
+    try:
+        _fold(state, statuses, store, backend, result_key, finished, failed_now)
+    finally:
+        # Also after an error midway (the poll is asked again): an input already
+        # FAILED here must still stop the batch, or its queue would never end.
+        if state.fail_fast and not state.stopped:
+            failed = failed_now or [i for i, outcome in state.done.items() if outcome == FAILED]
+            if failed:
+                stop(state, backend, ", ".join(f"inputs[{i}]" for i in failed) + " failed")
+    return finished
+
+
+def _fold(
+    state: BatchState,
+    statuses: dict[str, StatusReport],
+    store: ObjectStore,
+    backend: Backend,
+    result_key: Callable[[JobHandle], str | None] | None,
+    finished: list[int],
+    failed_now: list[int],
+) -> None:
+    """:func:`observe`'s loop: ``finished`` and ``failed_now`` (inputs that failed
+    for good in this poll) grow as each input leaves ``active``."""
     for index, handle in list(state.active.items()):
         report = statuses.get(handle.job_id)
         if report is None or not report.status.is_terminal:
@@ -328,7 +356,11 @@ def observe(
             log.warning("inputs[%d] (%s) was preempted: resubmitting", index, handle.job_id)
             state.queue.insert(0, index)
             continue
-        elif state.attempts.get(index, 1) <= state.retries and not state.stopped:
+        elif (
+            state.attempts.get(index, 1) <= state.retries
+            and not state.stopped
+            and not (state.fail_fast and failed_now)
+        ):
             log.warning(
                 "inputs[%d] (%s) failed (%s): retrying",
                 index,
@@ -341,30 +373,32 @@ def observe(
             state.done[index] = FAILED
             why = state.failed_why[index] = (report.reason or report.status.value)[:REASON_MAX]
             log.warning("inputs[%d] (%s) failed (%s)", index, handle.job_id, why)
-            if state.fail_fast and not state.stopped:
-                stop(state, backend, f"inputs[{index}] failed")
+            failed_now.append(index)
         state.order.append(index)
         finished.append(index)
-    return finished
 
 
 def stop(state: BatchState, backend: Backend, why: str) -> None:
-    """fail_fast: launch nothing more and cancel running siblings."""
-    state.stopped = True
+    """fail_fast: launch nothing more and cancel running siblings.
+
+    The queue goes first (nothing more launches), then each sibling leaves ``active``
+    as it is cancelled, and the batch reads ``stopped`` only once all are: a cancel
+    that fails midway leaves a state the next poll's :func:`observe` stops again."""
     log.warning(
         "fail_fast: %s; cancelling %d running children, skipping %d queued",
         why,
         len(state.active),
         len(state.queue),
     )
-    for index, handle in list(state.active.items()):
-        backend.cancel(handle)
-        state.done[index] = CANCELLED
-        state.order.append(index)
-    state.active.clear()
     for index in state.queue:
         state.done[index] = NOT_SUBMITTED
     state.queue.clear()
+    for index, handle in list(state.active.items()):
+        backend.cancel(handle)
+        del state.active[index]
+        state.done[index] = CANCELLED
+        state.order.append(index)
+    state.stopped = True
 
 
 def is_finished(state: BatchState) -> bool:

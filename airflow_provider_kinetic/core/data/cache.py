@@ -5,6 +5,13 @@ Layout: ``default/data-cache/{hash}/...`` holds the content and the empty marker
 present marker is a hit and nothing is uploaded; an interrupted upload leaves no
 marker and is redone by the next submit.
 
+The marker is written only when the bytes the upload sent hash to the entry's name:
+each file's digest is taken from the bytes as they are read for the upload (where the
+store can, ``ObjectStore.upload_files(digests=)``; else the file is read again after
+its upload), so a file that changed between hashing and upload fails the upload,
+naming it, and leaves no marker: the next run uploads the entry again instead of
+every later run hitting an entry whose bytes are not its name.
+
 What is uploaded is exactly the file list the content hash covered
 (``Data.hashed_files``), not a second walk that could see a different tree.
 """
@@ -12,6 +19,7 @@ What is uploaded is exactly the file list the content hash covered
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -24,13 +32,28 @@ from airflow_provider_kinetic.core.data.refs import (
     marker_key,
 )
 from airflow_provider_kinetic.core.data.value import Data
+from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.storage import ObjectStore, file_uri_path
+from airflow_provider_kinetic.core.storage.base import FileDigests
 
-__all__ = ["CACHE_PREFIX", "MARKER_PREFIX", "cache_key", "marker_key", "upload_all", "upload_data"]
+__all__ = [
+    "CACHE_PREFIX",
+    "MARKER_PREFIX",
+    "DataChangedDuringUpload",
+    "cache_key",
+    "marker_key",
+    "upload_all",
+    "upload_data",
+]
 
 log = logging.getLogger(__name__)
 
 LARGE_DATA_BYTES = 10 * 1024**3
+
+
+class DataChangedDuringUpload(KineticError, RuntimeError):
+    """The bytes an upload sent do not hash to the entry's name: a file of the Data
+    changed between its hashing and its upload.  No marker is written."""
 
 
 def _human(n: float) -> str:
@@ -74,13 +97,76 @@ def upload_data(store: ObjectStore, data: Data) -> bool:
         if done == n or done % step == 0:
             log.info("  %s: %d/%d files, %s", data.path, done, n, _human(nbytes))
 
-    store.upload_files(root, [rel for rel, _ in files], prefix, progress=progress)
+    digests = FileDigests(_digest_prefix)
+    store.upload_files(root, [rel for rel, _ in files], prefix, progress=progress, digests=digests)
+    _verify_upload(store, data, digest, root, files, digests)
     if store.scheme == "file":
         _make_read_only(file_uri_path(store.uri(prefix)))
     store.write_bytes(marker_key(digest), b"")
     metrics.incr("kinetic.data.uploaded_bytes", total)
     metrics.incr("kinetic.data.uploaded_files", len(files))
     return True
+
+
+def _digest_prefix(rel: str) -> bytes:
+    """kinetic's file digest prefix (``relpath + NUL``; a lone file's basename)."""
+    return rel.encode() + b"\0"
+
+
+def _verify_upload(
+    store: ObjectStore,
+    data: Data,
+    digest: str,
+    root: str,
+    files: list[tuple[str, int]],
+    digests: FileDigests,
+) -> None:
+    """Raise ``DataChangedDuringUpload`` unless the bytes sent hash to ``digest``
+    (kinetic's content hash, from the files' digests in hash order)."""
+    parts = []
+    for rel, _ in files:
+        path = os.path.join(root, *rel.split("/"))
+        prefix = _digest_prefix(rel)
+        got = digests.found.get(path)
+        parts.append(got[1] if got is not None and got[0] == prefix else _read(path, prefix))
+    kind = b"dir:" if data.is_dir else b"file:"
+    if hashlib.sha256(kind + b"".join(parts)).hexdigest() == digest:
+        return
+    then = data.hashed_stats()
+    changed = []
+    for rel, _ in files:
+        path = os.path.join(root, *rel.split("/"))
+        got = digests.found.get(path)
+        now = got[2] if got is not None else _stat(path)
+        if then.get(rel) != now:
+            changed.append(rel)
+    what = f"changed: {', '.join(changed)}" if changed else "a file of it changed"
+    raise DataChangedDuringUpload(
+        f"data {data.path} changed between its hashing and its upload ({what}): the "
+        f"bytes sent do not hash to {digest}, so the cache entry {store.uri(cache_key(digest))} "
+        "was not marked complete (no job reads it; the next run uploads it again). "
+        "Let whatever writes the data finish before the task runs, then retry"
+    )
+
+
+def _read(path: str, prefix: bytes) -> bytes:
+    """A file's digest read again (a store that could not hash it on the way)."""
+    h = hashlib.sha256(prefix)
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except OSError:
+        return b""  # gone or unreadable since: not the bytes that were hashed
+    return h.digest()
+
+
+def _stat(path: str) -> tuple[int, ...] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _make_read_only(path: str) -> None:

@@ -176,6 +176,19 @@ class Data:
             return os.path.dirname(path), [(os.path.basename(path), os.path.getsize(path))]
         return tree.root, tree.files()
 
+    def hashed_stats(self) -> dict[str, tuple[int, ...]]:
+        """``relpath -> (ino, size, mtime_ns, ctime_ns)`` of each file as
+        ``content_hash`` saw it (empty for an unpickled single file): what tells a
+        file changed since (``core.data.cache`` names it)."""
+        tree = self._hashed_tree()
+        if tree is None:
+            return {}
+        return {
+            d.rel + n: tuple(sig[:4])
+            for d in tree.scans
+            for n, sig in zip(d.names, d.sigs, strict=True)
+        }
+
     def empty_dirs(self) -> list[str]:
         """The empty directories of a directory Data (``"a/b"``, relative to it), from
         the same walk as ``content_hash``: they do not change kinetic's hash, so the

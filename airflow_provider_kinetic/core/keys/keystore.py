@@ -167,6 +167,22 @@ class KeyStore:
         )
         return row
 
+    def renew(self, key: str, version: str) -> bool:
+        """A publish of content ``key`` already holds as ``version``: no new version,
+        but the key's ttl counts from now (``KeyState.renewed``), so a task whose
+        output is the same each run keeps its key alive.  False when the key no
+        longer keeps that version (nothing renewed)."""
+        renewed = [False]
+
+        def change(state: KeyState) -> KeyState:
+            renewed[0] = any(v.version == version for v in state.versions)
+            if renewed[0]:
+                state.renewed = max(time.time(), state.renewed or 0.0)
+            return state
+
+        self._update(check_key(key), change, None)
+        return renewed[0]
+
     def rm(
         self,
         ref: str,

@@ -7,7 +7,8 @@ files must never move the key), and that is known where the job is collected.
 Idempotent per task instance: a retry that collects the same job again, or a job
 whose output is byte-for-byte what this task already put, makes no new version (the
 same content hash is already the key's current version, or a kept version this task
-instance put); the existing row is returned with ``new: False``.
+instance put); the existing row is returned with ``new: False``, and the key's ttl
+is renewed (``KeyStore.renew``): unchanged output each day keeps the key alive.
 
 The content is hashed locally, exactly as ``store.put`` hashes it: on the local
 backend the output dir *is* a local directory; a ``gs://`` output dir is downloaded
@@ -53,6 +54,8 @@ def publish_output(
         for v in state.versions if state is not None else []:
             mine = all(str(v.by.get(k)) == str(who.get(k)) for k in _SAME_TASK)
             if v.version == digest and (v is state.current or mine):  # type: ignore[union-attr]
+                # No new version, but a publish: the key's ttl counts from now.
+                keys.renew(key, digest)
                 row = v.row(key)
                 row["new"] = False
                 return row

@@ -73,6 +73,10 @@ class KeyState:
     versions: list[Version] = field(default_factory=list)
     keep: int = DEFAULT_KEEP
     ttl_s: float | None = None
+    #: When a publish of content the key already held last renewed it (``output_key``
+    #: of unchanged output makes no new version, ``KeyStore.renew``): expiry counts
+    #: from it too.  Written only once set.
+    renewed: float | None = None
 
     @property
     def current(self) -> Version:
@@ -80,10 +84,10 @@ class KeyState:
 
     @property
     def expires_at(self) -> float | None:
-        """Expiry counts from the latest put (a key in use stays alive)."""
+        """Expiry counts from the latest put or renewal (a key in use stays alive)."""
         if self.ttl_s is None or not self.versions:
             return None
-        return self.current.epoch + self.ttl_s
+        return max(self.current.epoch, self.renewed or 0.0) + self.ttl_s
 
     def expired(self, now: float | None = None) -> bool:
         at = self.expires_at
@@ -107,6 +111,8 @@ class KeyState:
             "ttl_s": self.ttl_s,
             "versions": [asdict(v) for v in self.versions],
         }
+        if self.renewed is not None:
+            body["renewed"] = self.renewed
         return json.dumps(body, sort_keys=True).encode()
 
     @classmethod
@@ -117,4 +123,5 @@ class KeyState:
             versions=[Version(**v) for v in body.get("versions", [])],
             keep=int(body.get("keep") or DEFAULT_KEEP),
             ttl_s=body.get("ttl_s"),
+            renewed=body.get("renewed"),
         )

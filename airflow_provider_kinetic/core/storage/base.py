@@ -122,11 +122,15 @@ class ObjectStore(abc.ABC):
         relpaths: Iterable[str],
         prefix: str,
         progress: ProgressFn | None = None,
+        digests: FileDigests | None = None,
     ) -> int:
         """Upload ``root/rel`` to ``prefix/rel`` for each rel, in parallel.
 
         Returns the number of bytes uploaded; raises on the first failure.
         ``progress`` ends with ``(n, n, total_bytes)`` (``(0, 0, 0)`` for no files).
+        ``digests``: where a store can, each file's digest (``prefix(rel)``) taken
+        from the very bytes it sent, recorded by the file's local path (a store may
+        record none for some files; the caller then reads them again).
         """
 
     @abc.abstractmethod

@@ -15,6 +15,9 @@ and sliced for big objects (``gcs_transfer.py``: why composite, why threads).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
+import mimetypes
 import os
 import secrets
 import threading
@@ -52,6 +55,9 @@ EMULATOR_PROJECT = "test"
 _DEFAULT_CONTENT_TYPE = "application/octet-stream"
 #: Files at least this big upload in parallel parts (composed into one object).
 CHUNKED_MIN_BYTES = 64 << 20
+#: ``upload_files(digests=)``: files below this are read once into memory, hashed and
+#: sent from those bytes; bigger ones are not hashed on the way.
+HASHED_MAX_BYTES = 64 << 20
 CHUNK_BYTES = 32 << 20
 CHUNK_WORKERS = 16
 _STOCK_POOL = 10  # requests' default connections per host
@@ -241,17 +247,23 @@ class GcsStore(ObjectStore):
         relpaths: Iterable[str],
         prefix: str,
         progress: ProgressFn | None = None,
+        digests: FileDigests | None = None,
     ) -> int:
         """Parallel upload; progress after every file; raises the first failure.
 
         Small files share a pool sized for latency (see module doc); each file of
-        ``chunked_min_bytes`` or more is then sent in parallel parts.
+        ``chunked_min_bytes`` or more is then sent in parallel parts.  ``digests``: a
+        file below ``HASHED_MAX_BYTES`` (and the chunked threshold) is read once into
+        memory, hashed and sent from those bytes (a retry resends the same ones); a
+        bigger one is not recorded.
         """
         bucket = self._bucket()
         jobs = []
+        rel_of: dict[str, str] = {}
         for rel in materialise(relpaths):
             path = os.path.join(root, *rel.split("/"))
             jobs.append((path, bucket.blob(join_key(prefix, rel)), os.path.getsize(path)))
+            rel_of[path] = rel
         threshold = self.chunked_min_bytes
         big = [j for j in jobs if threshold is not None and j[2] >= threshold]
         small = [j for j in jobs if threshold is None or j[2] < threshold]
@@ -262,7 +274,23 @@ class GcsStore(ObjectStore):
             if progress:  # out of the whole upload, big files included
                 progress(done, total, nbytes)
 
-        sent = run_parallel(small, self._upload_one, workers, report if small else None)
+        def send(path: str, blob: storage.Blob) -> None:
+            if digests is None or os.path.getsize(path) >= HASHED_MAX_BYTES:
+                self._upload_one(path, blob)
+                return
+            with open(path, "rb") as f:
+                data, st = f.read(), os.fstat(f.fileno())
+            pre = digests.prefix(rel_of[path])
+            if pre is not None:
+                digests.record(path, pre, hashlib.sha256(pre + data).digest(), st)
+            blob.upload_from_file(
+                io.BytesIO(data),
+                size=len(data),
+                content_type=mimetypes.guess_type(path)[0] or "application/octet-stream",
+                retry=DEFAULT_RETRY,
+            )
+
+        sent = run_parallel(small, send, workers, report if small else None)
         for done, (path, blob, size) in enumerate(big, start=len(small) + 1):
             self._upload_chunked(path, blob.name)
             sent += size

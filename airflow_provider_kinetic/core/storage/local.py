@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import secrets
 import shutil
@@ -142,6 +143,19 @@ def _writer_alive(pid: int) -> bool:
 _STAGING_ATTEMPTS = 50
 
 
+class _Hashing:
+    """A file read through ``read`` whose bytes also go into ``h`` (None: only read)."""
+
+    def __init__(self, f: BinaryIO, h: hashlib._Hash | None) -> None:
+        self.f, self.h = f, h
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(n)
+        if self.h is not None:
+            self.h.update(data)
+        return data
+
+
 class LocalStore(ObjectStore):
     """Objects are files under ``root``; a key ``a/b/c`` is the file ``root/a/b/c``."""
 
@@ -250,9 +264,27 @@ class LocalStore(ObjectStore):
         self._commit(key, lambda f: f.write(data), if_absent=if_absent, size=len(data))
 
     def upload_file(self, local_path: str, key: str) -> int:
-        size = os.path.getsize(local_path)
+        return self._upload_hashed(local_path, key, None, None)
+
+    def _upload_hashed(
+        self, local_path: str, key: str, prefix: bytes | None, digests: FileDigests | None
+    ) -> int:
+        """Copy ``local_path`` to ``key``; with ``digests``, the bytes copied are
+        hashed on the way (``sha256(prefix + bytes)``) and recorded.  Each fill starts
+        from the file's start (``_write`` fills again beside the target on EXDEV)."""
+        hasher = [hashlib.sha256()]
         with open(local_path, "rb") as src:
-            self._commit(key, lambda dst: shutil.copyfileobj(src, dst, 1024 * 1024), size=size)
+            size = os.fstat(src.fileno()).st_size
+
+            def fill(dst: BinaryIO) -> None:
+                src.seek(0)
+                hasher[0] = hashlib.sha256(prefix or b"")
+                reader = _Hashing(src, hasher[0] if prefix is not None else None)
+                shutil.copyfileobj(reader, dst, 1024 * 1024)
+
+            self._commit(key, fill, size=size)
+            if digests is not None and prefix is not None:
+                digests.record(local_path, prefix, hasher[0].digest(), os.fstat(src.fileno()))
         return size
 
     def delete(self, key: str) -> bool:
@@ -413,15 +445,25 @@ class LocalStore(ObjectStore):
         relpaths: Iterable[str],
         prefix: str,
         progress: ProgressFn | None = None,
+        digests: FileDigests | None = None,
     ) -> int:
         """Copy each file (through ``upload_file``) on a thread pool; first sweeps the
-        temp files of writers that were killed."""
+        temp files of writers that were killed.  ``digests``: every file's digest,
+        from the bytes copied."""
         jobs = []
+        rel_of: dict[str, str] = {}
         for rel in materialise(relpaths):
             src = os.path.join(root, *rel.split("/"))
             jobs.append((src, join_key(prefix, rel), os.path.getsize(src)))
+            rel_of[src] = rel
         self.sweep_staging()
-        return run_parallel(jobs, self.upload_file, self.workers, progress)
+        if digests is None:
+            return run_parallel(jobs, self.upload_file, self.workers, progress)
+
+        def copy(src: str, key: str) -> int:
+            return self._upload_hashed(src, key, digests.prefix(rel_of[src]), digests)
+
+        return run_parallel(jobs, copy, self.workers, progress)
 
     def workers_for(self, count: int, total_bytes: int) -> int:
         """The store's own copy pool size (a disk, not a network: no latency to hide)."""

@@ -106,15 +106,46 @@ def _check_hash(
         raise DataHashMismatch(
             f"data {ref['uri']}: the downloaded files hash to {got}, not to the entry's "
             f"name {expected}; {which or 'an object of the entry was changed after upload'}"
-            "; not used"
+            f"; not used; {_unmark(store, key, expected)}"
         )
+
+
+def _marker_of(key: str) -> str:
+    head, _, digest = key.rstrip("/").rpartition(CACHE_PREFIX)
+    return head + MARKER_PREFIX + digest
+
+
+def _unmark(store: ObjectStore, key: str, digest: str) -> str:
+    """A bad entry loses its marker (the upload writes it last, and only for bytes
+    that hash to the name): the next submit of that data uploads the entry again
+    instead of every run hitting it.  Only the marker goes: the objects stay for a
+    reader that has them already, and the next upload replaces them.  Says what
+    happened, for the error."""
+    marker = _marker_of(key)
+    try:
+        store.delete(marker)
+    except Exception as exc:  # noqa: BLE001 - the mismatch is the error; say how to recover
+        log.warning(
+            "data cache entry %s is bad (its files do not hash to its name) and its "
+            "marker %s could not be removed (%s): remove it so the next submit uploads "
+            "the entry again",
+            digest,
+            store.uri(marker),
+            exc,
+        )
+        return f"remove {store.uri(marker)} so the next submit uploads it again"
+    log.warning(
+        "data cache entry %s is bad (its files do not hash to its name): its marker "
+        "was removed, so the next submit of that data uploads it again",
+        digest,
+    )
+    return "the entry's marker was removed: the next submit of that data uploads it again"
 
 
 def _changed_after_marker(store: ObjectStore, key: str) -> list[str]:
     """The entry's files written after its marker (the upload writes the marker last):
     the objects that were replaced, named for the error (only read on a mismatch)."""
-    head, _, digest = key.rstrip("/").rpartition(CACHE_PREFIX)
-    marker = head + MARKER_PREFIX + digest
+    marker = _marker_of(key)
     try:
         sealed = stat_objects(store, marker).get(marker)
         if sealed is None:
