@@ -293,7 +293,7 @@ def test_gke_job_end_to_end(load_dag, connections, api, google_token, capfd, mod
     )  # fmt: skip
     assert handle["image_uri"] == IMAGE and handle["func_name"] == "gke_steps"
 
-    # Collected: the Job is deleted, and (with cleanup="artifacts") its store objects.
+    # Collected: the Job is deleted, and (with cleanup="on_success") its store objects.
     assert api.read(f"{JOBS}/{job['metadata']['name']}") is None
     # Its history outlives both: how it ended, where its log is, and the pod's log
     # itself, archived before the Job (and its pods) went.
