@@ -46,11 +46,6 @@ from airflow_provider_kinetic.operators.common import (
     rendered_as,
     task_identity,
 )
-from airflow_provider_kinetic.operators.map_retries import (
-    RETRIES_CHANGED,
-    check_input_retries,
-    renamed_retries,
-)
 from airflow_provider_kinetic.operators.map_tries import MapTriesBase
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 
@@ -69,10 +64,7 @@ class KineticMapOperator(MapTriesBase):
             the try. Preemptions are retried apart from this budget.
         retries: the task's Airflow retries, as on every operator (so
             ``default_args={"retries": 2}`` means what it means elsewhere); a retry
-            resumes the batch (only failed or missing inputs run again). It used to
-            mean per-input retries: an explicit ``retries=`` logs a warning for one
-            release (``task_retries=``, its old name, is still accepted, with the same
-            warning).
+            resumes the batch (only failed or missing inputs run again).
         fail_fast: on the first failure launch nothing more and cancel running siblings.
         return_exceptions: failed positions hold an error dict instead of failing the task.
         ordered: results in input order (else completion order).
@@ -128,13 +120,17 @@ class KineticMapOperator(MapTriesBase):
         output_asset: bool = True,
         **kwargs: Any,
     ) -> None:
-        # ``retries`` is not a parameter here, so Airflow's default_args fill the task's
-        # retries (BaseOperator's) and a ``retries`` in ``kwargs`` was written out.
-        explicit = renamed_retries(kwargs)
         super().__init__(**kwargs)
-        if explicit and not getattr(self, "_BaseOperator__from_mapped", False):
-            self.log.warning(RETRIES_CHANGED, explicit, kwargs["retries"], kwargs["retries"])
-        self.input_retries = check_input_retries(input_retries)
+        if (
+            isinstance(input_retries, bool)
+            or not isinstance(input_retries, int)
+            or input_retries < 0
+        ):
+            raise ValueError(
+                "input_retries (re-submissions of a failed input) must be an integer >= 0, "
+                f"got {input_retries!r}"
+            )
+        self.input_retries = input_retries
         self.python_callable = self.require_callable(python_callable)
         self.inputs = inputs
         self.input_mode = input_mode
