@@ -214,6 +214,10 @@ def rendered_as(field: str, value: Any, kind: type | tuple[type, ...], what: str
     )
 
 
+#: ``deferrable=``'s default on every kinetic operator, as on Airflow's own.
+DEFAULT_DEFERRABLE = conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
 class KineticOperatorBase(KineticTaskLineage, BaseOperator):
     """Arguments and helpers every kinetic operator shares (see KineticRunOperator).
 
@@ -236,7 +240,7 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
         output_dir: str | None = None,
         capture_env_vars: list[str] | None = None,
         kinetic_conn_id: str = "kinetic_default",
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        deferrable: bool = DEFAULT_DEFERRABLE,
         poll_interval: float = 5.0,
         cpu: str | None = None,
         memory: str | None = None,
