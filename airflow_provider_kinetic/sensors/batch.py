@@ -123,8 +123,13 @@ class KineticBatchSensor(KineticBatchSensorLineage, BaseSensorOperator):
         c = batchrun.counts(state)
         self.log.info(
             "batch %s: succeeded %d, failed %d, active %d, queued %d of %d",
-            state.group_id, c["succeeded"], c["failed"], c["active"], c["queued"], c["total"],
-        )  # fmt: skip
+            state.group_id,
+            c["succeeded"],
+            c["failed"],
+            c["active"],
+            c["queued"],
+            c["total"],
+        )
         if not state.finished:
             return False
         return self._finish(state, store)
