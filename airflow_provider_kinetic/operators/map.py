@@ -273,9 +273,13 @@ class KineticMapOperator(MapTriesBase):
         self._write_record(context, store, state)
         push_output_dirs(context, state)
         url = batch_url(
-            state.backend, state.group_id, config.project or "", config.cluster or "",
-            config.namespace, self.kinetic_conn_id,
-        )  # fmt: skip
+            state.backend,
+            state.group_id,
+            config.project or "",
+            config.cluster or "",
+            config.namespace,
+            self.kinetic_conn_id,
+        )
         context["ti"].xcom_push(key=KineticBatchLink.key, value=url)
         self.published_links = {KineticBatchLink.key: url}
         return self._advance(context, hook, state)

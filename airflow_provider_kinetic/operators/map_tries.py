@@ -87,9 +87,14 @@ class MapTriesBase(KineticOperatorBase):
         changed = other_work(record, work)
         try:
             state = resume_batch(
-                store, backend, config, record.group_id, secret, result_key,
+                store,
+                backend,
+                config,
+                record.group_id,
+                secret,
+                result_key,
                 cancel_live=changed or record.mode == DEFERRED,
-            )  # fmt: skip
+            )
         except (ObjectNotFound, ResultAuthError) as exc:
             self.log.warning("cannot resume batch %s (%s): starting anew", record.group_id, exc)
             return None

@@ -230,8 +230,7 @@ class KineticRunOperator(RunDeferredWait):
             if step is Step.SUBMIT and old is not None:  # keep the old record for history
                 supersede_record(store, task_identity(context), record, deployment_secret())
                 # Cancelled or ended, and never collected: the failure rule of the policy.
-                after_job(store, backend, [old], succeeded=False, mode=self.cleanup,
-                          log_=self.log)  # fmt: skip
+                after_job(store, backend, [old], succeeded=False, mode=self.cleanup, log_=self.log)
         if not self.wait_for_completion:
             return self._submit_only(context, config, backend, store, step, old, planned)
         if step is Step.COLLECT:

@@ -124,8 +124,9 @@ def after_job(
     if entry_id is not None:
         _note(store, entry_id, mode, left, any_referenced)
     if removed:
-        logger.info("cleanup (%s): deleted %d artifact object(s) of %d job(s)", mode, removed,
-                    len(handles))  # fmt: skip
+        logger.info(
+            "cleanup (%s): deleted %d artifact object(s) of %d job(s)", mode, removed, len(handles)
+        )
     return removed
 
 
