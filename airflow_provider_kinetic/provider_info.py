@@ -130,51 +130,126 @@ CONFIG = {
 _S, _N, _B = "string", "number", "boolean"
 #: The connection form: extra -> (label, JSON type, placeholder, description).
 FORM: dict[str, tuple[str, str, str, str]] = {
-    "backend": ("Backend", _S, "auto", "Where jobs run: local process, GKE Job, LeaderWorkerSet "
-                "(multi-host TPU), or auto (pathways for multi-host, else gke)."),
-    "bucket": ("Jobs bucket", _S, "my-project-kn-my-cluster-jobs", "GCS bucket for payloads, "
-               "results, outputs and the data cache (default {project}-kn-{cluster}-jobs)."),
-    "root": ("Local store root", _S, "/srv/kinetic", "Local backend only: the store "
-             "directory (default $AIRFLOW_HOME/kinetic)."),
+    "backend": (
+        "Backend",
+        _S,
+        "auto",
+        "Where jobs run: local process, GKE Job, LeaderWorkerSet "
+        "(multi-host TPU), or auto (pathways for multi-host, else gke).",
+    ),
+    "bucket": (
+        "Jobs bucket",
+        _S,
+        "my-project-kn-my-cluster-jobs",
+        "GCS bucket for payloads, "
+        "results, outputs and the data cache (default {project}-kn-{cluster}-jobs).",
+    ),
+    "root": (
+        "Local store root",
+        _S,
+        "/srv/kinetic",
+        "Local backend only: the store directory (default $AIRFLOW_HOME/kinetic).",
+    ),
     "project": ("GCP project", _S, "my-project", "Project of the GKE cluster and bucket."),
     "zone": ("Zone / location", _S, "us-central2-b", "Location of the GKE cluster."),
     "cluster": ("GKE cluster", _S, "ml-cluster", "Name of the GKE cluster."),
     "namespace": ("Namespace", _S, "default", "Kubernetes namespace for the jobs."),
-    "image": ("Container image", _S, "us-docker.pkg.dev/my-project/kinetic/base-tpu:0.0.4",
-              "Image the jobs run (must contain this package's runner)."),
-    "container_image": ("Image mode", _S, "bundled", "bundled (built with Cloud Build, "
-                        "tagged by content), prebuilt (base_image_repo) or an image URI."),
-    "base_image_repo": ("Prebuilt image repository", _S, "us-docker.pkg.dev/my-project/kinetic",
-                        "Prebuilt mode: images {repo}/base-{cpu,gpu,tpu}:{version}."),
-    "artifact_registry_location": ("Artifact Registry location", _S, "us-central1",
-                                   "Bundled images' repository location (default: the "
-                                   "zone's region)."),
-    "artifact_registry_repository": ("Artifact Registry repository", _S, "kn-ml-cluster",
-                                     "Bundled images' repository (default kn-{cluster})."),
-    "service_account": ("Kubernetes service account", _S, "kinetic", "Pods run as this "
-                        "service account (Workload Identity to the bucket)."),
-    "runner_command": ("Runner command", _S, "python3 -u /app/remote_runner.py",
-                       "Override the container command that starts the runner."),
-    "gcp_conn_id": ("GCP connection", _S, "google_cloud_default", "Google Cloud connection "
-                    "used for GKE credentials (the triggerer needs it too)."),
-    "impersonation_chain": ("Impersonation chain", _S, "sa@my-project.iam.gserviceaccount.com",
-                            "Service account(s) to impersonate for GKE calls."),
-    "endpoint": ("Cluster endpoint (JSON)", _S, '{"host": "https://1.2.3.4", "ca_data": "..."}',
-                 "Skip the GKE lookup: the API server and its CA."),
+    "image": (
+        "Container image",
+        _S,
+        "us-docker.pkg.dev/my-project/kinetic/base-tpu:0.0.4",
+        "Image the jobs run (must contain this package's runner).",
+    ),
+    "container_image": (
+        "Image mode",
+        _S,
+        "bundled",
+        "bundled (built with Cloud Build, "
+        "tagged by content), prebuilt (base_image_repo) or an image URI.",
+    ),
+    "base_image_repo": (
+        "Prebuilt image repository",
+        _S,
+        "us-docker.pkg.dev/my-project/kinetic",
+        "Prebuilt mode: images {repo}/base-{cpu,gpu,tpu}:{version}.",
+    ),
+    "artifact_registry_location": (
+        "Artifact Registry location",
+        _S,
+        "us-central1",
+        "Bundled images' repository location (default: the zone's region).",
+    ),
+    "artifact_registry_repository": (
+        "Artifact Registry repository",
+        _S,
+        "kn-ml-cluster",
+        "Bundled images' repository (default kn-{cluster}).",
+    ),
+    "service_account": (
+        "Kubernetes service account",
+        _S,
+        "kinetic",
+        "Pods run as this service account (Workload Identity to the bucket).",
+    ),
+    "runner_command": (
+        "Runner command",
+        _S,
+        "python3 -u /app/remote_runner.py",
+        "Override the container command that starts the runner.",
+    ),
+    "gcp_conn_id": (
+        "GCP connection",
+        _S,
+        "google_cloud_default",
+        "Google Cloud connection used for GKE credentials (the triggerer needs it too).",
+    ),
+    "impersonation_chain": (
+        "Impersonation chain",
+        _S,
+        "sa@my-project.iam.gserviceaccount.com",
+        "Service account(s) to impersonate for GKE calls.",
+    ),
+    "endpoint": (
+        "Cluster endpoint (JSON)",
+        _S,
+        '{"host": "https://1.2.3.4", "ca_data": "..."}',
+        "Skip the GKE lookup: the API server and its CA.",
+    ),
     "use_internal_ip": ("Use internal IP", _B, "false", "Reach the cluster's private endpoint."),
     "use_dns_endpoint": ("Use DNS endpoint", _B, "false", "Reach the cluster's DNS endpoint."),
-    "image_pull_grace_s": ("Image pull grace (s)", _N, "300", "Fail a job whose image cannot "
-                           "be pulled for this long."),
-    "schedule_timeout_s": ("Scheduling timeout (s)", _N, "1800", "Fail a job whose pod cannot "
-                           "be scheduled (no TPU/GPU capacity) for this long."),
-    "capacity": ("Capacity", _S, "reservation:my-res, spot", "Default capacity of tasks that "
-                 "give none: on-demand, spot, flex-start, reservation:NAME, queue:NAME, "
-                 "class:NAME, or steps tried in order, comma-separated."),
-    "create_grace_s": ("Create grace (s)", _N, "180", "Fail a Job that has no pod after this "
-                       "long (quota, admission)."),
-    "ttl_seconds_after_finished": ("Finished Job TTL (s)", _N, "600", "Backstop TTL of a "
-                                   "finished Job (it is deleted once collected)."),
-}  # fmt: skip
+    "image_pull_grace_s": (
+        "Image pull grace (s)",
+        _N,
+        "300",
+        "Fail a job whose image cannot be pulled for this long.",
+    ),
+    "schedule_timeout_s": (
+        "Scheduling timeout (s)",
+        _N,
+        "1800",
+        "Fail a job whose pod cannot be scheduled (no TPU/GPU capacity) for this long.",
+    ),
+    "capacity": (
+        "Capacity",
+        _S,
+        "reservation:my-res, spot",
+        "Default capacity of tasks that "
+        "give none: on-demand, spot, flex-start, reservation:NAME, queue:NAME, "
+        "class:NAME, or steps tried in order, comma-separated.",
+    ),
+    "create_grace_s": (
+        "Create grace (s)",
+        _N,
+        "180",
+        "Fail a Job that has no pod after this long (quota, admission).",
+    ),
+    "ttl_seconds_after_finished": (
+        "Finished Job TTL (s)",
+        _N,
+        "600",
+        "Backstop TTL of a finished Job (it is deleted once collected).",
+    ),
+}
 
 
 def conn_fields() -> dict[str, Any]:

@@ -27,8 +27,16 @@ from airflow_provider_kinetic.core.accelerators import (
 from airflow_provider_kinetic.core.capacity import CAPACITY_KINDS, supported_kinds
 
 COLUMNS = (
-    "kind", "name", "aliases", "arch", "sizes", "hosts", "chips_per_host", "capacity", "example",
-)  # fmt: skip
+    "kind",
+    "name",
+    "aliases",
+    "arch",
+    "sizes",
+    "hosts",
+    "chips_per_host",
+    "capacity",
+    "example",
+)
 
 
 @command

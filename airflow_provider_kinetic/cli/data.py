@@ -56,10 +56,16 @@ def _aged_row(
 ) -> dict:
     """A row for what is collected by age alone (a venv, a killed upload's parts)."""
     row: dict[str, Any] = {
-        "hash": digest, "kind": kind, "complete": complete, "age_s": round(age_s, 1),
-        "age": human_age(age_s), "files": files, "bytes": nbytes, "size": human_bytes(nbytes),
+        "hash": digest,
+        "kind": kind,
+        "complete": complete,
+        "age_s": round(age_s, 1),
+        "age": human_age(age_s),
+        "files": files,
+        "bytes": nbytes,
+        "size": human_bytes(nbytes),
         **extra,
-    }  # fmt: skip
+    }
     if action:
         row["action"] = action
     return row

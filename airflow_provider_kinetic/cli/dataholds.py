@@ -62,9 +62,12 @@ def xcom_holds() -> dict[str, str]:
     try:
         with create_session() as session:
             rows = session.query(
-                XComModel.value, XComModel.key, XComModel.dag_id, XComModel.run_id,
+                XComModel.value,
+                XComModel.key,
+                XComModel.dag_id,
+                XComModel.run_id,
                 XComModel.task_id,
-            ).filter(XComModel.key.in_(XCOM_KEYS))  # fmt: skip
+            ).filter(XComModel.key.in_(XCOM_KEYS))
             for value, key, dag_id, run_id, task_id in rows.yield_per(500):
                 for h in hashes_in(_decoded(value)):
                     held.setdefault(h, f"XCom {key} of {dag_id} / {run_id} / {task_id}")

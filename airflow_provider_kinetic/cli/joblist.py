@@ -66,10 +66,13 @@ class JobStatuses:
         try:
             kind = backend_class(handles[0].backend)
             trusted = [
-                h.evolve(k8s_name=kind.object_name(h.job_id), namespace=self.config.namespace,
-                         bucket_name=self.store.bucket)
+                h.evolve(
+                    k8s_name=kind.object_name(h.job_id),
+                    namespace=self.config.namespace,
+                    bucket_name=self.store.bucket,
+                )
                 for h in handles
-            ]  # fmt: skip
+            ]
             return self._backend(handles[0].backend).batch_status(group_id, trusted)
         except Exception:  # noqa: BLE001 - the page and the list still show the rest
             return {}
@@ -77,9 +80,15 @@ class JobStatuses:
 
 #: States a history entry or a backend reports (``jobs list --state``).
 STATES = (
-    "SUBMITTED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "PREEMPTED",
+    "SUBMITTED",
+    "PENDING",
+    "RUNNING",
+    "SUCCEEDED",
+    "FAILED",
+    "CANCELLED",
+    "PREEMPTED",
     "NOT_FOUND",
-)  # fmt: skip
+)
 
 LIST_COLUMNS = (
     "job_id",
@@ -240,8 +249,9 @@ def history_rows(
     rows = [row for row in rows if wanted(row) and (match is None or match(row))]
     for row in rows:
         if row["kind"] == "job" and row["state"] not in history.ENDED:
-            handle = JobHandle(job_id=row["job_id"], backend=row["backend"] or "local",
-                               bucket_name=store.bucket)  # fmt: skip
+            handle = JobHandle(
+                job_id=row["job_id"], backend=row["backend"] or "local", bucket_name=store.bucket
+            )
             report = statuses(handle)
             if report is not None:
                 row["state"], row["reason"] = report.status.value, report.reason
@@ -279,10 +289,15 @@ def child_rows(statuses: JobStatuses, batch: Mapping[str, Any]) -> list[dict[str
     entry = history.read(store, group) or {}
     failed, created = set(entry.get("failed_jobs") or ()), set(entry.get("child_jobs") or ())
     handles = [
-        JobHandle(job_id=job_id, backend=batch.get("backend") or "local",
-                  bucket_name=store.bucket, group_id=group, group_index=index)
+        JobHandle(
+            job_id=job_id,
+            backend=batch.get("backend") or "local",
+            bucket_name=store.bucket,
+            group_id=group,
+            group_index=index,
+        )
         for index, (job_id, _) in sorted(jobs.items())
-    ]  # fmt: skip
+    ]
     reports = statuses.batch(group, handles)
     rows = []
     for handle in handles:

@@ -143,8 +143,9 @@ def _history_log(args: Namespace) -> str:
         return text
     entry = history.read(store, args.job_id)
     if entry is None:
-        raise CliError(f"no kinetic job {args.job_id!r} in {store.uri()} (connection "
-                       f"{args.conn_id!r})")  # fmt: skip
+        raise CliError(
+            f"no kinetic job {args.job_id!r} in {store.uri()} (connection {args.conn_id!r})"
+        )
     if entry.get("log"):
         return f"[kinetic] the log of {args.job_id} is kept by its backend: {entry['log']}\n"
     return ""

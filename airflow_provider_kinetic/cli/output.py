@@ -19,8 +19,6 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
-FORMATS = ("table", "json")
-
 
 def _cell(value: Any) -> str:
     if value is None:

@@ -98,13 +98,16 @@ def _read(out: Needed, text: Any, cutoff: dt.datetime, done: tuple) -> None:
     with create_session() as session:
         rows = (
             session.query(
-                XComModel.value, XComModel.dag_id, XComModel.run_id, XComModel.task_id,
+                XComModel.value,
+                XComModel.dag_id,
+                XComModel.run_id,
+                XComModel.task_id,
                 DagRun.state,
             )
             .join(DagRun, DagRun.id == XComModel.dag_run_id)
             .filter(or_(DagRun.state.notin_(done), DagRun.end_date >= cutoff))
             .filter(or_(text.like("%job-%"), text.like(f"%{REF_KEY}%")))
-        )  # fmt: skip
+        )
         for value, dag_id, run_id, task_id, state in rows.yield_per(500):
             live = state not in done
             where = f"{dag_id} / {run_id} / {task_id} (run {state})"

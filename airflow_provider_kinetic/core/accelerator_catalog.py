@@ -204,8 +204,13 @@ def _load_tpus(table: str) -> dict[str, TpuType]:
             continue
         assert current is not None, "TPU table row before any 'tpu' header"
         chips, topology, machine, hosts = words
-        shape = TpuSlice(int(chips.lstrip("+")), topology, machine, int(hosts),
-                         in_kinetic=not chips.startswith("+"))  # fmt: skip
+        shape = TpuSlice(
+            int(chips.lstrip("+")),
+            topology,
+            machine,
+            int(hosts),
+            in_kinetic=not chips.startswith("+"),
+        )
         current.slices[shape.chips] = shape
     return tpus
 
@@ -243,9 +248,21 @@ TPU_ALIASES: dict[str, str] = {
 # Every GPU added since 0.0.4 comes in a count an older GPU has, so none of them is
 # ever picked by count: name them ("gpu-h200x8").
 GPU_PREFERENCE = (
-    "h100", "a100-80gb", "a100", "l4", "v100", "t4", "p100", "p4",
-    "gb200", "b200", "h200", "h100-mega", "rtx-pro-6000",
-)  # fmt: skip
+    "h100",
+    "a100-80gb",
+    "a100",
+    "l4",
+    "v100",
+    "t4",
+    "p100",
+    "p4",
+    # added since 0.0.4:
+    "gb200",
+    "b200",
+    "h200",
+    "h100-mega",
+    "rtx-pro-6000",
+)
 TPU_PREFERENCE = ("tpu7x", "v6e", "v5p", "v5litepod", "v4", "v3")
 
 # Cloud TPU names v3 slices by TensorCores (two per chip): "v3-8" is the 4-chip

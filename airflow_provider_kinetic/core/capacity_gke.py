@@ -52,8 +52,6 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 MAX_RUN_ANNOTATION = "provreq.kueue.x-k8s.io/maxRunDurationSeconds"
 QUEUED_TAINT = "cloud.google.com/gke-queued"
-#: The scheduling gate Kueue holds a queued LeaderWorkerSet's pods behind.
-ADMISSION_GATE = "kueue.x-k8s.io/admission"
 
 #: The accelerator selector keys a compute class replaces (see the page above).
 CLASS_REPLACES = frozenset(

@@ -27,8 +27,9 @@ def storage_client(config: KineticConfig) -> Any | None:
     try:
         BaseHook.get_connection(config.gcp_conn_id)
     except AirflowNotFoundException:
-        log.debug("no %r connection: the store uses Application Default Credentials",
-                  config.gcp_conn_id)  # fmt: skip
+        log.debug(
+            "no %r connection: the store uses Application Default Credentials", config.gcp_conn_id
+        )
         return None
     try:
         from airflow.providers.google.common.hooks.base_google import GoogleBaseHook

@@ -280,8 +280,14 @@ class ImageBuildHook:
             if step.status.name != "STATUS_UNKNOWN" and seen.get(key) != step.status.name:
                 seen[key] = step.status.name
                 args = " ".join(step.args)
-                log.info("Cloud Build %s step %d (%s %s): %s", build.id, i, step.name, args,
-                         step.status.name)  # fmt: skip
+                log.info(
+                    "Cloud Build %s step %d (%s %s): %s",
+                    build.id,
+                    i,
+                    step.name,
+                    args,
+                    step.status.name,
+                )
 
 
 def build_steps(plan: ImagePlan) -> list[list[str]]:

@@ -10,11 +10,11 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseOperator, XCom, conf, mask_secret
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator, with_spot
+from airflow_provider_kinetic.core.accelerators import with_spot
 from airflow_provider_kinetic.core.capacity import DEFAULT_CAPACITY_WAIT_S
 from airflow_provider_kinetic.core.data.schemes import scheme_for
 from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S, validate_sync_s
-from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY, POLICIES
+from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
 from airflow_provider_kinetic.core.jobs.cleanup import policy as cleanup_policy
 from airflow_provider_kinetic.core.jobs.pack import DEFAULT_MAX_PAYLOAD_MB
 from airflow_provider_kinetic.core.jobs.request import JobRequest, capture_env, plan_for_request
@@ -43,10 +43,6 @@ def default_output_key(identity: Mapping[str, Any]) -> str:
     each part is ``core.spec.identity.key_part`` (distinct runs, distinct dirs)."""
     return "outputs/" + task_key(identity)
 
-
-#: ``cleanup=``: the one policy of ``core.jobs.cleanup`` ("on_success", the default,
-#: "always", "never"; the earlier "artifacts" / "none" still mean the first / last).
-CLEANUP_MODES = POLICIES
 
 #: Deferrable tasks on a backend that sees a job end cheaply (the local one) watch
 #: their jobs this long before deferring: short jobs never enter the triggerer (nor pay
@@ -218,6 +214,10 @@ def rendered_as(field: str, value: Any, kind: type | tuple[type, ...], what: str
     )
 
 
+#: ``deferrable=``'s default on every kinetic operator, as on Airflow's own.
+DEFAULT_DEFERRABLE = conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
 class KineticOperatorBase(KineticTaskLineage, BaseOperator):
     """Arguments and helpers every kinetic operator shares (see KineticRunOperator).
 
@@ -240,7 +240,7 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
         output_dir: str | None = None,
         capture_env_vars: list[str] | None = None,
         kinetic_conn_id: str = "kinetic_default",
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        deferrable: bool = DEFAULT_DEFERRABLE,
         poll_interval: float = 5.0,
         cpu: str | None = None,
         memory: str | None = None,
@@ -288,9 +288,6 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
     def accelerator_spec(self) -> str:
         """``accelerator`` with ``:spot`` when ``spot=True``."""
         return with_spot(self.accelerator, self.spot)
-
-    def parsed_accelerator(self) -> Any:
-        return parse_accelerator(self.accelerator_spec())
 
     def build_request(
         self,

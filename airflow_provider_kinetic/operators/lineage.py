@@ -55,10 +55,20 @@ MAX_INPUTS = 500
 MAX_CHILD_IDS = 100
 #: The usage summary's keys a run facet carries (not the per-attempt detail).
 USAGE_KEYS = (
-    "accelerator", "capacity", "capacities", "attempts", "jobs", "unmeasured_jobs",
-    "running", "preemptions", "chip_hours", "run_s", "queued_s", "cost",
+    "accelerator",
+    "capacity",
+    "capacities",
+    "attempts",
+    "jobs",
+    "unmeasured_jobs",
+    "running",
+    "preemptions",
+    "chip_hours",
+    "run_s",
+    "queued_s",
+    "cost",
     "unpriced_chip_hours",
-)  # fmt: skip
+)
 
 
 @dataclass

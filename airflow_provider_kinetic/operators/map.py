@@ -23,11 +23,16 @@ from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.batch.resume import save_live, save_plan
 from airflow_provider_kinetic.core.batch.state import BatchState
+from airflow_provider_kinetic.core.capacity import DEFAULT_CAPACITY_WAIT_S
 from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S
+from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
 from airflow_provider_kinetic.core.jobs.polling import poll_delays
 from airflow_provider_kinetic.core.jobs.taskrecord import (
     request_cancel,
 )
+from airflow_provider_kinetic.core.keys import databroadcast
+from airflow_provider_kinetic.core.keys.window import BroadcastWindow
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
@@ -36,63 +41,73 @@ from airflow_provider_kinetic.links import KineticBatchLink, batch_url
 from airflow_provider_kinetic.operators import assets, keyio
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
-    XCOM_BATCH,
-    XCOM_OUTPUT_DIR,
-    XCOM_OUTPUT_DIRS,
+    DEFAULT_DEFERRABLE,
     deadline,
     defer_grace_s,
     defer_timeout,
-    directory_uri,
     rendered_as,
     task_identity,
 )
-from airflow_provider_kinetic.operators.map_retries import (
-    RETRIES_CHANGED,
-    check_input_retries,
-    renamed_retries,
-)
-from airflow_provider_kinetic.operators.map_tries import MapTriesBase
+from airflow_provider_kinetic.operators.map_tries import MapTriesBase, push_output_dirs
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 
 
 class KineticMapOperator(MapTriesBase):
     """Run ``python_callable`` once per input as kinetic jobs; return results in order.
 
-    Args:
-        python_callable: the function.
-        inputs: list of inputs (templated; may be an upstream XComArg).
-        input_mode: ``auto`` (identifier-keyed dict -> kwargs, list/tuple -> args,
-            else one positional), ``single``, ``args`` or ``kwargs``.
-        op_kwargs: keyword arguments shared by every child (templated).
-        max_concurrent: children running at once.
-        input_retries: re-submissions of a failed input's child (new job id), within
-            the try. Preemptions are retried apart from this budget.
-        retries: the task's Airflow retries, as on every operator (so
-            ``default_args={"retries": 2}`` means what it means elsewhere); a retry
-            resumes the batch (only failed or missing inputs run again). It used to
-            mean per-input retries: an explicit ``retries=`` logs a warning for one
-            release (``task_retries=``, its old name, is still accepted, with the same
-            warning).
-        fail_fast: on the first failure launch nothing more and cancel running siblings.
-        return_exceptions: failed positions hold an error dict instead of failing the task.
-        ordered: results in input order (else completion order).
-        wait_for_completion: ``False`` submits the batch (its first ``max_concurrent``
-            children), pushes the batch handle and succeeds at once (its return value
-            is the handle); a ``KineticBatchSensor`` waits for it later, launching the
-            rest, and with ``return_result=True`` returns the results.
-        child_log_bytes_per_poll: new log bytes of each running child written into
-            the task log per poll, prefixed ``[child N]`` (the rest comes next poll;
-            ``0`` turns live child logs off).
-        output_asset: as for KineticRunOperator, with one event for the batch: its
-            parent output dir (the children's dirs and values in the extra, when
-            they fit in 4 KiB).
-        accelerator, spot, volumes, output_dir, capture_env_vars, kinetic_conn_id,
-        deferrable, poll_interval, cpu, memory: as for KineticRunOperator (each child
-        is the same job template plus its input).
+    Each child is the same job template as a ``KineticRunOperator`` job, plus its input.
 
-    Raises:
-        KineticBatchFailed: some inputs failed (``partial_results`` holds every position).
-        KineticJobCancelled: the batch was cancelled at the task's execution_timeout.
+    :param python_callable: the function, run once per input.
+    :param inputs: list of inputs (templated; may be an upstream XComArg).
+    :param input_mode: ``auto`` (identifier-keyed dict -> kwargs, list/tuple -> args,
+        else one positional), ``single``, ``args`` or ``kwargs``.
+    :param op_kwargs: keyword arguments shared by every child (templated).
+    :param max_concurrent: children running at once.
+    :param input_retries: re-submissions of a failed input's child (new job id), within
+        the try. Preemptions are retried apart from this budget.  (``retries`` is the
+        task's Airflow retries, as on every operator: a retry resumes the batch, only
+        failed or missing inputs run again.)
+    :param fail_fast: on the first failure launch nothing more and cancel running siblings.
+    :param return_exceptions: failed positions hold an error dict instead of failing the task.
+    :param ordered: results in input order (else completion order).
+    :param group_name: the group's name in kinetic's manifest (default: the task id).
+    :param wait_for_completion: ``False`` submits the batch (its first ``max_concurrent``
+        children), pushes the batch handle and succeeds at once (its return value is
+        the handle); a ``KineticBatchSensor`` waits for it later, launching the rest,
+        and with ``return_result=True`` returns the results.
+    :param child_log_bytes_per_poll: new log bytes of each running child written into
+        the task log per poll, prefixed ``[child N]`` (the rest comes next poll; ``0``
+        turns live child logs off).
+    :param output_asset: as for KineticRunOperator, with one event for the batch: its
+        parent output dir (the children's dirs and values in the extra, when they fit
+        in 4 KiB).
+    :param broadcast: ``True`` or a ``BroadcastWindow`` (its fanout and timeout): the
+        children's shared ``Data`` travels as a tree, one child reading the store and
+        the rest each other (``core/keys/databroadcast.py``).
+    :param accelerator: what each child runs on, as for KineticRunOperator (templated).
+    :param volumes: ``{"/abs/mount/path": Data(...)}`` every child sees (templated).
+    :param output_dir: the batch's parent output dir (templated); child ``i`` writes
+        under ``{output_dir}/{i}``.
+    :param capture_env_vars: as for KineticRunOperator (templated).
+    :param kinetic_conn_id: a ``kinetic`` connection; absent default = local backend.
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
+    :param poll_interval: seconds between status reads.
+    :param cpu: CPU request for cpu jobs on GKE.
+    :param memory: memory request for cpu jobs on GKE.
+    :param spot: run on spot VMs, as for KineticRunOperator.
+    :param cleanup: what each ended child leaves, as for KineticRunOperator.
+    :param context_excludes: as for KineticRunOperator.
+    :param container_image: as for KineticRunOperator (built once for every child).
+    :param requirements: as for KineticRunOperator (templated).
+    :param capacity: as for KineticRunOperator (templated).
+    :param capacity_wait: as for KineticRunOperator (templated).
+    :param priority_class: as for KineticRunOperator (templated).
+    :param max_run_duration: as for KineticRunOperator (templated).
+    :param checkpoint_sync_s: as for KineticRunOperator.
+
+    :raises KineticBatchFailed: some inputs failed (``partial_results`` holds every
+        position).
+    :raises KineticJobCancelled: the batch was cancelled at the task's execution_timeout.
     """
 
     template_fields: Sequence[str] = (
@@ -126,15 +141,61 @@ class KineticMapOperator(MapTriesBase):
         wait_for_completion: bool = True,
         child_log_bytes_per_poll: int = batchlogs.LOG_BYTES_PER_POLL,
         output_asset: bool = True,
+        broadcast: bool | BroadcastWindow = False,
+        accelerator: str = "cpu",
+        volumes: dict[str, Any] | None = None,
+        output_dir: str | None = None,
+        capture_env_vars: list[str] | None = None,
+        kinetic_conn_id: str = "kinetic_default",
+        deferrable: bool = DEFAULT_DEFERRABLE,
+        poll_interval: float = 5.0,
+        cpu: str | None = None,
+        memory: str | None = None,
+        spot: bool = False,
+        cleanup: str = DEFAULT_POLICY,
+        context_excludes: list[str] | None = None,
+        container_image: str | None = None,
+        requirements: list[str] | str | None = None,
+        capacity: str | list[str] | None = None,
+        capacity_wait: Any = DEFAULT_CAPACITY_WAIT_S,
+        priority_class: str | None = None,
+        max_run_duration: Any = None,
+        checkpoint_sync_s: float = DEFAULT_SYNC_S,
         **kwargs: Any,
     ) -> None:
-        # ``retries`` is not a parameter here, so Airflow's default_args fill the task's
-        # retries (BaseOperator's) and a ``retries`` in ``kwargs`` was written out.
-        explicit = renamed_retries(kwargs)
-        super().__init__(**kwargs)
-        if explicit and not getattr(self, "_BaseOperator__from_mapped", False):
-            self.log.warning(RETRIES_CHANGED, explicit, kwargs["retries"], kwargs["retries"])
-        self.input_retries = check_input_retries(input_retries)
+        super().__init__(
+            accelerator=accelerator,
+            volumes=volumes,
+            output_dir=output_dir,
+            capture_env_vars=capture_env_vars,
+            kinetic_conn_id=kinetic_conn_id,
+            deferrable=deferrable,
+            poll_interval=poll_interval,
+            cpu=cpu,
+            memory=memory,
+            spot=spot,
+            cleanup=cleanup,
+            context_excludes=context_excludes,
+            container_image=container_image,
+            requirements=requirements,
+            capacity=capacity,
+            capacity_wait=capacity_wait,
+            priority_class=priority_class,
+            max_run_duration=max_run_duration,
+            checkpoint_sync_s=checkpoint_sync_s,
+            **kwargs,
+        )
+        self.broadcast = databroadcast.window_of(broadcast)
+        if (
+            isinstance(input_retries, bool)
+            or not isinstance(input_retries, int)
+            or input_retries < 0
+        ):
+            raise ValueError(
+                "input_retries (re-submissions of a failed input) must be an integer >= 0, "
+                f"got {input_retries!r}"
+            )
+        self.input_retries = input_retries
         self.python_callable = self.require_callable(python_callable)
         self.inputs = inputs
         self.input_mode = input_mode
@@ -212,9 +273,13 @@ class KineticMapOperator(MapTriesBase):
         self._write_record(context, store, state)
         push_output_dirs(context, state)
         url = batch_url(
-            state.backend, state.group_id, config.project or "", config.cluster or "",
-            config.namespace, self.kinetic_conn_id,
-        )  # fmt: skip
+            state.backend,
+            state.group_id,
+            config.project or "",
+            config.cluster or "",
+            config.namespace,
+            self.kinetic_conn_id,
+        )
         context["ti"].xcom_push(key=KineticBatchLink.key, value=url)
         self.published_links = {KineticBatchLink.key: url}
         return self._advance(context, hook, state)
@@ -268,18 +333,6 @@ class KineticMapOperator(MapTriesBase):
         return self._advance(context, hook, state)
 
     # ---- the loop ------------------------------------------------------------------
-    def _poll(self, backend: Backend, store: ObjectStore, state: BatchState) -> None:
-        handles = list(state.active.values())
-        reports = backend.batch_status(state.group_id, handles) if handles else {}
-        # Before observe: it deletes finished children's Jobs (and their pod logs).
-        batchlogs.show(state, backend, reports, self._child_line, self.child_log_bytes_per_poll)
-        finished = batchrun.observe(state, reports, backend, store)
-        batchlogs.log_failures(state, finished, reports, self.log)
-        batchlogs.forget_finished(state)
-
-    def _child_line(self, index: int, line: str) -> None:
-        self.log.info("[child %d] %s", index, line)
-
     def _advance(self, context: Any, hook: KineticHook, state: BatchState) -> Any:
         config, store = hook.get_config(), hook.get_store()
         backend = hook.get_backend(state.backend)
@@ -311,12 +364,6 @@ class KineticMapOperator(MapTriesBase):
             if len(state.done) != ended:
                 changed = time.monotonic()
 
-    def _emit(self, context: Any, state: BatchState, result: Any, capacity: dict[str, int]) -> None:
-        """The batch's asset event: its parent output dir (``operators.assets``)."""
-        out = directory_uri(state.template.output_dir) or state.template.output_dir
-        extra = assets.batch_extra(state, result, out, child_output_dirs(state), capacity)
-        assets.emit(self, context, out, extra)
-
     def _defer(self, config: KineticConfig, state: BatchState) -> NoReturn:
         # The trigger drives the rest (launches, retries) and fires once at the end;
         # ``driver`` names this deferral, so its saves are never mistaken for another's.
@@ -342,39 +389,6 @@ class KineticMapOperator(MapTriesBase):
         )
         raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
 
-    def _report(self, context: Any, state: BatchState, store: ObjectStore) -> None:
-        """The status line and the ``kinetic_batch`` XCom, when a count changed (the
-        line also once a minute): not one line and one XCom write per poll."""
-        c = batchrun.counts(state)
-        key = tuple(v for k, v in c.items() if k != "capacity")
-        if self._line is None:
-            self._line = batchlogs.StatusLine()
-        changed = key != self._line.last
-        if not self._line.due(key):
-            return
-        self.log.info(
-            "batch %s: submitted %d/%d, active %d, succeeded %d, failed %d, queued %d",
-            state.group_id,
-            c["submitted"],
-            c["total"],
-            c["active"],
-            c["succeeded"],
-            c["failed"],
-            c["queued"],
-        )
-        if not changed:
-            return
-        context["ti"].xcom_push(
-            key=XCOM_BATCH,
-            value={
-                "group_id": state.group_id,
-                "bucket": store.bucket,
-                "manifest_uri": store.uri(batchrun.manifest_key(state.group_id)),
-                "output_dir": state.template.output_dir,
-                "counts": c,
-            },
-        )
-
     def on_kill(self) -> None:
         """Cancel every child this try has running."""
         if self._state and self._backend:
@@ -383,17 +397,3 @@ class KineticMapOperator(MapTriesBase):
             self.log.info(
                 "cancelled %d children of batch %s", len(self._state.active), self._state.group_id
             )
-
-
-def push_output_dirs(context: Mapping[str, Any], state: Any) -> None:
-    """A batch's ``output_dir`` (the parent) and ``kinetic_output_dirs`` (each input's
-    own dir, in input order), so a downstream task finds a child's files without
-    the function returning its ``KINETIC_OUTPUT_DIR``."""
-    ti = context["ti"]
-    ti.xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(state.template.output_dir))
-    ti.xcom_push(key=XCOM_OUTPUT_DIRS, value=child_output_dirs(state))
-
-
-def child_output_dirs(state: Any) -> list[str]:
-    """Each input's output dir of a batch, in input order, as ``Data`` takes it."""
-    return [directory_uri(state.template.output_uri(i)) or "" for i in range(state.total)]

@@ -1,4 +1,5 @@
-"""A KineticMapOperator try's batch: resumed only for the same work, recorded, delivered.
+"""A KineticMapOperator try's batch: resumed only for the same work, recorded, watched
+(its children's status, logs and the ``kinetic_batch`` XCom), delivered.
 
 Every try of the task keeps a record of its batch in the store (``core.jobs.taskrecord``)
 with the batch's work digest (function, shared arguments, every input, options).  A
@@ -11,8 +12,10 @@ any artifact is deleted.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.finish import batch_ended
@@ -34,8 +37,13 @@ from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.exceptions import KineticBatchFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key, result_key_for_job
+from airflow_provider_kinetic.operators import assets
 from airflow_provider_kinetic.operators.common import (
+    XCOM_BATCH,
+    XCOM_OUTPUT_DIR,
+    XCOM_OUTPUT_DIRS,
     KineticOperatorBase,
+    directory_uri,
     push_value,
     result_ref_uris,
     task_identity,
@@ -45,18 +53,15 @@ from airflow_provider_kinetic.operators.usage import report_usage
 
 
 class MapTriesBase(KineticOperatorBase):
-    """Resuming, recording and delivering the batch of a try (see KineticMapOperator)."""
+    """Resuming, recording, watching and delivering the batch of a try (see
+    KineticMapOperator)."""
 
     ordered: bool
     return_exceptions: bool
+    child_log_bytes_per_poll: int
     _state: BatchState | None
-
-    def __init__(self, *, broadcast: bool | BroadcastWindow = False, **kwargs: Any) -> None:
-        """``broadcast``: ``True`` or a ``BroadcastWindow`` (its fanout and timeout):
-        the children's shared ``Data`` travels as a tree, one child reading the store
-        and the rest each other (``core/keys/databroadcast.py``)."""
-        super().__init__(**kwargs)
-        self.broadcast = databroadcast.window_of(broadcast)
+    _line: batchlogs.StatusLine | None
+    broadcast: BroadcastWindow | None
 
     def with_broadcast(self, planned: tuple[Any, ...]) -> tuple[Any, ...]:
         """The planned batch, its children's env carrying the broadcast window."""
@@ -82,9 +87,14 @@ class MapTriesBase(KineticOperatorBase):
         changed = other_work(record, work)
         try:
             state = resume_batch(
-                store, backend, config, record.group_id, secret, result_key,
+                store,
+                backend,
+                config,
+                record.group_id,
+                secret,
+                result_key,
                 cancel_live=changed or record.mode == DEFERRED,
-            )  # fmt: skip
+            )
         except (ObjectNotFound, ResultAuthError) as exc:
             self.log.warning("cannot resume batch %s (%s): starting anew", record.group_id, exc)
             return None
@@ -171,3 +181,69 @@ class MapTriesBase(KineticOperatorBase):
             kept_uris=kept_uris,
             log_=self.log,
         )
+
+    # ---- observing and reporting the batch -----------------------------------------
+    def _poll(self, backend: Backend, store: ObjectStore, state: BatchState) -> None:
+        handles = list(state.active.values())
+        reports = backend.batch_status(state.group_id, handles) if handles else {}
+        # Before observe: it deletes finished children's Jobs (and their pod logs).
+        batchlogs.show(state, backend, reports, self._child_line, self.child_log_bytes_per_poll)
+        finished = batchrun.observe(state, reports, backend, store)
+        batchlogs.log_failures(state, finished, reports, self.log)
+        batchlogs.forget_finished(state)
+
+    def _child_line(self, index: int, line: str) -> None:
+        self.log.info("[child %d] %s", index, line)
+
+    def _report(self, context: Any, state: BatchState, store: ObjectStore) -> None:
+        """The status line and the ``kinetic_batch`` XCom, when a count changed (the
+        line also once a minute): not one line and one XCom write per poll."""
+        c = batchrun.counts(state)
+        key = tuple(v for k, v in c.items() if k != "capacity")
+        if self._line is None:
+            self._line = batchlogs.StatusLine()
+        changed = key != self._line.last
+        if not self._line.due(key):
+            return
+        self.log.info(
+            "batch %s: submitted %d/%d, active %d, succeeded %d, failed %d, queued %d",
+            state.group_id,
+            c["submitted"],
+            c["total"],
+            c["active"],
+            c["succeeded"],
+            c["failed"],
+            c["queued"],
+        )
+        if not changed:
+            return
+        context["ti"].xcom_push(
+            key=XCOM_BATCH,
+            value={
+                "group_id": state.group_id,
+                "bucket": store.bucket,
+                "manifest_uri": store.uri(batchrun.manifest_key(state.group_id)),
+                "output_dir": state.template.output_dir,
+                "counts": c,
+            },
+        )
+
+    def _emit(self, context: Any, state: BatchState, result: Any, capacity: dict[str, int]) -> None:
+        """The batch's asset event: its parent output dir (``operators.assets``)."""
+        out = directory_uri(state.template.output_dir) or state.template.output_dir
+        extra = assets.batch_extra(state, result, out, child_output_dirs(state), capacity)
+        assets.emit(self, context, out, extra)
+
+
+def push_output_dirs(context: Mapping[str, Any], state: Any) -> None:
+    """A batch's ``output_dir`` (the parent) and ``kinetic_output_dirs`` (each input's
+    own dir, in input order), so a downstream task finds a child's files without
+    the function returning its ``KINETIC_OUTPUT_DIR``."""
+    ti = context["ti"]
+    ti.xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(state.template.output_dir))
+    ti.xcom_push(key=XCOM_OUTPUT_DIRS, value=child_output_dirs(state))
+
+
+def child_output_dirs(state: Any) -> list[str]:
+    """Each input's output dir of a batch, in input order, as ``Data`` takes it."""
+    return [directory_uri(state.template.output_uri(i)) or "" for i in range(state.total)]

@@ -19,8 +19,10 @@ from typing import Any
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.manifests import to_yaml
 from airflow_provider_kinetic.core.backends.registry import backend_class
+from airflow_provider_kinetic.core.capacity import DEFAULT_CAPACITY_WAIT_S
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.core.jobs.cleanup import after_job
+from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S
+from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY, after_job
 from airflow_provider_kinetic.core.jobs.fallback import describe_step
 from airflow_provider_kinetic.core.jobs.submit import PlannedJob, plan_job
 from airflow_provider_kinetic.core.jobs.taskrecord import (
@@ -37,6 +39,7 @@ from airflow_provider_kinetic.links import KineticJobLink, KineticLogsLink, Kine
 from airflow_provider_kinetic.operators import assets, keyio
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
+    DEFAULT_DEFERRABLE,
     deadline,
     defer_grace_s,
     directory_uri,
@@ -54,49 +57,70 @@ class KineticRunOperator(RunDeferredWait):
     the function's return value becomes this task's ``return_value`` XCom.  XCom
     ``kinetic_job`` (the JobHandle dict) and ``output_dir`` are pushed before waiting.
 
-    Args:
-        python_callable: the function to run remotely.
-        op_args / op_kwargs: its arguments (templated; ``Data`` may sit at any depth).
-        accelerator: ``"cpu"``, ``"gpu-l4"``, ``"tpu-v5e-4"``, ``"tpu-v6e-2x4"``, ...
-        spot: run on spot VMs (the same as a ``:spot`` suffix on ``accelerator``).
-        capacity: how the pods get accelerators on GKE (``core.capacity``): "on-demand",
-            "spot", "flex-start", "reservation:NAME", "queue:NAME", "class:NAME", or a
-            list tried in order; ``capacity_wait`` per step (default 15 min);
-            ``priority_class`` (Kueue) and ``max_run_duration`` (flex-start, Kueue).
-        volumes: ``{"/abs/mount/path": Data(...)}`` (templated).
-        output_dir: URI exported as ``KINETIC_OUTPUT_DIR`` (templated); default is
-            deterministic per (dag_id, run_id, task_id, map_index) under ``outputs/``.
-        capture_env_vars: env var names / ``PREFIX*`` patterns to forward.
-        kinetic_conn_id: a ``kinetic`` connection; absent default = local backend.
-        deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
-        poll_interval: seconds between status reads.
-        cpu / memory: resource requests for cpu jobs on GKE.
-        preemption_retries: how often a job killed by the platform (spot reclaim,
-            eviction) is submitted again within the same try; these do not use the
-            task's Airflow ``retries``.
-        wait_for_completion: ``False`` submits, pushes the handle and succeeds at once
-            (its return value is the handle dict); a ``KineticJobSensor`` with
-            ``return_result=True`` waits for it later.
-        output_asset: a successful job emits an asset event for its output dir through
-            the alias ``kinetic:{dag_id}/{task_id}`` (added to ``outlets``), or, when
-            ``outlets`` are given, attaches its extra (job id, accelerator, capacity,
-            a small JSON value) to theirs (``operators.assets``); ``Data`` of an asset
-            becomes an inlet.  ``False``: none of this.
-        output_key: a key (``"models/churn"``, templated) the output dir becomes the
-            new version of when the job succeeds (never on failure; a retry that
-            collects the same content makes no second version); the version's row
-            is XCom ``kinetic_output_key``, and a new version is an asset event for
-            ``kinetic://KEY``.  ``Data("kinetic://KEY")`` reads a key (pinned per
-            DAG run: XCom ``kinetic_keys``).
-
     Every try first looks for the task's job from an earlier try (``core.jobs.taskrecord``):
     a running job is adopted, a finished one collected, so a job is never run twice.
     A result that does not fit XCom (not serializable by Airflow, or larger than
     ``[kinetic] max_xcom_result_bytes``) becomes a reference (``load_result``).
 
-    Raises:
-        KineticJobFailed: the job failed (the remote exception is its ``__cause__``).
-        KineticJobCancelled: the job was cancelled (execution_timeout, trigger errors).
+    :param python_callable: the function to run remotely.
+    :param op_args: its positional arguments (templated; ``Data`` may sit at any depth).
+    :param op_kwargs: its keyword arguments (templated; must render to a dict).
+    :param preemption_retries: how often a job killed by the platform (spot reclaim,
+        eviction) is submitted again within the same try; these do not use the task's
+        Airflow ``retries``.
+    :param wait_for_completion: ``False`` submits, pushes the handle and succeeds at once
+        (its return value is the handle dict); a ``KineticJobSensor`` with
+        ``return_result=True`` waits for it later.
+    :param output_asset: a successful job emits an asset event for its output dir
+        through the alias ``kinetic:{dag_id}/{task_id}`` (added to ``outlets``), or,
+        when ``outlets`` are given, attaches its extra (job id, accelerator, capacity, a
+        small JSON value) to theirs (``operators.assets``); ``Data`` of an asset becomes
+        an inlet.  ``False``: none of this.
+    :param output_key: a key (``"models/churn"``, templated) the output dir becomes the
+        new version of when the job succeeds (never on failure; a retry that collects
+        the same content makes no second version); the version's row is XCom
+        ``kinetic_output_key``, and a new version is an asset event for
+        ``kinetic://KEY``.  ``Data("kinetic://KEY")`` reads a key (pinned per DAG run:
+        XCom ``kinetic_keys``).
+    :param accelerator: ``"cpu"``, ``"cpu:8"``, ``"gpu-l4"``, ``"tpu-v5e-4"``,
+        ``"tpu-v6e-2x4"``, ... with an optional ``":spot"`` (templated).
+    :param volumes: ``{"/abs/mount/path": Data(...)}`` (templated).
+    :param output_dir: URI exported as ``KINETIC_OUTPUT_DIR`` (templated); default is
+        deterministic per (dag_id, run_id, task_id, map_index) under ``outputs/``.
+    :param capture_env_vars: env var names / ``PREFIX*`` patterns to forward (their
+        values travel as secrets and are masked; templated).
+    :param kinetic_conn_id: a ``kinetic`` connection; absent default = local backend.
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
+    :param poll_interval: seconds between status reads.
+    :param cpu: CPU request for cpu jobs on GKE (e.g. ``"4"``).
+    :param memory: memory request for cpu jobs on GKE (e.g. ``"16Gi"``).
+    :param spot: run on spot VMs (the same as a ``:spot`` suffix on ``accelerator``).
+    :param cleanup: what an ended job leaves (``core.jobs.cleanup``): ``"on_success"``
+        (default) deletes the job's artifacts once its value is delivered and keeps a
+        failed job's for ``[kinetic] failed_retention_days``; ``"always"`` deletes them
+        however it ended; ``"never"`` keeps them for ``jobs cleanup``.
+    :param context_excludes: extra glob patterns (``.kineticignore`` syntax) left out of
+        the job context, the zip of the DAG file's project directory.
+    :param container_image: the image cluster jobs run in: ``"bundled"`` (built once
+        from the requirements), ``"prebuilt"`` (requirements installed at pod start) or
+        an image URI; default: the connection's.  The local backend ignores it.
+    :param requirements: requirement strings or a path to a requirements file /
+        ``pyproject.toml`` (templated); ``[]`` for none; unset: the nearest
+        ``requirements.txt`` (else ``pyproject.toml``) up from the DAG file.
+    :param capacity: how the pods get accelerators on GKE (``core.capacity``):
+        ``"on-demand"``, ``"spot"``, ``"flex-start"``, ``"reservation:NAME"``,
+        ``"queue:NAME"``, ``"class:NAME"``, or a list tried in order (templated).
+    :param capacity_wait: per capacity step, how long its pods may stay unschedulable
+        before the next step is tried (seconds, ``"15m"`` or a ``timedelta``; default 15
+        min; templated).
+    :param priority_class: Kueue ``WorkloadPriorityClass`` of ``queue:`` steps (templated).
+    :param max_run_duration: flex-start: the job's deadline; ``queue:`` steps: Kueue's
+        max run duration (at most 7 days; templated).
+    :param checkpoint_sync_s: seconds between saves of ``KINETIC_CHECKPOINT_DIR`` while
+        the function runs (also saved on SIGTERM and at exit).
+
+    :raises KineticJobFailed: the job failed (the remote exception is its ``__cause__``).
+    :raises KineticJobCancelled: the job was cancelled (execution_timeout, trigger errors).
     """
 
     template_fields: Sequence[str] = (
@@ -124,9 +148,49 @@ class KineticRunOperator(RunDeferredWait):
         wait_for_completion: bool = True,
         output_asset: bool = True,
         output_key: str | None = None,
+        accelerator: str = "cpu",
+        volumes: dict[str, Any] | None = None,
+        output_dir: str | None = None,
+        capture_env_vars: list[str] | None = None,
+        kinetic_conn_id: str = "kinetic_default",
+        deferrable: bool = DEFAULT_DEFERRABLE,
+        poll_interval: float = 5.0,
+        cpu: str | None = None,
+        memory: str | None = None,
+        spot: bool = False,
+        cleanup: str = DEFAULT_POLICY,
+        context_excludes: list[str] | None = None,
+        container_image: str | None = None,
+        requirements: list[str] | str | None = None,
+        capacity: str | list[str] | None = None,
+        capacity_wait: Any = DEFAULT_CAPACITY_WAIT_S,
+        priority_class: str | None = None,
+        max_run_duration: Any = None,
+        checkpoint_sync_s: float = DEFAULT_SYNC_S,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(
+            accelerator=accelerator,
+            volumes=volumes,
+            output_dir=output_dir,
+            capture_env_vars=capture_env_vars,
+            kinetic_conn_id=kinetic_conn_id,
+            deferrable=deferrable,
+            poll_interval=poll_interval,
+            cpu=cpu,
+            memory=memory,
+            spot=spot,
+            cleanup=cleanup,
+            context_excludes=context_excludes,
+            container_image=container_image,
+            requirements=requirements,
+            capacity=capacity,
+            capacity_wait=capacity_wait,
+            priority_class=priority_class,
+            max_run_duration=max_run_duration,
+            checkpoint_sync_s=checkpoint_sync_s,
+            **kwargs,
+        )
         self.output_asset = output_asset
         self.output_key = keyio.check_output_key(output_key, self.task_id, rendered=False)
         self.python_callable = self.require_callable(python_callable)
@@ -166,8 +230,7 @@ class KineticRunOperator(RunDeferredWait):
             if step is Step.SUBMIT and old is not None:  # keep the old record for history
                 supersede_record(store, task_identity(context), record, deployment_secret())
                 # Cancelled or ended, and never collected: the failure rule of the policy.
-                after_job(store, backend, [old], succeeded=False, mode=self.cleanup,
-                          log_=self.log)  # fmt: skip
+                after_job(store, backend, [old], succeeded=False, mode=self.cleanup, log_=self.log)
         if not self.wait_for_completion:
             return self._submit_only(context, config, backend, store, step, old, planned)
         if step is Step.COLLECT:

@@ -312,8 +312,15 @@ class RunTriesBase(KineticOperatorBase):
             self.preemption_retries,
         )
         history.update(store, handle.job_id, "PREEMPTED", report.reason)
-        after_job(store, backend, [handle], succeeded=False, mode=self.cleanup, log_=self.log,
-                  archive_logs=True)  # fmt: skip
+        after_job(
+            store,
+            backend,
+            [handle],
+            succeeded=False,
+            mode=self.cleanup,
+            log_=self.log,
+            archive_logs=True,
+        )
         backend.cancel(handle)  # delete what is left of it
         new = self._submit(context, config, backend, store)
         self._write_record(context, store, new, preemptions=used + 1)

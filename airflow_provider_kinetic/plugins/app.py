@@ -144,9 +144,12 @@ def create_app() -> FastAPI:
 
     @app.get("/jobs/{job_id}", response_class=HTMLResponse)
     def job_page(
-        request: Request, job_id: str, user: User, conn_id: ConnId = "kinetic_default",
+        request: Request,
+        job_id: str,
+        user: User,
+        conn_id: ConnId = "kinetic_default",
         batch: BatchId = "",
-    ):  # fmt: skip
+    ):
         found = _open(conn_id, job_id, user, batch=batch)
         # The Cancel button only for whom the cancel POST would not answer 403.
         can_cancel = _authorized(user, found.entry.dag_id, "PUT")
@@ -154,9 +157,12 @@ def create_app() -> FastAPI:
 
     @app.get("/api/jobs/{job_id}/log")
     def job_log(
-        job_id: str, user: User, conn_id: ConnId = "kinetic_default", offset: int = 0,
+        job_id: str,
+        user: User,
+        conn_id: ConnId = "kinetic_default",
+        offset: int = 0,
         batch: BatchId = "",
-    ):  # fmt: skip
+    ):
         return jobs.log_chunk(_open(conn_id, job_id, user, batch=batch).job, offset)
 
     @app.get("/jobs/{job_id}/files")
@@ -177,9 +183,13 @@ def create_app() -> FastAPI:
 
     @app.get("/ti/{dag_id}/{rest:path}", response_class=HTMLResponse)
     def task_tab(
-        request: Request, dag_id: str, rest: str, user: User,
-        conn_id: ConnId = "kinetic_default", child: int | None = None,
-    ) -> str:  # fmt: skip
+        request: Request,
+        dag_id: str,
+        rest: str,
+        user: User,
+        conn_id: ConnId = "kinetic_default",
+        child: int | None = None,
+    ) -> str:
         # The run id sits between the dag id and the task id and may hold a "/" (Airflow
         # 3.3 percent-encodes it; the server decodes the path before routing).
         parts = rest.rsplit("/", 2)

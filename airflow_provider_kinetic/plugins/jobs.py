@@ -111,9 +111,14 @@ def _row(
     entry: inventory.JobEntry, report: StatusReport, store: ObjectStore, index: inventory.TaskIndex
 ) -> JobRow:
     row = JobRow(
-        entry.handle, report, entry.dag_id, entry.run_id, entry.task_id, entry.map_index,
+        entry.handle,
+        report,
+        entry.dag_id,
+        entry.run_id,
+        entry.task_id,
+        entry.map_index,
         started=entry.handle.created_at,
-    )  # fmt: skip
+    )
     if report.status.is_terminal:
         record = index.handles.get(entry.handle.job_id)
         key = record[0] if record else None
@@ -161,11 +166,16 @@ def history_row(row: dict, store: ObjectStore) -> JobRow:
     )
     mi = row.get("map_index")
     return JobRow(
-        handle, StatusReport(status, row.get("reason") or default_reason),
-        row.get("dag_id"), row.get("run_id"), row.get("task_id"),
-        None if mi is None else str(mi), started=row.get("submitted_at") or "",
-        ended=row.get("ended_at") or "", batch=row.get("kind") == "batch",
-    )  # fmt: skip
+        handle,
+        StatusReport(status, row.get("reason") or default_reason),
+        row.get("dag_id"),
+        row.get("run_id"),
+        row.get("task_id"),
+        None if mi is None else str(mi),
+        started=row.get("submitted_at") or "",
+        ended=row.get("ended_at") or "",
+        batch=row.get("kind") == "batch",
+    )
 
 
 def usage_of(
@@ -289,8 +299,9 @@ def detail(found: OpenJob) -> JobDetail:
     """Everything the job page shows besides the log."""
     job, store = found.job, found.job.store
     entry = history.read(store, job.job_id)
-    row = _row(found.entry, history.settled(store, job.job_id, job.status(), entry), store,
-               found.index)  # fmt: skip
+    row = _row(
+        found.entry, history.settled(store, job.job_id, job.status(), entry), store, found.index
+    )
     if entry is not None:
         row.ended = row.ended or entry.get("ended_at") or ""
     row.usage = usage_of(store, entry, load_price_table(strict=False), live=True)

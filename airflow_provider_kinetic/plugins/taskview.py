@@ -120,7 +120,7 @@ def _facts(job: TaskJob) -> str:
         ("Start", escape(row.started)),
         ("End", escape(row.ended)),
         ("Output dir", f"<code>{escape(row.handle.output_dir or '')}</code>"),
-    ]  # fmt: skip
+    ]
     if row.batch:
         facts.insert(1, ("Children", escape(str(job.total or len(job.children)))))
     return "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
@@ -151,15 +151,18 @@ def _children(base: str, conn_id: str, view_url: str, job: TaskJob, can_cancel: 
     group = job.row.job_id
     for c in job.children:
         job_id, index = str(c["job_id"]), int(c["child"])
-        state = f"<span class='state {escape(c['state'])}'>{escape(c['state'])}" + (
-            f" ({escape(c['reason'])})" if c.get("reason") else ""
-        ) + "</span>"  # fmt: skip
+        state = (
+            f"<span class='state {escape(c['state'])}'>{escape(c['state'])}"
+            + (f" ({escape(c['reason'])})" if c.get("reason") else "")
+            + "</span>"
+        )
         log = f"{view_url}{'&' if '?' in view_url else '?'}child={index}"
         page_url = _link(base, f"/jobs/{_q(job_id)}", conn_id, batch=group)
         cancel = (
             _cancel(base, conn_id, job_id, "Cancel")
-            if can_cancel and c["state"] not in ENDED else ""
-        )  # fmt: skip
+            if can_cancel and c["state"] not in ENDED
+            else ""
+        )
         rows.append(
             f"<tr data-child='{index}' data-job-id='{escape(job_id)}'><td>{index}</td>"
             f"<td><a href='{escape(page_url)}'>{escape(job_id)}</a></td><td>{state}</td>"
@@ -204,9 +207,10 @@ def _earlier(base: str, conn_id: str, view: TaskView) -> str:
     rows = []
     for try_number, r in view.earlier:
         href = (
-            _link(base, "/", conn_id, group=r.job_id) if r.batch
+            _link(base, "/", conn_id, group=r.job_id)
+            if r.batch
             else _link(base, "/jobs/" + _q(r.job_id), conn_id)
-        )  # fmt: skip
+        )
         rows.append(
             f"<tr><td>{escape(str(try_number or ''))}</td><td><a href='{escape(href)}'>"
             f"{escape(r.job_id)}</a></td><td>{_state(r)}</td><td>{escape(r.started)}</td></tr>"
@@ -239,8 +243,9 @@ def task_tab(
         feed = f" data-children-url='{escape(feed_url)}'" if job.row.batch else ""
         cancel = (
             _cancel(base, conn_id, job.row.job_id, "Cancel job")
-            if can_cancel and not job.row.batch and not job.row.terminal else ""
-        )  # fmt: skip
+            if can_cancel and not job.row.batch and not job.row.terminal
+            else ""
+        )
         children = _children(base, conn_id, view_url, job, can_cancel) if job.row.batch else ""
         sections.append(
             f"<section class='kinetic-job' data-job-id='{escape(job.row.job_id)}' "
@@ -249,10 +254,11 @@ def task_tab(
             f"<h3>Output files</h3>{_files(base, conn_id, job)}</section>"
         )
     empty = (
-        "" if view.jobs else
-        f"<p id='no-jobs'>No kinetic job of this task instance in connection "
+        ""
+        if view.jobs
+        else f"<p id='no-jobs'>No kinetic job of this task instance in connection "
         f"<code>{escape(conn_id)}</code>.</p>"
-    )  # fmt: skip
+    )
     switch = (
         "<form method='get' id='conn-form'><label>Connection <input name='conn_id' "
         f"value='{escape(conn_id)}' size='24'></label> <button>Show</button></form>"

@@ -128,10 +128,12 @@ def _usage_cells(usage: dict[str, Any] | None, priced: bool) -> dict[str, str]:
     if priced:  # CPUs have no chips: never priced
         cost, unpriced = usage.get("cost"), usage.get("unpriced_chip_hours")
         cells["Est. cost"] = (
-            "" if usage.get("family") is None
-            else "not in the price table" if unpriced
+            ""
+            if usage.get("family") is None
+            else "not in the price table"
+            if unpriced
             else f"${cost or 0:,.2f}"
-        )  # fmt: skip
+        )
     return cells
 
 
@@ -212,8 +214,11 @@ def job_page(info: JobDetail, base: str, conn_id: str, *, can_cancel: bool = Fal
     row = info.row
     quoted = urllib.parse.quote(row.job_id, safe="")
     facts = [
-        ("Status", f"<span id='state' class='state {escape(row.report.status.value)}'>"
-                   f"{escape(row.report.describe())}</span>"),
+        (
+            "Status",
+            f"<span id='state' class='state {escape(row.report.status.value)}'>"
+            f"{escape(row.report.describe())}</span>",
+        ),
         ("Accelerator", escape(row.handle.accelerator)),
         ("Backend", escape(row.handle.backend)),
         ("Function", escape(row.handle.func_name)),
@@ -224,7 +229,7 @@ def job_page(info: JobDetail, base: str, conn_id: str, *, can_cancel: bool = Fal
         ("Batch", escape(row.handle.group_id or "")),
         ("Output dir", f"<code>{escape(info.output_dir or '')}</code>"),
         ("Artifacts", f"<code>{escape(info.artifacts)}</code>"),
-    ]  # fmt: skip
+    ]
     table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
     files = "".join(
         f"<li><a href='{escape(_link(base, f'/jobs/{quoted}/files', conn_id, name=f.name))}'>"

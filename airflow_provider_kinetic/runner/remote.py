@@ -136,8 +136,9 @@ def _run(
         resume.begin()  # before any download: the start record and the attempt number
         func, args, kwargs = prepare(ns, workdir, links)
         resume.restore()
-        log.info("calling %s (attempt %d)", getattr(func, "__qualname__", repr(func)),
-                 resume.attempt)  # fmt: skip
+        log.info(
+            "calling %s (attempt %d)", getattr(func, "__qualname__", repr(func)), resume.attempt
+        )
         result = _execute(func, args, kwargs, index)
         resume.finish()
     except PhaseError as err:

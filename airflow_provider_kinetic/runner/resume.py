@@ -145,8 +145,10 @@ class Resume:
                 count = self.sync.restore()
                 log.info(
                     "attempt %d: restored %d checkpoint file(s); syncing every %gs",
-                    self.attempt, count, self.interval,
-                )  # fmt: skip
+                    self.attempt,
+                    count,
+                    self.interval,
+                )
         except Exception as exc:  # noqa: BLE001 - every setup failure is a payload
             raise PhaseError("checkpoint restore", exc) from exc
         os.environ[CHECKPOINT_DIR_ENV] = self.local_dir
@@ -184,8 +186,10 @@ class Resume:
         stats = self.sync.stats
         log.info(
             "checkpoints: %d snapshot(s) published, %d file(s) / %d bytes uploaded",
-            stats["published"], stats["uploaded_files"], stats["uploaded_bytes"],
-        )  # fmt: skip
+            stats["published"],
+            stats["uploaded_files"],
+            stats["uploaded_bytes"],
+        )
 
     def on_sigterm(self) -> None:
         """SIGTERM (a cancel, GKE's preemption notice): one last sync within the grace

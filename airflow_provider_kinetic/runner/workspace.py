@@ -29,7 +29,6 @@ import cloudpickle
 from airflow_provider_kinetic.core.data import KEEP, is_data_ref, locallinks, map_leaves
 from airflow_provider_kinetic.core.data.locallinks import LOCAL_MOUNTS_ENV
 from airflow_provider_kinetic.core.data.refs import EMPTY_DIRS
-from airflow_provider_kinetic.core.jobs import unpickling
 from airflow_provider_kinetic.core.jobs.batchwire import select_input
 from airflow_provider_kinetic.core.jobs.resultref import resolve_result_refs
 from airflow_provider_kinetic.core.storage import store_for_uri
@@ -267,7 +266,7 @@ def prepare(
         phase = "context extract"
         _extract_context(context_bytes, workdir)
         phase = "payload unpickle"
-        payload = unpickling.loads(payload_bytes)
+        payload = cloudpickle.loads(payload_bytes)
         phase = "environment setup"
         _check_fingerprint(payload.get("client_fingerprint"))
         os.environ.update({k: str(v) for k, v in (payload.get("env_vars") or {}).items()})

@@ -55,21 +55,19 @@ def group_id_of(batch: dict[str, Any] | str) -> str:
 class KineticBatchSensor(KineticBatchSensorLineage, BaseSensorOperator):
     """Succeed when every child of the batch is done; fail like the map operator.
 
-    Args:
-        batch: the batch handle ``KineticMapOperator(wait_for_completion=False)``
-            returns (dict, its JSON or rendered template), or the group id.
-        kinetic_conn_id: the connection the batch was submitted through.
-        deferrable: wait in the triggerer instead of poking.
-        return_result: return the children's values in input order as this
-            sensor's XCom (verified; references when they do not fit XCom).
-        child_log_bytes_per_poll: new log bytes of each running child written into
-            this task's log per poke, prefixed ``[child N]`` (``0``: none).
-        cleanup: what the children leave once the batch is done, as the map
-            operator's ``cleanup`` (``core.jobs.cleanup``; default "on_success").
+    :param batch: the batch handle ``KineticMapOperator(wait_for_completion=False)``
+        returns (dict, its JSON or rendered template), or the group id.
+    :param kinetic_conn_id: the connection the batch was submitted through.
+    :param deferrable: wait in the triggerer instead of poking.
+    :param return_result: return the children's values in input order as this sensor's
+        XCom (verified; references when they do not fit XCom).
+    :param child_log_bytes_per_poll: new log bytes of each running child written into
+        this task's log per poke, prefixed ``[child N]`` (``0``: none).
+    :param cleanup: what the children leave once the batch is done, as the map
+        operator's ``cleanup`` (``core.jobs.cleanup``; default "on_success").
 
-    Raises:
-        KineticBatchFailed: some inputs failed (``fail_fast`` as the batch was
-            planned); ``partial_results`` holds every position in input order.
+    :raises KineticBatchFailed: some inputs failed (``fail_fast`` as the batch was
+        planned); ``partial_results`` holds every position in input order.
     """
 
     template_fields: Sequence[str] = ("batch",)
@@ -125,8 +123,13 @@ class KineticBatchSensor(KineticBatchSensorLineage, BaseSensorOperator):
         c = batchrun.counts(state)
         self.log.info(
             "batch %s: succeeded %d, failed %d, active %d, queued %d of %d",
-            state.group_id, c["succeeded"], c["failed"], c["active"], c["queued"], c["total"],
-        )  # fmt: skip
+            state.group_id,
+            c["succeeded"],
+            c["failed"],
+            c["active"],
+            c["queued"],
+            c["total"],
+        )
         if not state.finished:
             return False
         return self._finish(state, store)

@@ -36,17 +36,16 @@ from airflow_provider_kinetic.triggers.job import KineticJobTrigger
 class KineticJobSensor(KineticJobSensorLineage, BaseSensorOperator):
     """Succeed when the job is SUCCEEDED; fail when it is FAILED or NOT_FOUND.
 
-    Args:
-        handle: the JobHandle dict, or its JSON (e.g. a templated ``xcom_pull``).
-        kinetic_conn_id: the connection the job was submitted through.
-        deferrable: wait in the triggerer instead of poking.
-        return_result: return the job's value as this sensor's XCom (verified like
-            the operator's; a reference when it does not fit XCom) — "submit now,
-            wait later" with ``KineticRunOperator(wait_for_completion=False)``.
-        cleanup: what the job leaves once this sensor saw it end, as the operator's
-            ``cleanup`` (``core.jobs.cleanup``): "on_success" (default) deletes the
-            job's artifacts once it succeeded, so a value not returned
-            (``return_result=False``) is not kept; "always"; "never".
+    :param handle: the JobHandle dict, or its JSON (e.g. a templated ``xcom_pull``).
+    :param kinetic_conn_id: the connection the job was submitted through.
+    :param deferrable: wait in the triggerer instead of poking.
+    :param return_result: return the job's value as this sensor's XCom (verified like
+        the operator's; a reference when it does not fit XCom) — "submit now, wait
+        later" with ``KineticRunOperator(wait_for_completion=False)``.
+    :param cleanup: what the job leaves once this sensor saw it end, as the operator's
+        ``cleanup`` (``core.jobs.cleanup``): "on_success" (default) deletes the job's
+        artifacts once it succeeded, so a value not returned (``return_result=False``)
+        is not kept; "always"; "never".
     """
 
     template_fields: Sequence[str] = ("handle",)

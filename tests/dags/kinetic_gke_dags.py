@@ -47,7 +47,7 @@ for _mode, _deferrable in MODES.items():
             poll_interval=0.1,
             # sync keeps the artifacts so the test can rebuild the Job from them;
             # deferrable checks that they are cleaned up.
-            cleanup="artifacts" if _deferrable else "none",
+            cleanup="on_success" if _deferrable else "never",
         )
     globals()[_dag.dag_id] = _dag
 

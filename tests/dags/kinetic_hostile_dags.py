@@ -45,5 +45,5 @@ with DAG(
                 "barrier": "{{ var.value.get('kinetic_barrier', '/nonexistent') }}",
             },
             poll_interval=0.5,
-            cleanup="none",  # handles stay: `jobs list` reads them
+            cleanup="never",  # handles stay: `jobs list` reads them
         )

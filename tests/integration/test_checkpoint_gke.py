@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from airflow_provider_kinetic.core.backends import k8s_logs
 from airflow_provider_kinetic.core.backends.local import RUNNER_MODULE
 from airflow_provider_kinetic.core.jobs.checkpoint import (
     CHECKPOINT_URI_ENV,
@@ -27,7 +26,7 @@ from airflow_provider_kinetic.core.jobs.checkpoint import (
 )
 from airflow_provider_kinetic.core.storage import store_for_uri
 from tests.fixtures.airflow_env import task_states, xcoms
-from tests.fixtures.k8s_double import ThreadedDouble, by_code_under_test
+from tests.fixtures.k8s_double import ThreadedDouble, by_code_under_test, forget_log_cursors
 from tests.fixtures.waiting import wait_for
 from tests.integration.test_checkpoint_resume import (
     LOGICAL,
@@ -155,7 +154,7 @@ def gke_default(
     monkeypatch.setenv("AIRFLOW_CONN_KINETIC_DEFAULT", json.dumps(conn))
     google = {"conn_type": "google_cloud_platform", "extra": {"project": "proj"}}
     monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(google))
-    k8s_logs.forget_all()
+    forget_log_cursors()
     return api, gcs_bucket
 
 

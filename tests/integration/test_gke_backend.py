@@ -35,7 +35,7 @@ from airflow_provider_kinetic.hooks.gke_auth import (
 )
 from tests.fixtures import records
 from tests.fixtures.google_creds import FakeCredentials
-from tests.fixtures.k8s_double import K8sDouble, running_double, to_json
+from tests.fixtures.k8s_double import K8sDouble, forget_log_cursors, running_double, to_json
 
 NS = "default"
 JOB_ID = "job-00c0ffee"
@@ -54,7 +54,7 @@ async def api() -> Any:
 
 @pytest.fixture(autouse=True)
 def _fresh_log_cursors() -> None:
-    k8s_logs.forget_all()  # each test starts as a new process would
+    forget_log_cursors()  # each test starts as a new process would
 
 
 def make_spec(accelerator: str = "gpu:l4", job_id: str = JOB_ID, **extra: Any) -> JobSpec:
@@ -416,7 +416,7 @@ async def test_log_tailing_shows_each_line_once(api: K8sDouble) -> None:
     api.write_log(NS, f"{JOB}-x1", "same instant B", at_ns=same)
     assert await asyncio.to_thread(backend.read_logs, HANDLE, 6) == ("same instant B\n", 7)
 
-    k8s_logs.forget_all()  # another process resumes from the offset alone
+    forget_log_cursors()  # another process resumes from the offset alone
     api.write_log(NS, f"{JOB}-x1", "epoch 5")
     fresh = GkeBackend(api.client_factory())
     assert await asyncio.to_thread(fresh.read_logs, HANDLE, 7) == ("epoch 5\n", 8)

@@ -31,7 +31,6 @@ import pendulum
 import pytest
 
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
-from airflow_provider_kinetic.core.backends import k8s_logs
 from airflow_provider_kinetic.core.backends import k8s_status as ks
 from airflow_provider_kinetic.core.backends.local import RUNNER_MODULE
 from airflow_provider_kinetic.core.backends.manifests import job_manifest
@@ -47,7 +46,13 @@ from airflow_provider_kinetic.core.storage.gcs import GcsStore
 from airflow_provider_kinetic.hooks.signing import deployment_secret
 from tests.fixtures.airflow_env import task_states, xcoms
 from tests.fixtures.google_creds import FakeCredentials
-from tests.fixtures.k8s_double import ThreadedDouble, by_code_under_test, threaded_double, to_json
+from tests.fixtures.k8s_double import (
+    ThreadedDouble,
+    by_code_under_test,
+    forget_log_cursors,
+    threaded_double,
+    to_json,
+)
 
 LOGICAL = pendulum.datetime(2026, 11, 20, tz="UTC")
 NS = "ml-jobs"
@@ -100,7 +105,7 @@ def connections(
         monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id}", json.dumps(conn))
     google = {"conn_type": "google_cloud_platform", "extra": {"project": "proj"}}
     monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(google))
-    k8s_logs.forget_all()
+    forget_log_cursors()
     return gcs_bucket
 
 
@@ -293,7 +298,7 @@ def test_gke_job_end_to_end(load_dag, connections, api, google_token, capfd, mod
     )  # fmt: skip
     assert handle["image_uri"] == IMAGE and handle["func_name"] == "gke_steps"
 
-    # Collected: the Job is deleted, and (with cleanup="artifacts") its store objects.
+    # Collected: the Job is deleted, and (with cleanup="on_success") its store objects.
     assert api.read(f"{JOBS}/{job['metadata']['name']}") is None
     # Its history outlives both: how it ended, where its log is, and the pod's log
     # itself, archived before the Job (and its pods) went.

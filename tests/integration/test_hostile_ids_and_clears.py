@@ -74,7 +74,7 @@ RUN_TASK = PRELUDE + textwrap.dedent(
         task_id=ARGS["task_id"], python_callable=work,
         op_args=[ARGS["marker"], ARGS["run_id"], ARGS["task_id"]],
         kinetic_conn_id="kinetic_edges", poll_interval=0.1,
-        cleanup="none",  # handles stay: jobs list reads them
+        cleanup="never",  # handles stay: jobs list reads them
     )
     print("RESULT", json.dumps(op.execute({"ti": TI()})), flush=True)
     """

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from airflow_provider_kinetic.core.accelerators import parse_accelerator
-from airflow_provider_kinetic.core.backends import k8s_logs
 from airflow_provider_kinetic.core.backends.gke import GkeBackend, KubernetesApiError
 from airflow_provider_kinetic.core.backends.k8s_retry import RetryPolicy, retry_after_s
 from airflow_provider_kinetic.core.backends.manifests import job_manifest
@@ -28,7 +27,13 @@ from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_jo
 from airflow_provider_kinetic.hooks.kinetic import backend_for as hook_backend_for
 from tests.fixtures import records
 from tests.fixtures.google_creds import FakeCredentials
-from tests.fixtures.k8s_double import K8sDouble, by_code_under_test, running_double, to_json
+from tests.fixtures.k8s_double import (
+    K8sDouble,
+    by_code_under_test,
+    forget_log_cursors,
+    running_double,
+    to_json,
+)
 
 NS = "default"
 JOB_ID = "job-0000beef"
@@ -52,7 +57,7 @@ async def api() -> AsyncIterator[K8sDouble]:
 
 @pytest.fixture(autouse=True)
 def _fresh_log_cursors() -> None:
-    k8s_logs.forget_all()
+    forget_log_cursors()
 
 
 class Waits(list):

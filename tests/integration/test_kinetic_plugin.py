@@ -102,7 +102,7 @@ def test_pages_of_finished_and_running_jobs_with_auth_and_cancel(conn, clients, 
     assert attach(done["job_id"], conn_id=conn).result(timeout=120, poll_interval=0.05) == 3
     collected = submit(conn, chatty, 2, "b.txt", task_id="collected", wait=True)
     root = tmp_path / "kinetic"
-    assert not (root / collected["job_id"]).exists()  # cleanup="artifacts": handle.json gone
+    assert not (root / collected["job_id"]).exists()  # cleanup="on_success": handle.json gone
     release = tmp_path / "release"
     running = submit(conn, waits, str(release))
     try:

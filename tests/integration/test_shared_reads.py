@@ -15,10 +15,15 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core.backends import k8s_logs, shared_reads
+from airflow_provider_kinetic.core.backends import shared_reads
 from airflow_provider_kinetic.core.backends.log_budget import LogBudget
 from airflow_provider_kinetic.core.backends.manifests import job_name
-from tests.fixtures.k8s_double import K8sDouble, by_code_under_test, running_double
+from tests.fixtures.k8s_double import (
+    K8sDouble,
+    by_code_under_test,
+    forget_log_cursors,
+    running_double,
+)
 from tests.fixtures.triggerer import (
     FakeClock,
     Lines,
@@ -36,7 +41,7 @@ PODS = "/api/v1/namespaces/{ns}/pods"
 
 @pytest.fixture
 async def api() -> Any:
-    k8s_logs.forget_all()  # each test starts as a new triggerer process would
+    forget_log_cursors()  # each test starts as a new triggerer process would
     async with running_double() as double:
         yield double
 
@@ -295,7 +300,7 @@ async def test_a_triggerer_restart_loses_no_job_and_repeats_no_line(api: K8sDoub
     # More output while no triggerer runs; a new process re-creates the triggers.
     for h in handles:
         api.write_log("default", f"{job_name(h.job_id)}-p", *(f"{h.job_id} b{i}" for i in range(5)))
-    k8s_logs.forget_all()
+    forget_log_cursors()
     clock = FakeClock(expect=len(handles))
     shared_reads.install(shared_reads.SharedReads(clock))
     for h in handles:

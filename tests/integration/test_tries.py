@@ -219,7 +219,7 @@ def test_preemption_is_retried_without_an_airflow_retry(load_dag, preempt_conn, 
     assert record.preemptions == 1 and record.delivered
 
 
-def test_artifacts_are_deleted_once_delivered_and_kept_with_cleanup_none(tmp_path, local_conn):
+def test_artifacts_are_deleted_once_delivered_and_kept_with_cleanup_never(tmp_path, local_conn):
     from airflow_provider_kinetic import KineticRunOperator
     from tests.integration.test_operator_lifecycle import TI
 
@@ -233,7 +233,7 @@ def test_artifacts_are_deleted_once_delivered_and_kept_with_cleanup_none(tmp_pat
         return 7
 
     store = LocalStore(str(local_conn))
-    for cleanup in ("artifacts", "none"):
+    for cleanup in ("on_success", "never"):
         op = KineticRunOperator(
             task_id=f"t-{cleanup}", python_callable=answer, kinetic_conn_id="kinetic_local",
             poll_interval=0.1, cleanup=cleanup,
@@ -243,7 +243,7 @@ def test_artifacts_are_deleted_once_delivered_and_kept_with_cleanup_none(tmp_pat
         assert op.execute({"ti": ti}) == 7
         handle = JobHandle.from_dict(ti.xcom["kinetic_job"])
         left = store.list(f"{handle.job_id}/")
-        if cleanup == "artifacts":
+        if cleanup == "on_success":
             assert left == []
         else:
             assert f"{handle.job_id}/payload.pkl" in left and f"{handle.job_id}/result.pkl" in left

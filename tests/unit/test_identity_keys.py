@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from airflow_provider_kinetic.core.spec.identity import (
-    key_part,
-    legacy_key_part,
-    legacy_task_key,
-    task_key,
-)
+from airflow_provider_kinetic.core.spec.identity import key_part, task_key
 
 HOSTILE = [
     "exp:1", "exp+1", "exp~1", "exp 1", "exp_1", "exp/1", "exp%1", ".", "..",
@@ -20,9 +15,6 @@ HOSTILE = [
 def test_distinct_ids_give_distinct_keys():
     keys = [key_part(v) for v in HOSTILE]
     assert len(set(keys)) == len(HOSTILE)
-    # The old rule collided: the bug this replaces.
-    assert legacy_key_part("exp:1") == legacy_key_part("exp+1") == legacy_key_part("exp~1")
-    assert legacy_key_part("学习") == legacy_key_part("训练")
 
 
 def test_keys_are_single_safe_segments():
@@ -40,7 +32,7 @@ def test_safe_ids_keep_their_form_airflow_ids_stay_readable():
     assert k.startswith(readable + "~") and len(k) == len(readable) + 1 + 16
 
 
-def test_whole_task_keys_are_injective_and_legacy_matches_for_safe_ids():
+def test_whole_task_keys_are_injective_and_plain_for_safe_ids():
     ids = [
         {"dag_id": d, "run_id": r, "task_id": t, "map_index": m}
         for d, r, t, m in itertools.product(
@@ -49,4 +41,4 @@ def test_whole_task_keys_are_injective_and_legacy_matches_for_safe_ids():
     ]
     assert len({task_key(i) for i in ids}) == len(ids)
     safe = {"dag_id": "d", "run_id": "scheduled__x", "task_id": "t", "map_index": 3}
-    assert task_key(safe) == legacy_task_key(safe) == "d/scheduled__x/t/3"
+    assert task_key(safe) == "d/scheduled__x/t/3"

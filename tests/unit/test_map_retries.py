@@ -1,13 +1,10 @@
 """KineticMapOperator's ``retries`` is the task's Airflow retries, as on every operator;
-per-input retries are ``input_retries``.  For one release an explicit ``retries=`` (or
-``task_retries=``, its old name) logs a warning saying so (operators/map_retries.py).
+per-input retries are ``input_retries``.
 
 The run itself (default_args retries + input_retries through ``dag.test()``) is
 tests/integration/test_first_hour.py."""
 
 from __future__ import annotations
-
-import logging
 
 import pendulum
 import pytest
@@ -16,18 +13,10 @@ from airflow.sdk import DAG
 from airflow_provider_kinetic import KineticMapOperator
 
 START = pendulum.datetime(2026, 11, 1, tz="UTC")
-WARNING = "is the task's Airflow retries (as on every operator)"
 
 
 def double(x: int) -> int:
     return 2 * x
-
-
-@pytest.fixture
-def logged(caplog, capsys):
-    """Everything logged (stdlib or structlog on stdout) since the fixture began."""
-    caplog.set_level(logging.WARNING)
-    return lambda: caplog.text + capsys.readouterr().out
 
 
 def sweep(dag: DAG, task_id: str, **kwargs) -> KineticMapOperator:
@@ -36,29 +25,18 @@ def sweep(dag: DAG, task_id: str, **kwargs) -> KineticMapOperator:
     )
 
 
-def test_default_args_retries_are_the_tasks_without_a_warning(logged):
+def test_default_args_retries_are_the_tasks():
     with DAG("d", schedule=None, start_date=START, default_args={"retries": 3}) as dag:
         op = sweep(dag, "a")
         per_input = sweep(dag, "b", input_retries=2)
     assert (op.retries, op.input_retries) == (3, 0)
     assert (per_input.retries, per_input.input_retries) == (3, 2)
-    assert WARNING not in logged()
 
 
-@pytest.mark.parametrize("name", ["retries", "task_retries"])
-def test_an_explicit_retries_is_the_tasks_and_warns_pointing_to_input_retries(name, logged):
+def test_an_explicit_retries_is_the_tasks():
     dag = DAG("d", schedule=None, start_date=START, default_args={"retries": 5})
-    op = sweep(dag, "a", **{name: 2})
+    op = sweep(dag, "a", retries=2)
     assert (op.retries, op.input_retries) == (2, 0)
-    text = logged()
-    assert f"KineticMapOperator: {name}=2 {WARNING}" in text
-    assert "per-input retries; for those write input_retries=2" in text
-
-
-def test_retries_and_task_retries_together_fail_naming_both():
-    dag = DAG("d", schedule=None, start_date=START)
-    with pytest.raises(ValueError, match=r"retries=1 and task_retries=2: task_retries is the old"):
-        sweep(dag, "a", retries=1, task_retries=2)
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "2", True])

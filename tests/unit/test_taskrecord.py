@@ -176,22 +176,7 @@ def test_records_without_a_work_digest_compare_nothing(store):
     assert decide_job(rec, backend, store, key_of, None)[0] is Step.ADOPT
 
 
-def test_a_record_at_the_earlier_key_is_found_but_never_another_tasks(store):
-    from dataclasses import asdict
-
-    from airflow_provider_kinetic.core.jobs.taskrecord import legacy_record_key
-
-    rec = record(SYNC)
-    legacy = legacy_record_key(IDENTITY)
-    assert legacy == "_airflow/tasks/d/manual__2026-11-20T00_00_00_00_00/t/-1.json"
-    store.write_bytes(legacy, seal(SECRET, asdict(rec)))  # as an earlier version wrote it
-    assert read_record(store, IDENTITY, SECRET) == rec
-    # Written with ids (by this version), it names its own task only.
-    other = {**IDENTITY, "run_id": "manual__2026-11-20T00:00:00+00_00"}  # same legacy key
-    rec.identity = {**other, "map_index": -1}
-    store.write_bytes(legacy, seal(SECRET, asdict(rec)))
-    assert read_record(store, IDENTITY, SECRET) is None
-    # This version's own key wins over the earlier one.
+def test_a_written_record_reads_back_with_its_tasks_exact_ids(store):
     mine = record(DEFERRED)
     write_record(store, IDENTITY, mine, SECRET)
     assert read_record(store, IDENTITY, SECRET) == mine

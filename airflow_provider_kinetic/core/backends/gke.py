@@ -136,9 +136,13 @@ class GkeBackend(PlanDriver, StatusReads, Backend):
     @classmethod
     def console_url(cls, handle: JobHandle) -> str:
         return job_console_url(
-            cls.console_kind, handle.zone, handle.cluster_name, handle.namespace,
-            handle.k8s_name, handle.project,
-        )  # fmt: skip
+            cls.console_kind,
+            handle.zone,
+            handle.cluster_name,
+            handle.namespace,
+            handle.k8s_name,
+            handle.project,
+        )
 
     def __init__(
         self,
@@ -226,8 +230,9 @@ class GkeBackend(PlanDriver, StatusReads, Backend):
         if spec.accelerator.is_multi_host:
             log.warning(
                 "%s spans %d hosts but runs as one pod; the pathways backend runs one pod per host",
-                spec.accelerator.canonical, spec.accelerator.num_nodes,
-            )  # fmt: skip
+                spec.accelerator.canonical,
+                spec.accelerator.num_nodes,
+            )
         call = Call("BatchV1Api", "create_namespaced_job", (spec.namespace, job_manifest(spec)))
         yield from self._with_secrets(spec, call, f"Job {spec.namespace}/{spec.name}")
 
@@ -293,8 +298,9 @@ class GkeBackend(PlanDriver, StatusReads, Backend):
 
     def _cancel_plan(self, handle: JobHandle) -> Plan[None]:
         ns, name = self.where(handle)
-        call = Call("BatchV1Api", "delete_namespaced_job", (name, ns),
-                    {"propagation_policy": "Foreground"})  # fmt: skip
+        call = Call(
+            "BatchV1Api", "delete_namespaced_job", (name, ns), {"propagation_policy": "Foreground"}
+        )
         reply = yield call
         if not reply.ok and reply.status != 404:
             raise KubernetesApiError(f"deleting Job {ns}/{name}", reply)

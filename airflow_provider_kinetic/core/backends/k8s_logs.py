@@ -76,13 +76,6 @@ _PENDING: OrderedDict[PodKey, tuple[int, Lines]] = OrderedDict()
 _LOCK = threading.Lock()
 
 
-def forget_all() -> None:
-    """Drop every cursor and kept line (what a fresh process starts with)."""
-    with _LOCK:
-        _CURSORS.clear()
-        _PENDING.clear()
-
-
 class LogTail:
     """One incremental read of one pod's log, from ``offset`` lines already shown.
 
@@ -126,11 +119,6 @@ class LogTail:
             )
         self._remember(cursor, rest)
         return "".join(text + "\n" for _, text in new), self.offset + len(new)
-
-    def consume(self, body: bytes) -> tuple[str, int]:
-        """:meth:`finish` for a read's ``body``."""
-        self.body = body
-        return self.finish()
 
     def _remember(self, cursor: Cursor | None, rest: Lines) -> None:
         kept = rest[: lines_within([text for _, text in rest], PENDING_BYTES)]

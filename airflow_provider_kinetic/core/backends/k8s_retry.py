@@ -134,15 +134,20 @@ def _tenacity_kwargs(policy: RetryPolicy, state: CallState) -> dict[str, Any]:
         wait = retry.next_action.sleep if retry.next_action else 0.0
         log.warning(
             "Kubernetes API %s: %s; attempt %d of %d, retrying in %.2f s",
-            _describe(state.call), what, retry.attempt_number, policy.attempts, wait,
-        )  # fmt: skip
+            _describe(state.call),
+            what,
+            retry.attempt_number,
+            policy.attempts,
+            wait,
+        )
 
     def give_up(retry: tenacity.RetryCallState) -> Answer:
         exc = retry.outcome.exception() if retry.outcome else None
         if isinstance(exc, Transient):
             note = f"gave up after {retry.attempt_number} attempts"
-            log.warning("Kubernetes API %s: HTTP %d, %s", _describe(state.call),
-                        exc.answer.status, note)  # fmt: skip
+            log.warning(
+                "Kubernetes API %s: HTTP %d, %s", _describe(state.call), exc.answer.status, note
+            )
             return Answer(exc.answer.status, _annotate(exc.answer.body, note))
         assert exc is not None
         raise exc

@@ -89,9 +89,13 @@ class PathwaysBackend(GkeBackend):
     def _owners_plan(self, ns: str, selector: str) -> Plan[dict[str, dict[str, Any]]]:
         version = yield from self._version_plan()
         reply = yield self._custom(
-            "list_namespaced_custom_object", LWS_GROUP, version, ns, LWS_PLURAL,
+            "list_namespaced_custom_object",
+            LWS_GROUP,
+            version,
+            ns,
+            LWS_PLURAL,
             label_selector=selector,
-        )  # fmt: skip
+        )
         found = items(reply, f"listing LeaderWorkerSets ({selector})")
         return {o["metadata"]["name"]: o for o in found}
 

@@ -20,9 +20,19 @@ FUSE_ROOT = "/_kinetic/fuse-data"
 
 #: System trees a volume may not be mounted at or under.
 SYSTEM_DIRS = (
-    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/run", "/sbin", "/sys",
-    "/usr", "/var",
-)  # fmt: skip
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib64",
+    "/proc",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+    "/var",
+)
 #: Paths a volume may not be mounted at exactly (their subdirectories are fine).
 EXACT = ("/", "/tmp", "/home", "/root")
 

@@ -17,8 +17,6 @@ from typing import Any
 
 import cloudpickle
 
-from airflow_provider_kinetic.core.jobs import unpickling
-
 GROUP_INDEX_ENV = "KINETIC_GROUP_INDEX"
 #: The batch id a child belongs to (its peers meet in ``KINETIC_PEER_SCOPE``, the same id).
 GROUP_ID_ENV = "KINETIC_GROUP_ID"
@@ -48,7 +46,7 @@ def select_input(payload: dict[str, Any], read: Any) -> tuple[Any, tuple, dict]:
     digest = hashlib.sha256(blob).hexdigest()
     if digest != spec["sha256"]:
         raise ValueError(f"batch inputs SHA-256 mismatch: expected {spec['sha256']}, got {digest}")
-    inputs = unpickling.loads(blob)
+    inputs = cloudpickle.loads(blob)
     index = int(raw)
     if index >= len(inputs):
         raise IndexError(f"{GROUP_INDEX_ENV}={index} but the batch has {len(inputs)} inputs")

@@ -36,8 +36,6 @@ ALWAYS = "always"
 NEVER = "never"
 POLICIES = (ON_SUCCESS, ALWAYS, NEVER)
 DEFAULT_POLICY = ON_SUCCESS
-#: Earlier spellings, still accepted: "artifacts" deleted on delivery, "none" kept all.
-ALIASES = {"artifacts": ON_SUCCESS, "none": NEVER}
 #: Default of ``[kinetic] failed_retention_days``.
 FAILED_RETENTION_DAYS = 7.0
 #: The most of one local job's log the history keeps (its end).
@@ -45,16 +43,11 @@ LOG_ARCHIVE_BYTES = 8 * 1024 * 1024
 
 
 def policy(value: Any) -> str:
-    """``value`` as one of :data:`POLICIES` (an alias mapped); a ValueError naming the
-    bad value and what is allowed otherwise."""
+    """``value`` as one of :data:`POLICIES`; a ValueError naming the bad value and what
+    is allowed otherwise."""
     if isinstance(value, str) and value in POLICIES:
         return value
-    if isinstance(value, str) and value in ALIASES:
-        return ALIASES[value]
-    raise ValueError(
-        f"cleanup={value!r}: allowed values are {', '.join(map(repr, POLICIES))} "
-        f"(earlier spellings: 'artifacts' = 'on_success', 'none' = 'never')"
-    )
+    raise ValueError(f"cleanup={value!r}: allowed values are {', '.join(map(repr, POLICIES))}")
 
 
 def deletes(mode: str, succeeded: bool) -> bool:
@@ -131,8 +124,9 @@ def after_job(
     if entry_id is not None:
         _note(store, entry_id, mode, left, any_referenced)
     if removed:
-        logger.info("cleanup (%s): deleted %d artifact object(s) of %d job(s)", mode, removed,
-                    len(handles))  # fmt: skip
+        logger.info(
+            "cleanup (%s): deleted %d artifact object(s) of %d job(s)", mode, removed, len(handles)
+        )
     return removed
 
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import cloudpickle
+
 from airflow_provider_kinetic.core.data import KEEP, map_leaves
 from airflow_provider_kinetic.core.errors import KineticError
-from airflow_provider_kinetic.core.jobs import unpickling
 from airflow_provider_kinetic.core.storage import store_for_uri
 
 REF_KEY = "kinetic_result"
@@ -69,7 +70,7 @@ def _load_whole(ref: dict[str, Any]) -> Any:
             f"{ref[REF_KEY]} changed since its reference was made "
             f"(sha256 {digest}, expected {ref['sha256']}): refusing to unpickle it"
         )
-    payload = unpickling.loads(blob)
+    payload = cloudpickle.loads(blob)
     if not isinstance(payload, dict) or not payload.get("success"):
         raise ResultRefError(f"{ref[REF_KEY]} does not hold a successful result")
     return payload.get("result")

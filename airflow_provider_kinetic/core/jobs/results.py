@@ -23,8 +23,9 @@ import pickletools
 import time
 from typing import Any
 
+import cloudpickle
+
 from airflow_provider_kinetic.core import metrics
-from airflow_provider_kinetic.core.jobs import unpickling
 from airflow_provider_kinetic.core.jobs.payload import (
     RemoteFunctionError,
     raise_remote_failure,
@@ -70,7 +71,7 @@ def verified_loads(
     if result_key is not None:
         verify(result_key, blob, read_signature(store, key), what)
     try:
-        return unpickling.loads(blob)
+        return cloudpickle.loads(blob)
     except Exception as exc:
         failure = _failure_despite(blob, f"{type(exc).__name__}: {exc}")
         if failure is not None:
@@ -102,18 +103,15 @@ class _Unbuilt:
 class _Lenient(pickle._Unpickler):
     """Python's own pure-Python unpickler (the extension point dill uses too), reading
     on where the C one stops: a call that fails (an exception's class called with its
-    ``args``) or a name found neither where the pickle says nor where its module
-    moved (``unpickling.MOVED_MODULES``) yields an :class:`_Unbuilt`."""
+    ``args``) or a name not found where the pickle says yields an :class:`_Unbuilt`."""
 
     dispatch = dict(pickle._Unpickler.dispatch)
 
     def find_class(self, module: str, name: str) -> Any:
-        for where in filter(None, (module, unpickling.MOVED_MODULES.get(module))):
-            try:
-                return super().find_class(where, name)
-            except (ImportError, AttributeError):
-                continue
-        return type(name, (_Unbuilt,), {"__module__": module, "__qualname__": name})
+        try:
+            return super().find_class(module, name)
+        except (ImportError, AttributeError):
+            return type(name, (_Unbuilt,), {"__module__": module, "__qualname__": name})
 
     def _load_reduce(self) -> None:
         args = self.stack.pop()

@@ -29,7 +29,7 @@ compare nothing (the table alone applies).
 
 Records live at ``_airflow/tasks/{dag}/{run}/{task}/{map_index}.json`` with each part
 as ``core.spec.identity.key_part`` makes it (distinct ids, distinct keys) and keep the
-exact ids; a record at the key earlier versions wrote is read as a fallback.
+exact ids.
 
 A deferred try never ends while its job still runs: its trigger fires only for a
 terminal job, a timeout, or an error the operator turns into a cancel.  So a live job
@@ -61,7 +61,7 @@ from airflow_provider_kinetic.core.spec.handles import (
     StatusReport,
     artifact_key,
 )
-from airflow_provider_kinetic.core.spec.identity import exact_identity, legacy_task_key, task_key
+from airflow_provider_kinetic.core.spec.identity import exact_identity, task_key
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -107,11 +107,6 @@ def record_key(identity: Mapping[str, Any]) -> str:
     return f"{RECORDS_PREFIX}/{task_key(identity)}.json"
 
 
-def legacy_record_key(identity: Mapping[str, Any]) -> str:
-    """Where versions before injective keys wrote the record (read as a fallback)."""
-    return f"{RECORDS_PREFIX}/{legacy_task_key(identity)}.json"
-
-
 class UnverifiedRecord(ResultAuthError):
     """A task record is there but cannot be verified (a signing key that left the ring,
     an altered record): the try fails instead of ignoring it, which would run the job
@@ -139,21 +134,8 @@ def read_record(
     store: ObjectStore, identity: Mapping[str, Any], secret: bytes
 ) -> TaskRecord | None:
     """The task's record, or None (none yet); ``UnverifiedRecord`` for one that fails
-    its seal (never ignored: that would run its job again).
-
-    A record at the earlier versions' key is used when there is none at this one, and
-    only if it names no other task (records that old keep no ids: a job started before
-    the upgrade is still found, so it is never run twice)."""
-    key = record_key(identity)
-    record = _read_at(store, key, secret)
-    legacy = legacy_record_key(identity)
-    if record is None and legacy != key:
-        record = _read_at(store, legacy, secret)
-        if record is not None and record.identity not in (None, exact_identity(identity)):
-            record = None
-        elif record is not None:
-            log.info("task record found where an earlier version wrote it: %s", legacy)
-    return record
+    its seal (never ignored: that would run its job again)."""
+    return _read_at(store, record_key(identity), secret)
 
 
 def write_record(

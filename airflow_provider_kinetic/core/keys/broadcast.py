@@ -87,8 +87,9 @@ class Broadcast:
         self.server = peerserve.server(self.token)
         self.registry = PeerRegistry(store, self.scope)
         self.board = board_name("bcast", group)
-        self.me = Peer(peer_id(), self.server.address, version.version,
-                       os.environ.get(JOB_ENV, ""), RECEIVING)  # fmt: skip
+        self.me = Peer(
+            peer_id(), self.server.address, version.version, os.environ.get(JOB_ENV, ""), RECEIVING
+        )
         #: Where the bytes came from: {"store": n, "peer": n} (tests, the benchmark).
         self.read: dict[str, int] = {"store": 0, "peer": 0}
         self.sources: list[str] = []
@@ -114,9 +115,16 @@ class Broadcast:
                         self._serve(tmp, files)
                     todo = missing(tmp, files)
                     self.read["peer"] += pull_peer(
-                        parent.address, self.v.version, self.token, tmp, todo,
-                        self._whole, self.window.timeout_s, self._bytes, self.digests,
-                    )  # fmt: skip
+                        parent.address,
+                        self.v.version,
+                        self.token,
+                        tmp,
+                        todo,
+                        self._whole,
+                        self.window.timeout_s,
+                        self._bytes,
+                        self.digests,
+                    )
                     self.sources.append(parent.address)
                     return
                 except PeerUnavailable as exc:
@@ -165,8 +173,11 @@ class Broadcast:
                 return
             if waiting != last:
                 last, deadline = waiting, _Deadline(self.window.timeout_s)
-                log.info("%s: %d later peer(s) still reading; serving until they finish",
-                         self.what, len(waiting))  # fmt: skip
+                log.info(
+                    "%s: %d later peer(s) still reading; serving until they finish",
+                    self.what,
+                    len(waiting),
+                )
             time.sleep(0.2)
 
     def _manifest_of(self, parent: Peer) -> list[list[Any]]:
@@ -191,9 +202,14 @@ class Broadcast:
         known = self.server.roots.get(self.v.version)
         ready = {r: known.ready[r] for r, _ in expected if known and r in known.ready}
         root = peerserve.Root(
-            self.v.version, self.v.kind, self.v.name, expected,
-            list(self.v.empty_dirs), RECEIVING, ready,
-        )  # fmt: skip
+            self.v.version,
+            self.v.kind,
+            self.v.name,
+            expected,
+            list(self.v.empty_dirs),
+            RECEIVING,
+            ready,
+        )
         self.server.add(root)
 
     def _bytes(self, nbytes: int) -> None:

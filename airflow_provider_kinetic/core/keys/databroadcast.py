@@ -101,6 +101,10 @@ def get_data(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     cast.placed(target)
-    log.info("data %s: %d file(s) by broadcast from %s, verified", digest[:12], len(names),
-             ", ".join(cast.sources))  # fmt: skip
+    log.info(
+        "data %s: %d file(s) by broadcast from %s, verified",
+        digest[:12],
+        len(names),
+        ", ".join(cast.sources),
+    )
     return os.path.join(target, names[0]) if one_file else target

@@ -74,9 +74,13 @@ def get(
         )
     digests = tree_digests()
     return place_version(
-        key, v, dest, overwrite,
-        lambda tmp: _from_store(store, v, tmp, digests), digests=digests,
-    )  # fmt: skip
+        key,
+        v,
+        dest,
+        overwrite,
+        lambda tmp: _from_store(store, v, tmp, digests),
+        digests=digests,
+    )
 
 
 def _from_store(store: ObjectStore, v: Version, tmp: str, digests: FileDigests) -> None:

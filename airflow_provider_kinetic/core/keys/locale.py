@@ -135,8 +135,12 @@ def put_local(
     peer.extra.update(size=size, files=len(files), expires=expires)
     registry.register(board, peer)
     remember(registry, board, pid, f"local key {key} ({digest[:12]})")
-    log.info("put %s -> %s locale=local: served from %s, nothing uploaded", key, digest[:12],
-             server.address)  # fmt: skip
+    log.info(
+        "put %s -> %s locale=local: served from %s, nothing uploaded",
+        key,
+        digest[:12],
+        server.address,
+    )
     return {
         "key": key,
         "version": digest,
@@ -320,6 +324,7 @@ def job_ended() -> None:
             registry.unregister(board, pid)
             log.info("%s ends with the job: its peer registration is removed", what)
         except Exception as exc:  # noqa: BLE001 - a stale entry is skipped by getters
-            log.warning("%s ends with the job; its registration could not be removed: %s",
-                        what, exc)  # fmt: skip
+            log.warning(
+                "%s ends with the job; its registration could not be removed: %s", what, exc
+            )
     peerserve.stop()

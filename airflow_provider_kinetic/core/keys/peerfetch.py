@@ -175,9 +175,14 @@ class _PeerPull:
     makes the whole pull fail (the caller picks another source)."""
 
     def __init__(
-        self, address: str, version: str, token: str, base: str, stall_s: float,
+        self,
+        address: str,
+        version: str,
+        token: str,
+        base: str,
+        stall_s: float,
         digests: FileDigests | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.address, self.version, self.token = address, version, token
         self.base, self.stall_s, self.digests = base, stall_s, digests
         self.progress = time.monotonic()

@@ -179,10 +179,6 @@ class JobHandle:
     def evolve(self, **changes: Any) -> JobHandle:
         return replace(self, **changes)
 
-    @property
-    def is_batch_child(self) -> bool:
-        return self.group_id is not None
-
 
 def parse_rendered(text: str) -> Any:
     """A handle as a template renders it: JSON, or the Python literal Jinja makes of a

@@ -11,9 +11,6 @@ SHA-256 (``~`` is never in a kept id, so the two forms cannot meet)::
     scheduled__2026-11-25                -> scheduled__2026-11-25
     manual__2026-11-25T06:00:00+00:00    -> manual__2026-11-25T06_00_00_00_00~3b2f...
     学习                                  -> _~9c1e...
-
-``legacy_key_part`` is the form versions before this one wrote (replacement only),
-read as a fallback so a deployment upgraded while a task runs finds that task's job.
 """
 
 from __future__ import annotations
@@ -50,11 +47,6 @@ def key_part(value: Any) -> str:
     return f"{readable}~{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
-def legacy_key_part(value: Any) -> str:
-    """The segment earlier versions wrote (not injective; read as a fallback only)."""
-    return _UNSAFE.sub("_", str(value))
-
-
 def task_parts(identity: Mapping[str, Any]) -> list[str]:
     """dag id, run id, task id and map index of a task (``-1``: not mapped)."""
     return [
@@ -68,11 +60,6 @@ def task_parts(identity: Mapping[str, Any]) -> list[str]:
 def task_key(identity: Mapping[str, Any]) -> str:
     """``{dag}/{run}/{task}/{map_index}``, each part by :func:`key_part`."""
     return "/".join(key_part(p) for p in task_parts(identity))
-
-
-def legacy_task_key(identity: Mapping[str, Any]) -> str:
-    """The same key as earlier versions wrote it (see :func:`legacy_key_part`)."""
-    return "/".join(legacy_key_part(p) for p in task_parts(identity))
 
 
 def exact_identity(identity: Mapping[str, Any]) -> dict[str, Any]:

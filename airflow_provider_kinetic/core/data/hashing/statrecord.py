@@ -224,13 +224,27 @@ def encode(root: str, dev: int, kind: str, dirs: list[DirRecord], hexdigest: str
     fps = [fingerprint(d.sigs) for d in dirs]
     listings = [d.names if d.entries is None else d.entries for d in dirs]
     header = json.dumps(
-        {"root": root, "dev": dev, "kind": kind, "hash": hexdigest,
-         "dirs": [[d.rel, d.dev, len(d.names), len(fp),
-                   [[i, s[4]] for i, s in enumerate(d.sigs) if len(s) > 4],
-                   len(listing), _others(listing, d.names), d.facts]
-                  for d, fp, listing in zip(dirs, fps, listings, strict=True)]},
+        {
+            "root": root,
+            "dev": dev,
+            "kind": kind,
+            "hash": hexdigest,
+            "dirs": [
+                [
+                    d.rel,
+                    d.dev,
+                    len(d.names),
+                    len(fp),
+                    [[i, s[4]] for i, s in enumerate(d.sigs) if len(s) > 4],
+                    len(listing),
+                    _others(listing, d.names),
+                    d.facts,
+                ]
+                for d, fp, listing in zip(dirs, fps, listings, strict=True)
+            ],
+        },
         ensure_ascii=False,
-    ).encode("utf-8", "surrogateescape")  # fmt: skip
+    ).encode("utf-8", "surrogateescape")
     inodes, numbers = array("Q"), array("q")
     for d in dirs:
         for sig in d.sigs:
@@ -301,9 +315,16 @@ def _decode_first(
         if n + len(others) != n_entries or not ordered:
             raise ValueError("stat cache record counts do not add up")
         record.dirs[rel] = DirView(
-            rel, dev, fps[fp_at : fp_at + fp_len], tuple(facts) if facts is not None else None,
-            entries[e_at : e_at + n_entries], others, record, at, links,
-        )  # fmt: skip
+            rel,
+            dev,
+            fps[fp_at : fp_at + fp_len],
+            tuple(facts) if facts is not None else None,
+            entries[e_at : e_at + n_entries],
+            others,
+            record,
+            at,
+            links,
+        )
         at, fp_at, e_at = at + n, fp_at + fp_len, e_at + n_entries
     if fp_at != len(fps) or e_at != len(entries):
         raise ValueError("stat cache record counts do not add up")

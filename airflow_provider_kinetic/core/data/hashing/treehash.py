@@ -341,9 +341,16 @@ def content_hash(
 
 
 def _hash(
-    path: str, label: str, cache: StatCache | None, limit: int, st: os.stat_result,
-    kind: str, root: str, record: TreeRecord | None, known: Known | None = None,
-) -> TreeHash:  # fmt: skip
+    path: str,
+    label: str,
+    cache: StatCache | None,
+    limit: int,
+    st: os.stat_result,
+    kind: str,
+    root: str,
+    record: TreeRecord | None,
+    known: Known | None = None,
+) -> TreeHash:
     base = root if root.endswith(os.sep) else root + os.sep
     hasher = _Hasher(label, base, record, bool(cache), known)
     collecting = gc.isenabled()

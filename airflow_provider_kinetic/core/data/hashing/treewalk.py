@@ -123,9 +123,13 @@ def open_dir(path: str, rel: str, label: str) -> int:
 
 
 def stat_dir(
-    fd: int, path: str, rel: str, label: str, facts: Facts | None = None,
+    fd: int,
+    path: str,
+    rel: str,
+    label: str,
+    facts: Facts | None = None,
     entries: list[str] | None = None,
-) -> tuple[DirScan, list[tuple[str, Facts]]]:  # fmt: skip
+) -> tuple[DirScan, list[tuple[str, Facts]]]:
     """One directory's files and their stat signatures (one ``lstat`` per entry), and
     its subdirectories with their facts (a stat cache check where the fast one cannot
     vouch).  ``entries``: its sorted listing when known to be unchanged (not re-read)."""
@@ -291,9 +295,14 @@ def _sort_out(
         if S_ISREG(target.st_mode):
             files.append(name)
             fsigs.append(
-                (target.st_ino, target.st_size, target.st_mtime_ns, target.st_ctime_ns,
-                 target.st_dev)
-            )  # fmt: skip
+                (
+                    target.st_ino,
+                    target.st_size,
+                    target.st_mtime_ns,
+                    target.st_ctime_ns,
+                    target.st_dev,
+                )
+            )
         elif S_ISDIR(target.st_mode):  # kinetic does not descend: refused, not skipped
             raise _linked_dir(label, where)
         else:

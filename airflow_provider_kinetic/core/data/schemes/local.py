@@ -67,8 +67,11 @@ class LocalPathScheme(DataScheme):
             log.warning(
                 "Data(%r, fuse=True): its %d empty director%s (%s) are not visible through "
                 "a GCS FUSE mount (the cache holds files only); use fuse=False to get them",
-                data.path, len(empty), "y" if len(empty) == 1 else "ies", ", ".join(empty[:3]),
-            )  # fmt: skip
+                data.path,
+                len(empty),
+                "y" if len(empty) == 1 else "ies",
+                ", ".join(empty[:3]),
+            )
         target = uri if is_dir else f"{uri}/{os.path.basename(self.local_path(data))}"
         return plain_ref(data, uri, is_dir, mount, empty), FuseMount(
             target + ("/" if is_dir else ""), mount or "", is_dir
