@@ -37,6 +37,8 @@ def main() -> int:
     from cases_batch import CountingStore, add_one
 
     from airflow_provider_kinetic.core.backends.local import LocalBackend
+    from airflow_provider_kinetic.core.batch import manifest as batchmanifest
+    from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
     from airflow_provider_kinetic.core.batch import run as batchrun
     from airflow_provider_kinetic.core.batch.plan import plan_batch
     from airflow_provider_kinetic.core.batch.resume import save_plan
@@ -69,7 +71,7 @@ def main() -> int:
     batchrun.start_batch(state, objects, local, store)
     save_plan(store, state, secret)
     batchrun.launch(state, config, backend, store, secret)
-    batchrun.maybe_write_manifest(state, store)
+    batchmanifest.maybe_write_manifest(state, store)
     state.driver, state.seq = uuid.uuid4().hex, 0
     kwargs = json.dumps(state.to_dict())  # the trigger's kwargs, serialised once
     # The trigger: its driver from the kwargs, one batch_status per poll.
@@ -94,7 +96,7 @@ def main() -> int:
     event = json.dumps(finished_event(batch))
     # The operator resumed: collect every result from the event's state.
     done = BatchState.from_dict(json.loads(event)["state"])
-    values, failures = batchrun.gather(
+    values, failures = batchoutcomes.gather(
         done, store, result_key=lambda job: ResultKey.for_job(secret, job)
     )
     wall = time.perf_counter() - start

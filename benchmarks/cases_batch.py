@@ -16,6 +16,8 @@ from pathlib import Path
 from table import Row
 
 from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.batch import manifest as batchmanifest
+from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.config import KineticConfig
@@ -26,19 +28,15 @@ EXTRA_WRITES = 10
 
 
 class CountingStore(LocalStore):
-    """Records every object written (``upload_files`` goes through ``upload_file``)."""
+    """Records every object written (every write lands through ``_commit``)."""
 
     def __init__(self, root: str) -> None:
         super().__init__(root)
         self.writes: list[str] = []
 
-    def write_bytes(self, key, data, **kwargs):  # type: ignore[no-untyped-def]
+    def _commit(self, key, fill, **kwargs):  # type: ignore[no-untyped-def]
         self.writes.append(key)
-        return super().write_bytes(key, data, **kwargs)
-
-    def upload_file(self, local_path, key):  # type: ignore[no-untyped-def]
-        self.writes.append(key)
-        return super().upload_file(local_path, key)
+        return super()._commit(key, fill, **kwargs)
 
 
 def add_one(x: int) -> int:
@@ -64,7 +62,7 @@ def batch(root: Path, n: int, max_concurrent: int = 16, timeout_s: float = 1800.
     deadline = time.monotonic() + timeout_s
     while True:
         batchrun.launch(state, config, backend, store)
-        batchrun.maybe_write_manifest(state, store)
+        batchmanifest.maybe_write_manifest(state, store)
         if batchrun.is_finished(state):
             break
         if time.monotonic() > deadline:
@@ -73,7 +71,7 @@ def batch(root: Path, n: int, max_concurrent: int = 16, timeout_s: float = 1800.
         reports = backend.batch_status(state.group_id, list(state.active.values()))
         batchrun.observe(state, reports, backend, store)
     wall = time.perf_counter() - start
-    values, failures = batchrun.gather(state, store)
+    values, failures = batchoutcomes.gather(state, store)
     writes = Counter(store.writes)
     # The batch's shared objects are the ones the plan made (function, context, inputs;
     # a requirements file where an image is prebuilt), whatever their keys.

@@ -20,8 +20,8 @@ from airflow_provider_kinetic.cli import inventory
 from airflow_provider_kinetic.cli.common import CliError
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.registry import backend_class
+from airflow_provider_kinetic.core.batch.manifest import manifest_key
 from airflow_provider_kinetic.core.batch.resume import live_key
-from airflow_provider_kinetic.core.batch.run import manifest_key
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.signing import unseal
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport

@@ -19,6 +19,7 @@ from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.manifests import to_yaml
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.batch import logs as batchlogs
+from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.batch.resume import save_live, save_plan
@@ -291,13 +292,13 @@ class KineticMapOperator(MapTriesBase):
         self._store = store  # the lineage methods read the batch's record from it
         backend = hook.get_backend(state.backend)
         batchrun.launch(state, config, backend, store, deployment_secret())
-        batchrun.write_manifest(state, store)
+        batchmanifest.write_manifest(state, store)
         save_live(store, state, deployment_secret())
         self._report(context, state, store)
         self._write_record(context, store, state, delivered=True)
         push_output_dirs(context, state)
         self._state = None  # nobody waits here: on_kill must not cancel the children
-        return batchrun.batch_handle(state, store)
+        return batchmanifest.batch_handle(state, store)
 
     def dry_run(self) -> dict[str, Any]:
         """The manifest of the batch's first child, printed as YAML; creates nothing."""
@@ -344,7 +345,7 @@ class KineticMapOperator(MapTriesBase):
         changed = time.monotonic()
         while True:
             batchrun.launch(state, config, backend, store, deployment_secret())
-            batchrun.maybe_write_manifest(state, store)
+            batchmanifest.maybe_write_manifest(state, store)
             self._report(context, state, store)
             if state.finished:
                 counts = batchrun.counts(state)  # before _complete: it may drop state

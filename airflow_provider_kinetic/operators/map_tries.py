@@ -17,6 +17,8 @@ from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.batch import logs as batchlogs
+from airflow_provider_kinetic.core.batch import manifest as batchmanifest
+from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.finish import batch_ended
 from airflow_provider_kinetic.core.batch.resume import resume_batch
@@ -129,8 +131,8 @@ class MapTriesBase(KineticOperatorBase):
         """Gather every child's value (references where XCom cannot hold one), push the
         list to XCom, then mark the record delivered and delete the artifacts."""
         if state.manifest_dirty:
-            batchrun.write_manifest(state, store)
-        values, failures = batchrun.gather(
+            batchmanifest.write_manifest(state, store)
+        values, failures = batchoutcomes.gather(
             state,
             store,
             ordered=self.ordered,
@@ -154,7 +156,8 @@ class MapTriesBase(KineticOperatorBase):
                 batchlogs.failure_summary(state, failures),
             )
         result = [
-            batchrun.describe_exception(v) if isinstance(v, BaseException) else v for v in values
+            batchoutcomes.describe_exception(v) if isinstance(v, BaseException) else v
+            for v in values
         ]
         if context is not None:
             push_value(self, context, result)  # Airflow has it before anything is deleted
@@ -222,7 +225,7 @@ class MapTriesBase(KineticOperatorBase):
             value={
                 "group_id": state.group_id,
                 "bucket": store.bucket,
-                "manifest_uri": store.uri(batchrun.manifest_key(state.group_id)),
+                "manifest_uri": store.uri(batchmanifest.manifest_key(state.group_id)),
                 "output_dir": state.template.output_dir,
                 "counts": c,
             },

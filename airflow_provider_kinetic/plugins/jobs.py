@@ -25,7 +25,7 @@ from airflow_provider_kinetic.attached import AttachedJob, attach
 from airflow_provider_kinetic.cli import inventory
 from airflow_provider_kinetic.cli.joblist import JobStatuses, history_rows
 from airflow_provider_kinetic.core.backends.registry import backend_class
-from airflow_provider_kinetic.core.batch.run import manifest_key
+from airflow_provider_kinetic.core.batch.manifest import manifest_key
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC
 from airflow_provider_kinetic.core.jobs.usage import PriceTable, job_usage, summary_line, total

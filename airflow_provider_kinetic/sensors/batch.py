@@ -20,6 +20,8 @@ from typing import Any
 from airflow.providers.common.compat.sdk import BaseSensorOperator, PokeReturnValue, conf
 
 from airflow_provider_kinetic.core.batch import logs as batchlogs
+from airflow_provider_kinetic.core.batch import manifest as batchmanifest
+from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.finish import batch_ended
 from airflow_provider_kinetic.core.batch.resume import load_live, save_live
@@ -116,7 +118,7 @@ class KineticBatchSensor(KineticBatchSensorLineage, BaseSensorOperator):
                 self.log.warning("inputs[%d] (%s): %s", index, state.jobs[index], why)
         batchlogs.forget_finished(state)
         batchrun.launch(state, config, backend, store, secret)
-        batchrun.maybe_write_manifest(state, store)
+        batchmanifest.maybe_write_manifest(state, store)
         changed = before != (dict(state.done), dict(state.launches), state.stopped)
         if changed or (self.mode == "reschedule" and offsets != state.log_offsets):
             save_live(store, state, secret)
@@ -140,8 +142,8 @@ class KineticBatchSensor(KineticBatchSensorLineage, BaseSensorOperator):
     def _finish(self, state: BatchState, store: Any) -> bool | PokeReturnValue:
         """Every child is done: the results in input order, or KineticBatchFailed."""
         if state.manifest_dirty:
-            batchrun.write_manifest(state, store)
-        values, failures = batchrun.gather(
+            batchmanifest.write_manifest(state, store)
+        values, failures = batchoutcomes.gather(
             state,
             store,
             ordered=True,

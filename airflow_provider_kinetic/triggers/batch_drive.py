@@ -40,6 +40,7 @@ from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.batch import logs as batchlogs
+from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.resume import DrivenSaves
 from airflow_provider_kinetic.core.batch.state import BatchState
@@ -118,7 +119,7 @@ class BatchDriver:
             probe=True,
             halted=self.halt.is_set,
         )
-        batchrun.maybe_write_manifest(state, self.store)
+        batchmanifest.maybe_write_manifest(state, self.store)
         changed = len(finished) + launched
         self.changes += changed
         if (

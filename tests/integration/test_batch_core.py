@@ -7,6 +7,8 @@ from collections import Counter
 import pytest
 
 from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.batch import manifest as batchmanifest
+from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import PAYLOAD_CACHE, plan_batch
 from airflow_provider_kinetic.core.config import KineticConfig
@@ -23,13 +25,9 @@ class CountingStore(LocalStore):
         super().__init__(root)
         self.writes: list[str] = []
 
-    def write_bytes(self, key, data, **kwargs):
+    def _commit(self, key, fill, **kwargs):  # every object written lands through here
         self.writes.append(key)
-        return super().write_bytes(key, data, **kwargs)
-
-    def upload_file(self, local_path, key):  # upload_files goes through here, per file
-        self.writes.append(key)
-        return super().upload_file(local_path, key)
+        return super()._commit(key, fill, **kwargs)
 
 
 def scale(x: int, factor: int, table: str) -> int:
@@ -43,7 +41,7 @@ def _run(state, config, backend, store, timeout=240.0):
 
     def poll() -> bool:
         batchrun.launch(state, config, backend, store)
-        batchrun.maybe_write_manifest(state, store)
+        batchmanifest.maybe_write_manifest(state, store)
         if batchrun.is_finished(state):
             return True
         reports = backend.batch_status(state.group_id, list(state.active.values()))
@@ -82,7 +80,7 @@ def test_batch_writes_at_most_n_plus_c_and_function_once(tmp_path, n):
     assert store.writes == []  # planning uploads nothing
     batchrun.start_batch(state, objects, local, store)
     _run(state, config, backend, store)
-    values, failures = batchrun.gather(state, store)
+    values, failures = batchoutcomes.gather(state, store)
     assert failures == {} and values == [i * 10 + 3 for i in range(n)]
     writes = Counter(store.writes)
     payloads = [k for k in writes if k.startswith(PAYLOAD_CACHE) and k.endswith(".pkl")]
@@ -184,6 +182,6 @@ def test_a_child_that_died_without_a_payload_says_why(tmp_path, caplog):
     assert f"inputs[1] ({state.jobs[1]}) failed (exit code 7)" in caplog.text
     again = type(state).from_dict(state.to_dict())
     assert again.failed_why == {1: "exit code 7"}
-    values, failures = batchrun.gather(again, store)
+    values, failures = batchoutcomes.gather(again, store)
     assert values[0] == 0 and list(failures) == [1]
     assert f"job {state.jobs[1]} failed (exit code 7); no result payload" in str(failures[1])

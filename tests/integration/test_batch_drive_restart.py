@@ -14,6 +14,7 @@ import os
 import time
 
 from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.batch.resume import load_driven, save_driven
@@ -98,7 +99,7 @@ def test_a_new_driver_adopts_what_the_dead_one_launched_and_finished(tmp_path) -
         batchrun.observe(again, reports, backend, store, _key)
         assert time.monotonic() < deadline
     assert {again.jobs[i] for i in second} == {h.job_id for h in second.values()}
-    values, failures = batchrun.gather(
+    values, failures = batchoutcomes.gather(
         again, store, result_key=lambda job: ResultKey.for_job(SECRET, job)
     )
     assert failures == {} and values == [3 * i for i in range(5)]

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.batch.resume import DrivenSaves, driven_key, load_driven
@@ -116,7 +117,7 @@ def test_a_trigger_stopped_mid_launch_saves_every_input_and_launches_no_more(
     final = BatchState.from_dict(events[0].payload["state"])
     assert final.jobs[0] == submitted[0]
     assert all(final.launches[i] == 1 for i in range(INPUTS))
-    values, failures = batchrun.gather(
+    values, failures = batchoutcomes.gather(
         final, config.store(), result_key=lambda job: result_key_for_job(job, AUTH_HMAC)
     )
     assert failures == {} and values == [3 * i for i in range(INPUTS)]
@@ -224,7 +225,7 @@ def test_a_triggerer_shutting_down_mid_launch_saves_every_input(
     final = BatchState.from_dict(events[0].payload["state"])
     assert final.jobs[0] == submitted[0]
     assert all(final.launches[i] == 1 for i in range(INPUTS))
-    values, failures = batchrun.gather(
+    values, failures = batchoutcomes.gather(
         final, config.store(), result_key=lambda job: result_key_for_job(job, AUTH_HMAC)
     )
     assert failures == {} and values == [3 * i for i in range(INPUTS)]
@@ -251,7 +252,7 @@ def test_a_trigger_resumed_from_a_save_that_lost_an_input_runs_it_once(
     assert final.jobs[0] == job and all(final.launches[i] == 1 for i in range(INPUTS))
     second = batchrun.child_job_id(state.group_id, 0, 2)
     assert not store.exists(artifact_key(second, "handle.json"))
-    values, failures = batchrun.gather(
+    values, failures = batchoutcomes.gather(
         final, store, result_key=lambda job: result_key_for_job(job, AUTH_HMAC)
     )
     assert failures == {} and values == [3 * i for i in range(INPUTS)]

@@ -20,6 +20,7 @@ pytest.importorskip("safetensors")
 
 from airflow_provider_kinetic import BroadcastWindow  # noqa: E402
 from airflow_provider_kinetic.core.backends.local import LocalBackend  # noqa: E402
+from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes  # noqa: E402
 from airflow_provider_kinetic.core.batch import run as batchrun  # noqa: E402
 from airflow_provider_kinetic.core.batch.plan import plan_batch  # noqa: E402
 from airflow_provider_kinetic.core.config import KineticConfig  # noqa: E402
@@ -218,7 +219,7 @@ def _run_batch(tmp_path: Path, store: LocalStore, inputs: list[list[Any]]) -> li
         return False
 
     wait_for("the batch to finish", poll, 240, interval=0.1, detail=lambda: batchrun.counts(state))
-    values, failures = batchrun.gather(state, store)
+    values, failures = batchoutcomes.gather(state, store)
     assert failures == {}, failures
     # Every child met in its batch's peer scope, and the rendezvous records on the
     # scope's registry board are gone once the group formed.

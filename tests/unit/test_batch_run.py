@@ -9,6 +9,7 @@ import pytest
 
 from airflow_provider_kinetic.core.backends.k8s_status import REASON_PREEMPTED
 from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.logs import failure_summary
 from airflow_provider_kinetic.core.config import KineticConfig
@@ -111,7 +112,7 @@ def test_fail_fast_with_two_failures_in_one_poll_fails_the_batch_naming_both(
     assert s.done == {0: "FAILED", 1: "FAILED", 2: "CANCELLED", 3: "NOT_SUBMITTED"}
     assert batchrun.unaccounted(s) == [] and sorted(s.order) == [0, 1, 2]
     assert sorted(backend.cancelled) == ["job-0", "job-1", "job-2"]
-    _, failures = batchrun.gather(s, store)
+    _, failures = batchoutcomes.gather(s, store)
     assert str(failures[0]) == "job-0 broke" and str(failures[1]) == "job-1 broke"
     summary = failure_summary(s, failures)
     assert "inputs[0] (job-0): ValueError: job-0 broke" in summary
@@ -153,11 +154,11 @@ def test_gather_order_and_failures(tmp_path, ordered):
     ok = StatusReport(JobStatus.SUCCEEDED)
     batchrun.observe(s, {"job-2": ok}, backend, store)
     batchrun.observe(s, {"job-0": ok, "job-1": FAILED}, backend, store)
-    values, failures = batchrun.gather(s, store, ordered=ordered)
+    values, failures = batchoutcomes.gather(s, store, ordered=ordered)
     assert list(failures) == [1] and str(failures[1]) == "job-1 broke"
     expected = ["zero", failures[1], "two"] if ordered else ["two", "zero", failures[1]]
     assert values == expected
-    described = batchrun.describe_exception(failures[1])
+    described = batchoutcomes.describe_exception(failures[1])
     assert described["type"] == "ValueError" and described["traceback"].endswith("tb")
 
 
@@ -258,7 +259,7 @@ def test_an_input_that_never_ran_without_fail_fast_is_reported_as_our_bug(tmp_pa
     store, _, s = _lost(tmp_path)
     for i in (0, 1):
         result(store, s.jobs[i], True, i)
-    values, failures = batchrun.gather(s, store)
+    values, failures = batchoutcomes.gather(s, store)
     assert values[:2] == [0, 1] and list(failures) == [2]
     exc = failures[2]
     assert isinstance(exc, KineticInternalError) and "fail_fast" not in str(exc).split(";")[0]
@@ -268,7 +269,7 @@ def test_an_input_that_never_ran_without_fail_fast_is_reported_as_our_bug(tmp_pa
     # Not submitted or cancelled although fail_fast never stopped the batch: ours too.
     s.done[2] = "NOT_SUBMITTED"
     s.fail_fast = True
-    _, failures = batchrun.gather(s, store)
+    _, failures = batchoutcomes.gather(s, store)
     assert isinstance(failures[2], KineticInternalError)
     assert "(not submitted; fail_fast did not stop the batch)" in str(failures[2])
 
@@ -279,7 +280,7 @@ def test_inputs_fail_fast_stopped_read_fail_fast_and_are_no_bug(tmp_path, caplog
     result(store, "job-1", False)
     running = StatusReport(JobStatus.RUNNING)
     batchrun.observe(s, {"job-0": running, "job-1": FAILED}, backend, store)
-    _, failures = batchrun.gather(s, store)
+    _, failures = batchoutcomes.gather(s, store)
     assert str(failures[0]) == "cancelled (fail_fast)"
     assert str(failures[2]) == "not submitted (fail_fast)"
     assert not any(isinstance(e, KineticInternalError) for e in failures.values())

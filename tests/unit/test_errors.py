@@ -18,7 +18,7 @@ from airflow_provider_kinetic import (
 from airflow_provider_kinetic.core.accelerators import InvalidAcceleratorError
 from airflow_provider_kinetic.core.backends.gke import KubernetesApiError
 from airflow_provider_kinetic.core.backends.local import LocalBackend
-from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.jobs.payload import (
     RemoteFunctionError,
     UnpicklableArgumentError,
@@ -28,7 +28,7 @@ from airflow_provider_kinetic.core.jobs.payload import (
 from airflow_provider_kinetic.core.jobs.signing import sign
 from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectNotFound, PreconditionFailed
-from airflow_provider_kinetic.hooks.signing import result_key
+from airflow_provider_kinetic.hooks.signing import result_key, result_key_for_job
 from tests.fixtures import records
 
 
@@ -90,6 +90,9 @@ def test_batch_failure_carries_partial_results(tmp_path):
         state.jobs[index], state.done[index] = job, "SUCCEEDED" if ok else "FAILED"
         exc = None if ok else ValueError("bad input 1")
         blob, _ = dump_result(make_result(success=ok, result=index * 10, exception=exc))
+        # Signed as a child's result is: the deployment's keyring decides, not the state.
+        signature = sign(result_key_for_job(job, state.template.result_auth), blob)
+        store.write_bytes(f"{job}/result.pkl.sig", signature.encode())
         store.write_bytes(f"{job}/result.pkl", blob)
     op = KineticMapOperator(task_id="m", python_callable=len, inputs=[1, 2, 3])
     with pytest.raises(KineticBatchFailed, match="1 of 3 inputs failed") as info:
@@ -100,7 +103,7 @@ def test_batch_failure_carries_partial_results(tmp_path):
     assert isinstance(err.partial_results[1], ValueError)
     op.return_exceptions = True
     values = op._complete(state, store)
-    assert values[1] == batchrun.describe_exception(err.failures[1])
+    assert values[1] == batchoutcomes.describe_exception(err.failures[1])
 
 
 def test_sensor_reads_a_rendered_python_dict_literal():

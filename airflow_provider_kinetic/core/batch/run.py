@@ -1,4 +1,5 @@
-"""Running a planned batch: launch under the cap, fold statuses, retry, stop, gather.
+"""Running a planned batch: launch under the cap, fold statuses, retry, recover, stop
+(what each input ended as: ``core.batch.outcomes``; the manifest: ``core.batch.manifest``).
 
 Everything works on the :class:`BatchState` from ``core.batch.plan_batch`` (JSON on
 the wire) so the operator can carry it across deferrals.  One status query per poll covers every
@@ -8,15 +9,13 @@ active child (``Backend.batch_status``).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 from airflow_provider_kinetic.core import metrics
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.batch.manifest import write_manifest
 from airflow_provider_kinetic.core.batch.plan import PAYLOAD_CACHE
 from airflow_provider_kinetic.core.batch.state import (
     CANCELLED,
@@ -29,10 +28,9 @@ from airflow_provider_kinetic.core.batch.state import (
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data import cache as datacache
-from airflow_provider_kinetic.core.errors import KineticInternalError
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.fallback import describe_step, next_step
-from airflow_provider_kinetic.core.jobs.results import collect, collect_with_blob, is_preemption
+from airflow_provider_kinetic.core.jobs.results import is_preemption
 from airflow_provider_kinetic.core.jobs.submit import adopted, create_job, make_private
 from airflow_provider_kinetic.core.jobs.taskrecord import succeeded_result
 from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE
@@ -47,9 +45,6 @@ from airflow_provider_kinetic.core.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
-MANIFEST_INTERVAL_S = 30.0
-#: Rewrites of the manifest while a batch runs, at most (its size is O(N) each time).
-MANIFEST_REWRITES = 16
 MAX_PREEMPTION_RETRIES = 3
 
 
@@ -78,50 +73,6 @@ def start_batch(
         total=state.total,
         capacity=state.template.capacity[0] if state.template.capacity else None,
     )
-
-
-def write_manifest(state: BatchState, store: ObjectStore) -> None:
-    """kinetic's manifest: group fields + one entry per submitted child."""
-    children = [
-        {"group_index": i, "job_id": job, "attempts": state.attempts.get(i, 1)}
-        for i, job in sorted(state.jobs.items())
-    ]
-    manifest = {
-        "group_id": state.group_id,
-        "group_kind": "map",
-        "group_name": state.group_name,
-        "tags": state.tags,
-        "created_at": state.created_at,
-        "total_expected": state.total,
-        "submit_fn_name": state.template.func_name,
-        "children": children,
-    }
-    store.write_bytes(
-        manifest_key(state.group_id),
-        json.dumps(manifest, sort_keys=True).encode(),
-        content_type="application/json",
-    )
-    state.manifest_at = time.time()
-    state.manifest_dirty = False
-    state.manifest_count = len(state.jobs)
-
-
-def manifest_key(group_id: str) -> str:
-    return f"_groups/{group_id}/manifest.json"
-
-
-def batch_handle(state: BatchState, store: ObjectStore) -> dict[str, Any]:
-    """What stands for a submitted batch in XCom (``KineticBatchSensor`` waits on it):
-    the group id finds its saved state, the rest is for people."""
-    return {
-        "kind": "kinetic_batch",
-        "group_id": state.group_id,
-        "backend": state.backend,
-        "bucket": store.bucket,
-        "total": state.total,
-        "output_dir": state.template.output_dir,
-        "manifest_uri": store.uri(manifest_key(state.group_id)),
-    }
 
 
 def child_job_id(group_id: str, index: int, launch: int) -> str:
@@ -405,24 +356,6 @@ def is_finished(state: BatchState) -> bool:
     return state.finished
 
 
-def maybe_write_manifest(state: BatchState, store: ObjectStore, now: float | None = None) -> bool:
-    """Rewrite the manifest when children changed, the interval passed and another
-    ``1/MANIFEST_REWRITES`` of the inputs was submitted since (or at the end): each
-    rewrite is O(N) bytes, so a batch makes a bounded number of them whatever its
-    length, not one every interval (N + c writes in all)."""
-    if not state.manifest_dirty:
-        return False
-    now = time.time() if now is None else now
-    step = -(-state.total // MANIFEST_REWRITES)
-    if state.queue and (
-        now - state.manifest_at < MANIFEST_INTERVAL_S
-        or len(state.jobs) - state.manifest_count < step
-    ):
-        return False
-    write_manifest(state, store)
-    return True
-
-
 def counts(state: BatchState) -> dict[str, int]:
     """Per-status counts for the task log and the ``kinetic_batch`` XCom."""
     done = Counter(state.done.values())
@@ -437,87 +370,4 @@ def counts(state: BatchState) -> dict[str, int]:
         "submitted": len(state.jobs),
         # Ended children per capacity kind of the job that ended them ("spot": 3, ...).
         "capacity": dict(Counter(s.partition(":")[0] for s in state.capacity_used.values())),
-    }
-
-
-def gather(
-    state: BatchState,
-    store: ObjectStore,
-    *,
-    ordered: bool = True,
-    result_key: Callable[[str], str | None] = lambda _job_id: None,
-    deliver: Callable[[Any, str, bytes], Any] = lambda value, _job_id, _blob: value,
-) -> tuple[list[Any], dict[int, BaseException]]:
-    """Results (input order, or completion order) and the exception of each failure.
-
-    ``result_key(job_id)``: the key each child's payloads are verified with;
-    ``deliver(value, job_id, blob)``: what stands for a value in the results (e.g. a
-    reference when it does not fit XCom).
-    """
-    indices = range(state.total) if ordered else state.order
-    values: list[Any] = []
-    failures: dict[int, BaseException] = {}
-    for index in indices:
-        outcome = state.done.get(index)
-        if outcome == SUCCEEDED:
-            job = state.jobs[index]
-            value, blob = collect_with_blob(
-                store, job, JobStatus.SUCCEEDED, result_key=result_key(job)
-            )
-            values.append(deliver(value, job, blob))
-            continue
-        exc = _failure(state, store, index, outcome, result_key)
-        failures[index] = exc
-        values.append(exc)
-    return values, failures
-
-
-def _failure(
-    state: BatchState,
-    store: ObjectStore,
-    index: int,
-    outcome: str | None,
-    result_key: Callable[[str], str | None],
-) -> BaseException:
-    if index in state.submit_errors:
-        return RuntimeError(f"submission failed: {state.submit_errors[index]}")
-    if outcome in (CANCELLED, NOT_SUBMITTED) and state.fail_fast and state.stopped:
-        # fail_fast stopped the batch (``stop``): the only way an input ends unrun.
-        return RuntimeError(f"{outcome.lower().replace('_', ' ')} (fail_fast)")
-    if outcome in (CANCELLED, NOT_SUBMITTED, None):
-        return _not_run(state, index, outcome)
-    try:
-        job = state.jobs[index]
-        why = state.failed_why.get(index)
-        collect(store, job, JobStatus.FAILED, why, result_key=result_key(job))
-    except Exception as exc:  # noqa: BLE001 - the remote error is the value we want
-        return exc
-    return RuntimeError("failed without an error payload")
-
-
-def _not_run(state: BatchState, index: int, outcome: str | None) -> KineticInternalError:
-    """An input that never ran although fail_fast did not stop the batch: kinetic lost
-    it, an error of ours; logged as one and named in the batch's failure."""
-    why = "fail_fast is off" if not state.fail_fast else "fail_fast did not stop the batch"
-    message = (
-        f"inputs[{index}] never ran ({(outcome or 'no outcome').lower().replace('_', ' ')}; "
-        f"{why}): a bug in airflow-provider-kinetic, not an error of your function or "
-        f"inputs (batch {state.group_id}; please report it)"
-    )
-    log.error("%s", message)
-    return KineticInternalError(message)
-
-
-def describe_exception(exc: BaseException) -> dict[str, Any]:
-    """JSON form of a failed position (XCom cannot hold exception objects)."""
-    tb = next((n for n in getattr(exc, "__notes__", []) if n.startswith("Remote traceback")), None)
-    # An exception that could not be rebuilt here arrives as a RemoteFunctionError that
-    # keeps the remote type name and message (``core.jobs.payload.remote_error``).
-    remote_type = getattr(exc, "remote_type", None)
-    return {
-        "__kinetic_error__": True,
-        "type": remote_type.rsplit(".", 1)[-1] if remote_type else type(exc).__name__,
-        "qualified_type": remote_type or f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "message": getattr(exc, "remote_message", None) or str(exc),
-        "traceback": tb or getattr(exc, "remote_traceback", None),
     }
