@@ -23,6 +23,7 @@ from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
+from airflow_provider_kinetic.hooks.signing import deployment_secret
 from tests.fixtures.waiting import DEADLINE_S, wait_for
 
 
@@ -143,7 +144,13 @@ def test_retry_adopts_the_running_job_instead_of_submitting_again(
     config = KineticConfig(backend="local", root=str(local_conn))
     backend = LocalBackend(config.bucket_name)
     release = tmp_path / "release"
-    previous, _ = submit_job(JobRequest(func=held, args=(str(release), 42)), config, backend)
+    previous, _ = submit_job(
+        JobRequest(func=held, args=(str(release), 42)),
+        config,
+        backend,
+        config.store(),
+        deployment_secret(),
+    )
     wait_for("the job to start", lambda: "started" in backend.read_logs(previous)[0])
     store = StateStore(kinetic_job=previous.to_dict())
     op = KineticRunOperator(
@@ -195,7 +202,9 @@ def test_trigger_error_redefers_then_cancels(local_conn):
 
     config = KineticConfig(backend="local", root=str(local_conn))
     backend = LocalBackend(config.bucket_name)
-    handle, _ = submit_job(JobRequest(func=sleepy, args=(120, 1)), config, backend)
+    handle, _ = submit_job(
+        JobRequest(func=sleepy, args=(120, 1)), config, backend, config.store(), deployment_secret()
+    )
     op = KineticRunOperator(
         task_id="t",
         python_callable=sleepy,
@@ -269,7 +278,9 @@ def test_resumed_task_takes_the_final_state_from_the_event(local_conn):
 
     config = KineticConfig(backend="local", root=str(local_conn))
     backend = LocalBackend(config.bucket_name)
-    handle, _ = submit_job(JobRequest(func=sleepy, args=(0, 11)), config, backend)
+    handle, _ = submit_job(
+        JobRequest(func=sleepy, args=(0, 11)), config, backend, config.store(), deployment_secret()
+    )
     wait_for("the job to succeed", lambda: backend.status(handle).status.value == "SUCCEEDED")
     # The supervisor writes the exit code, then exits: a record removed while it lives
     # reads as a store that cannot be seen, not as a job that is gone.
@@ -285,7 +296,9 @@ def test_resumed_task_takes_the_final_state_from_the_event(local_conn):
     assert op.execute_complete({"ti": ti}, event=event) == 11
 
     # An error event is no final answer: the job itself is asked (still running: wait).
-    running, _ = submit_job(JobRequest(func=sleepy, args=(120, 1)), config, backend)
+    running, _ = submit_job(
+        JobRequest(func=sleepy, args=(120, 1)), config, backend, config.store(), deployment_secret()
+    )
     error = {"status": "error", "message": "x", "handle": running.to_dict(), "attempt": 0}
     with pytest.raises(TaskDeferred):
         op.execute_complete({"ti": TI()}, event=error)

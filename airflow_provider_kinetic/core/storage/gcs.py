@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import mimetypes
 import os
 import secrets
@@ -283,12 +282,8 @@ class GcsStore(ObjectStore):
             pre = digests.prefix(rel_of[path])
             if pre is not None:
                 digests.record(path, pre, hashlib.sha256(pre + data).digest(), st)
-            blob.upload_from_file(
-                io.BytesIO(data),
-                size=len(data),
-                content_type=mimetypes.guess_type(path)[0] or "application/octet-stream",
-                retry=DEFAULT_RETRY,
-            )
+            mime = mimetypes.guess_type(path)[0] or _DEFAULT_CONTENT_TYPE
+            blob.upload_from_string(data, content_type=mime, retry=DEFAULT_RETRY)
 
         sent = run_parallel(small, send, workers, report if small else None)
         for done, (path, blob, size) in enumerate(big, start=len(small) + 1):

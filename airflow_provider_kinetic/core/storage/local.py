@@ -13,18 +13,7 @@ Each temporary name carries its writer's pid, so the next upload removes the fil
 of writers that are gone.  A write that runs out of space or quota removes its temp
 file and raises ``StoreFullError`` naming the key, the path, the size and the room
 left (``full_error``).
-
-Reads never leave the root: the store's directories are written by jobs (a local
-job's output dir is a directory of the store), so a key may be a symlink, or lie
-under one.  Every read (``read_bytes``, ``download_file``/``download_prefix``,
-``stat``, ``exists``, ``list``, and ``swap.read_versioned``) resolves the key's path
-and refuses one that leads out of the root with ``OutsideStoreError`` naming the key;
-a link to a file inside the root is served as that file.  The file is then opened
-without following a last link, and (on Linux) the open file's own path is checked
-again, so a link swapped in between the check and the open is refused too.
-``list`` never descends into a symlinked directory and leaves out links that lead
-outside.  Writes and deletes act on the names themselves (``os.replace`` and
-``os.unlink`` replace or remove a link, never its target).
+Reads never leave the root (``local_confine``).
 """
 
 from __future__ import annotations
@@ -35,13 +24,12 @@ import hashlib
 import os
 import secrets
 import shutil
-import stat
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import BinaryIO
 
+from airflow_provider_kinetic.core.storage import local_confine, local_disk
 from airflow_provider_kinetic.core.storage._keys import (
     dir_prefix,
     join_key,
@@ -51,9 +39,7 @@ from airflow_provider_kinetic.core.storage._keys import (
 from airflow_provider_kinetic.core.storage._parallel import run_parallel
 from airflow_provider_kinetic.core.storage.base import (
     FileDigests,
-    ObjectNotFound,
     ObjectStore,
-    OutsideStoreError,
     PreconditionFailed,
     ProgressFn,
     StoreFullError,
@@ -68,92 +54,16 @@ STAGING_DIR = TMP_SUFFIX
 STALE_S = 24 * 3600.0
 
 
-#: Open flags of a read: no last-component link (the path given is already resolved).
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-#: Where Linux shows an open descriptor's path (the post-open check; absent elsewhere).
-_PROC_FD = "/proc/self/fd"
-
-
-def _inside(path: str, root: str) -> bool:
-    """Whether the (real) ``path`` is ``root`` or lies under it."""
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def _copy_open(src: BinaryIO, dst: BinaryIO) -> None:
-    """Copy the open file ``src`` into ``dst``: in the kernel (Linux ``sendfile``, from
-    the file's own position) where it can, else through a buffer from where it stopped."""
-    if sys.platform.startswith("linux"):
-        try:
-            while os.sendfile(dst.fileno(), src.fileno(), None, 1 << 30):
-                pass
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EXDEV):
-                raise
-    shutil.copyfileobj(src, dst, 1024 * 1024)
-
-
 #: Writes in flight per staging directory in this process: the last one out removes
 #: the (then empty) directory, so a store root is left as tidy as it was found.
 _IN_FLIGHT: dict[str, int] = {}
 _IN_FLIGHT_LOCK = threading.Lock()
 
 
-def full_error(uri: str, path: str, size: int | None, exc: OSError) -> StoreFullError:
-    """The error for a write that ran out of space or quota, saying what was written
-    where, how big it was and how much room is left (where the OS can tell)."""
-    what = "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left on device"
-    free = _free_bytes(path)
-    sized = f"{size} bytes" if size is not None else "size unknown"
-    room = f"{free} bytes free there" if free is not None else "free space unknown"
-    return StoreFullError(
-        f"{what} writing {uri} ({sized}) at {path} ({room}); nothing was written under "
-        "that name: free space (or raise the quota) and retry",
-        exc.errno,
-    )
-
-
-def _free_bytes(path: str) -> int | None:
-    """Bytes an unprivileged writer may still use on the file system of ``path`` (its
-    nearest existing parent), or ``None`` where the OS cannot tell."""
-    while path and not os.path.exists(path) and os.path.dirname(path) != path:
-        path = os.path.dirname(path)
-    try:
-        st = os.statvfs(path)
-    except (OSError, AttributeError):
-        return None
-    return st.f_bavail * st.f_frsize
-
-
-def _writer_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True  # another thread of this process may be writing it now
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
-
-
 #: Tries to create a temp file in the staging dir: each writer removes the dir when it
 #: has nothing in flight, so with many processes writing (tries, history, records) the
 #: dir can go between our ``makedirs`` and ``open`` more than once in a row.
 _STAGING_ATTEMPTS = 50
-
-
-class _Hashing:
-    """A file read through ``read`` whose bytes also go into ``h`` (None: only read)."""
-
-    def __init__(self, f: BinaryIO, h: hashlib._Hash | None) -> None:
-        self.f, self.h = f, h
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.f.read(n)
-        if self.h is not None:
-            self.h.update(data)
-        return data
 
 
 class LocalStore(ObjectStore):
@@ -178,60 +88,15 @@ class LocalStore(ObjectStore):
             raise ValueError(f"key {key!r} escapes the store root {root!r}")
         return path
 
-    def _outside(self, key: str, real: str) -> OutsideStoreError:
-        return OutsideStoreError(
-            f"{self.uri(key)} (key {key!r}) leads outside the store root {self.bucket} "
-            f"(to {real}): a symlink out of the store is never followed; read refused"
-        )
-
     def _read_path(self, key: str) -> str:
-        """The real path of ``key`` for a read: every symlink on the way resolved
-        (a missing tail is kept as written, so the read reports it absent); raises
-        ``OutsideStoreError`` when that path is not inside the (real) root."""
-        real = os.path.realpath(self._path(key))
-        if not _inside(real, os.path.realpath(self.bucket)):
-            raise self._outside(key, real)
-        return real
+        return local_confine.read_path(self.bucket, self._path(key), key, self.uri(key))
 
     def _open_read(self, key: str) -> BinaryIO:
-        """``key`` open for reading, proven inside the root: resolved first
-        (``_read_path``), opened without following a last link, and on Linux checked
-        again by the open file's own path (a directory on the way swapped for a link
-        after the check is caught there).  A missing object or a directory raises
-        ``ObjectNotFound``."""
-        real = self._read_path(key)
-        try:
-            fd = os.open(real, _READ_FLAGS)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
-            raise ObjectNotFound(self.uri(key)) from e
-        except OSError as e:
-            if e.errno == errno.ELOOP:  # a link appeared at the name since the check
-                raise self._outside(key, f"a symlink that appeared at {real}") from e
-            raise
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ObjectNotFound(self.uri(key))
-            try:
-                opened = os.readlink(f"{_PROC_FD}/{fd}")
-            except OSError:
-                opened = real  # no /proc: the resolved path's check stands
-            if not _inside(opened, os.path.realpath(self.bucket)):
-                raise self._outside(key, opened)
-            return os.fdopen(fd, "rb")
-        except BaseException:
-            os.close(fd)
-            raise
+        return local_confine.open_read(self.bucket, self._path(key), key, self.uri(key))
 
     def stat(self, key: str) -> os.stat_result:
-        """The stat of the file ``key`` is (or links to, inside the root); raises
-        ``ObjectNotFound`` when absent, ``OutsideStoreError`` when it leads out."""
-        try:
-            st = os.stat(self._read_path(key))
-        except (FileNotFoundError, NotADirectoryError) as e:
-            raise ObjectNotFound(self.uri(key)) from e
-        if not stat.S_ISREG(st.st_mode):
-            raise ObjectNotFound(self.uri(key))
-        return st
+        """The stat of the file ``key`` is (or links to, inside the root)."""
+        return local_confine.stat_file(self.bucket, self._path(key), key, self.uri(key))
 
     def uri(self, key: str = "") -> str:
         """``file://`` + the object's path, percent-encoded (``fileuri.py``)."""
@@ -279,7 +144,7 @@ class LocalStore(ObjectStore):
             def fill(dst: BinaryIO) -> None:
                 src.seek(0)
                 hasher[0] = hashlib.sha256(prefix or b"")
-                reader = _Hashing(src, hasher[0] if prefix is not None else None)
+                reader = local_disk.Hashing(src, hasher[0] if prefix is not None else None)
                 shutil.copyfileobj(reader, dst, 1024 * 1024)
 
             self._commit(key, fill, size=size)
@@ -301,7 +166,7 @@ class LocalStore(ObjectStore):
             tmp = os.path.join(parent, f".{secrets.token_hex(8)}{TMP_SUFFIX}")
             try:
                 with open(tmp, "wb") as dst:
-                    _copy_open(src, dst)
+                    local_disk.copy_open(src, dst)
                 os.replace(tmp, local_path)
             finally:
                 with contextlib.suppress(FileNotFoundError):
@@ -310,7 +175,7 @@ class LocalStore(ObjectStore):
     def _copy_out(self, key: str, local_path: str) -> None:
         """``key`` copied to ``local_path`` in place (``download_prefix``'s copy)."""
         with self._open_read(key) as src, open(local_path, "wb") as dst:
-            _copy_open(src, dst)
+            local_disk.copy_open(src, dst)
 
     def _staging(self) -> str | None:
         """The staging directory, or ``None`` for ``LocalStore("/")`` (a view of the
@@ -330,7 +195,7 @@ class LocalStore(ObjectStore):
         for entry in entries:
             pid, _, _ = entry.name.partition("-")
             try:
-                stale = not pid.isdigit() or not _writer_alive(int(pid))
+                stale = not pid.isdigit() or not local_disk.writer_alive(int(pid))
                 if stale or now - entry.stat(follow_symlinks=False).st_mtime > STALE_S:
                     os.unlink(entry.path)
                     removed += 1
@@ -356,7 +221,7 @@ class LocalStore(ObjectStore):
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
-            raise full_error(self.uri(key), self._path(key), size, exc) from exc
+            raise local_disk.full_error(self.uri(key), self._path(key), size, exc) from exc
 
     def _write(
         self, key: str, fill: Callable[[BinaryIO], object], *, if_absent: bool = False
@@ -491,42 +356,10 @@ class LocalStore(ObjectStore):
         return rels
 
     def list(self, prefix: str) -> list[str]:
-        """Keys starting with ``prefix``; walks only the deepest directory it names.
-
-        Regular files, and links to files inside the root; never a symlinked
-        directory's contents (not descended), nor a link that leads outside.  A
-        prefix whose directory itself leads outside lists nothing."""
-        start_rel = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
-        root = os.path.realpath(self.bucket)
-        if start_rel and not _inside(os.path.realpath(self._path(start_rel)), root):
-            return []
-        keys: list[str] = []
-        todo = [start_rel + "/" if start_rel else ""]
-        while todo:
-            rel_dir = todo.pop()
-            try:
-                with os.scandir(os.path.join(self.bucket, *rel_dir.split("/"))) as it:
-                    entries = list(it)
-            except OSError:  # gone, or not a directory: nothing under it (as os.walk)
-                continue
-            for entry in entries:
-                rel = rel_dir + entry.name
-                if entry.name.endswith(TMP_SUFFIX):
-                    continue  # staging and in-flight temporary files
-                try:
-                    if entry.is_symlink():
-                        real = os.path.realpath(entry.path)
-                        if _inside(real, root) and os.path.isfile(real) and rel.startswith(prefix):
-                            keys.append(rel)
-                    elif entry.is_dir(follow_symlinks=False):
-                        # Prune subdirectories that cannot contain a matching key.
-                        if (rel + "/").startswith(prefix) or prefix.startswith(rel + "/"):
-                            todo.append(rel + "/")
-                    elif entry.is_file(follow_symlinks=False) and rel.startswith(prefix):
-                        keys.append(rel)
-                except OSError:
-                    continue  # removed while listed
-        return sorted(keys)
+        """Keys starting with ``prefix`` (``local_confine.list_keys``: never through a
+        link out of the root); in-flight temporary files are left out."""
+        self._path(prefix.rsplit("/", 1)[0] if "/" in prefix else "")  # inside the root
+        return local_confine.list_keys(self.bucket, prefix, TMP_SUFFIX)
 
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix/`` (directory semantics, never ``""``).
@@ -546,7 +379,7 @@ class LocalStore(ObjectStore):
                 os.unlink(self._path(key))
                 count += 1
         top = self._path(base.rstrip("/"))
-        if not _inside(os.path.realpath(top), os.path.realpath(self.bucket)):
+        if not local_confine.inside(os.path.realpath(top), os.path.realpath(self.bucket)):
             return count  # a link out of the root: its target's directories are not ours
         for dirpath, dirs, files in os.walk(top, topdown=False):
             for name in dirs + files:  # what is left: links not listed, temp files
