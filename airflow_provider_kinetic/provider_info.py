@@ -117,6 +117,14 @@ CONFIG = {
         "integer",
         None,
     ),
+    "local_inherit_env": _option(
+        "Local backend: a job inherits the worker's whole environment (Airflow settings "
+        "and credentials included). False (default): it sees, as a GKE job, only the "
+        "captured variables (capture_env_vars) plus what it needs to run here (PATH, HOME, "
+        "locale, TZ, temp dir, PYTHONPATH/VIRTUAL_ENV, its devices, kinetic's own settings).",
+        "boolean",
+        "False",
+    ),
     "price_table": _option(
         "Path to a CSV file of USD per chip-hour (columns accelerator,capacity,"
         "usd_per_chip_hour; e.g. tpu-v6e,spot,1.10): task usage lines, the kinetic_usage "

@@ -12,7 +12,10 @@ Airflow options (section ``[kinetic]``): ``k8s_api_attempts`` (int, default 5),
 429/5xx or lose their connection are retried
 (:mod:`~airflow_provider_kinetic.core.backends.k8s_retry`); ``local_max_jobs`` (int,
 default: the machine's CPU count): how many local jobs run at once on the machine
-(:mod:`~airflow_provider_kinetic.core.backends.local_slots`).
+(:mod:`~airflow_provider_kinetic.core.backends.local_slots`); ``local_inherit_env``
+(bool, default False): local jobs inherit the worker's whole environment instead of
+only its runtime and the captured variables
+(:mod:`~airflow_provider_kinetic.core.backends.local_environ`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ def backend_for(config: KineticConfig, kind: str | None = None) -> Backend:
         backend = cls.from_config(config)
         if isinstance(backend, LocalBackend):
             backend.max_jobs = local_max_jobs()
+            backend.inherit_env = local_inherit_env()
         return backend
     backend = cls.from_config(config, cluster_client_factory(config, kind))
     backend.retry_policy = k8s_retry_policy()
@@ -83,6 +87,14 @@ def local_max_jobs() -> int:
         return resolve_max_jobs(conf.get(CONF_SECTION, "local_max_jobs", fallback=None))
     except ValueError as exc:
         raise KineticConfigError(str(exc)) from None
+
+
+def local_inherit_env() -> bool:
+    """``[kinetic] local_inherit_env``: local jobs see the worker's whole environment."""
+    try:
+        return conf.getboolean(CONF_SECTION, "local_inherit_env", fallback=False)
+    except ValueError as exc:
+        raise KineticConfigError(f"[{CONF_SECTION}] local_inherit_env: {exc}") from None
 
 
 def k8s_retry_policy() -> Any:

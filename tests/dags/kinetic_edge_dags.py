@@ -1,6 +1,7 @@
 """DAGs for tests/integration/test_result_edges.py: results Airflow cannot store as
 they are (NaN, large values of multiple_outputs) and a map over no inputs.  Functions
-count their executions in marker files."""
+count their executions in marker files, in the scratch dir each task captures (a job
+sees only the worker variables it captures)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,12 @@ def nan_metrics() -> dict:
 
 
 with DAG("kinetic_edge_nan", schedule=None, start_date=START, catchup=False) as edge_nan:
-    metrics = KineticRunOperator(task_id="train", python_callable=nan_metrics, poll_interval=0.2)
+    metrics = KineticRunOperator(
+        task_id="train",
+        python_callable=nan_metrics,
+        poll_interval=0.2,
+        capture_env_vars=["KINETIC_TEST_SCRATCH"],
+    )
 
     @task
     def report(ref: dict) -> dict:
@@ -37,7 +43,9 @@ with DAG("kinetic_edge_nan", schedule=None, start_date=START, catchup=False) as 
 
 with DAG("kinetic_edge_multi", schedule=None, start_date=START, catchup=False) as edge_multi:
 
-    @task.kinetic(multiple_outputs=True, poll_interval=0.2)
+    @task.kinetic(
+        multiple_outputs=True, poll_interval=0.2, capture_env_vars=["KINETIC_TEST_SCRATCH"]
+    )
     def split() -> dict:
         _count("edge-multi")
         return {"small": 3, "big": b"x" * (2 * 1024 * 1024), "name": "run"}
@@ -61,7 +69,11 @@ with DAG("kinetic_edge_empty_map", schedule=None, start_date=START, catchup=Fals
         return x * x
 
     sweep = KineticMapOperator(
-        task_id="sweep", python_callable=square, inputs=nothing(), poll_interval=0.2
+        task_id="sweep",
+        python_callable=square,
+        inputs=nothing(),
+        poll_interval=0.2,
+        capture_env_vars=["KINETIC_TEST_SCRATCH"],
     )
 
     @task

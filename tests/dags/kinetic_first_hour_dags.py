@@ -68,6 +68,7 @@ with DAG(
         python_callable=fails_first_time,
         inputs=[1, 2, 3],
         op_kwargs={"tag": "map-retries"},
+        capture_env_vars=["KINETIC_TEST_SCRATCH"],
         input_retries=1,  # each input once more: the batch succeeds in one try
         deferrable=True,
         poll_interval=0.2,

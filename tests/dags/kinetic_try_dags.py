@@ -15,7 +15,8 @@ START = pendulum.datetime(2026, 11, 1, tz="UTC")
 
 
 def _count(name: str) -> int:
-    """Append one line to a marker file in the scratch dir; return how many there are."""
+    """Append one line to a marker file in the scratch dir (the task captures its
+    variable); return how many there are."""
     path = os.path.join(os.environ["KINETIC_TEST_SCRATCH"], name)
     with open(path, "a") as f:
         f.write("run\n")
@@ -69,6 +70,7 @@ with DAG("kinetic_map_resume", schedule=None, start_date=START, catchup=False) a
         python_callable=flaky_child,
         inputs=list(range(6)),
         op_kwargs={"tag": "map-retry"},
+        capture_env_vars=["KINETIC_TEST_SCRATCH"],
         max_concurrent=3,
         input_retries=0,  # per input: a failed child fails this try
         retries=1,  # the task's Airflow retry resumes the batch
@@ -102,6 +104,7 @@ def _preempt_dag(dag_id: str, deferrable: bool) -> DAG:
             task_id="answer",
             python_callable=slow_answer,
             op_args=[dag_id],
+            capture_env_vars=["KINETIC_TEST_SCRATCH"],
             kinetic_conn_id="kinetic_preempt",
             preemption_retries=2,
             retries=0,  # a preemption must not need an Airflow retry

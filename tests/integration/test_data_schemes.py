@@ -24,7 +24,9 @@ from tests.fixtures.waiting import ended, wait_for
 def run_local(tmp_path: Path, func, *args, timeout: float = 120.0):
     config = KineticConfig(backend="local", root=str(tmp_path / "store"))
     backend = LocalBackend(config.bucket_name)
-    handle, _ = submit_job(JobRequest(func=func, args=args), config, backend)
+    # A job sees only the worker variables it captures: the hub double's (``hf_hub``).
+    hub = ["HF_*", "NO_PROXY", "no_proxy"]
+    handle, _ = submit_job(JobRequest(func=func, args=args, capture_env_vars=hub), config, backend)
     report = wait_for(
         f"job {handle.job_id} to end",
         lambda: ended(backend.status(handle)),

@@ -64,6 +64,9 @@ def full_root(request, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
         path = os.environ.get("PYTHONPATH")
         monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FULL_DISK), path])))
         _inject_here(monkeypatch)
+        # The injection reaches the job's processes through the worker's environment:
+        # test plumbing, so the jobs inherit it (a job sees only its runtime otherwise).
+        monkeypatch.setenv("AIRFLOW__KINETIC__LOCAL_INHERIT_ENV", "True")
     conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": str(root)}}
     monkeypatch.setenv("AIRFLOW_CONN_KINETIC_FAULTS", json.dumps(conn))
     try:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kinetic.core.accelerators import Accelerator
 from airflow_provider_kinetic.core.backends import (
+    local_environ,
     local_gpus,
     local_presence,
     local_reasons,
@@ -94,14 +95,17 @@ def local_env(spec: JobSpec, devices: dict[str, int] | None = None) -> tuple[dic
 class LocalBackend(Backend):
     """Runs jobs as local processes; state and logs on disk under ``root``.  ``max_jobs``:
     the machine-wide limit of running jobs (None: ``local_slots.resolve_max_jobs``'s
-    default, the CPU count); the Airflow layer sets it from ``[kinetic] local_max_jobs``."""
+    default, the CPU count); the Airflow layer sets it from ``[kinetic] local_max_jobs``.
+    ``inherit_env``: jobs inherit the worker's whole environment (``[kinetic]
+    local_inherit_env``); else they see what ``local_environ.job_environment`` keeps."""
 
     name = "local"
     first_poll_s = 0.1  # local jobs often end in well under a second
 
-    def __init__(self, root: str, max_jobs: int | None = None):
+    def __init__(self, root: str, max_jobs: int | None = None, inherit_env: bool = False):
         self.root = os.path.abspath(root)
         self.max_jobs = max_jobs
+        self.inherit_env = inherit_env
 
     # ---- the kind ---------------------------------------------------------------
     @classmethod
@@ -172,7 +176,10 @@ class LocalBackend(Backend):
         if spec.secrets:  # read (and deleted at the end) by the supervisor
             with _private(os.path.join(jdir, SECRETS_FILE)) as f:
                 json.dump(spec.secrets, f)
-        env = {**os.environ, **overlay, "PYTHONUNBUFFERED": "1"}
+        # The worker's runtime, not its settings and secrets (``local_environ``); the
+        # captured secrets join in the supervisor, from the 0600 file.
+        overlay_env = {**overlay, "PYTHONUNBUFFERED": "1"}
+        env = local_environ.job_environment(os.environ, overlay_env, inherit=self.inherit_env)
         if venv:  # the venv is the job's whole environment, as the image is a pod's
             env.pop("PYTHONPATH", None)
         # A GPU job's devices bound it (local_slots): a CPU job queues for a slot, in
