@@ -17,7 +17,28 @@ START = pendulum.datetime(2026, 11, 1, tz="UTC")
 SCRATCH = os.environ.get("KINETIC_TEST_SCRATCH", "/tmp/kinetic-test-scratch")
 
 
-def add(a: int, b: int, *, c: int = 0) -> int:
+#: A job of the callables DAG holds until its test releases it (``release_dir`` in the
+#: run's conf; tests/fixtures/deferral.py releases each task as it defers), so it
+#: surely defers: a job that ended before the operator's first look is collected at once.
+RELEASE = (
+    "{% if dag_run.conf.get('release_dir') %}"
+    "{{ dag_run.conf['release_dir'] }}/{{ ti.task_id }}{% endif %}"
+)
+
+
+def held(release: str) -> None:
+    """Wait (at most 20 minutes) until ``release`` exists; no hold when it is empty."""
+    import os
+    import time
+
+    for _ in range(2400):
+        if not release or os.path.exists(release):
+            return
+        time.sleep(0.5)
+
+
+def add(a: int, b: int, *, c: int = 0, release: str = "") -> int:
+    held(release)
     return a + b + c
 
 
@@ -25,7 +46,8 @@ class Greeter:
     def __init__(self, greeting: str) -> None:
         self.greeting = greeting
 
-    def greet(self, name: str) -> str:
+    def greet(self, name: str, release: str = "") -> str:
+        held(release)
         return f"{self.greeting}, {name}"
 
 
@@ -45,6 +67,7 @@ with DAG("kinetic_first_hour_callables", schedule=None, start_date=START, catchu
         task_id="partial_add",
         python_callable=functools.partial(add, 40, c=0),
         op_args=[2],
+        op_kwargs={"release": RELEASE},
         deferrable=True,
         poll_interval=0.2,
     )
@@ -52,6 +75,7 @@ with DAG("kinetic_first_hour_callables", schedule=None, start_date=START, catchu
         task_id="bound_greet",
         python_callable=Greeter("hello").greet,
         op_args=["kinetic"],
+        op_kwargs={"release": RELEASE},
         deferrable=True,
         poll_interval=0.2,
     )

@@ -10,21 +10,26 @@ import pendulum
 import pytest
 
 from tests.fixtures.airflow_env import task_states, xcoms
+from tests.fixtures.deferral import release_on_defer
 
 LOGICAL = pendulum.datetime(2026, 11, 20, tz="UTC")
 DAGS = "kinetic_first_hour_dags.py"
 
 
 def test_partial_and_bound_method_tasks_defer_without_xcom_not_found_errors(
-    load_dag, capfd, monkeypatch: pytest.MonkeyPatch
+    load_dag, capfd, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
     """A ``functools.partial`` and a bound method run as deferred tasks with their bound
     arguments; Airflow's end-of-segment link push (on deferral and on success) finds
     every link without asking the API for an XCom never pushed (each miss was an
     ``[error] XCom not found`` line)."""
     monkeypatch.setenv("AIRFLOW__KINETIC__DEFER_GRACE_S", "0")  # defer at once
-    dr = load_dag(DAGS, "kinetic_first_hour_callables").test(logical_date=LOGICAL)
+    dag = load_dag(DAGS, "kinetic_first_hour_callables")
+    release = tmp_path / "release"  # each job holds until its task has deferred
+    seen = release_on_defer(monkeypatch, release)
+    dr = dag.test(logical_date=LOGICAL, run_conf={"release_dir": str(release)})
     out = "".join(capfd.readouterr())
+    assert seen == {"partial_add", "bound_greet"}, out[-5000:]  # both were deferred
     states = {t: s for (t, _), s in task_states(dr).items()}
     assert dr.state == "success", (states, out[-5000:])
     values = {(t, k): v for (t, k, _), v in xcoms(dr).items()}
