@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # what editors and type checkers see; runtime imports stay la
     from airflow_provider_kinetic.core.data import Data
     from airflow_provider_kinetic.core.errors import KineticError
     from airflow_provider_kinetic.core.jobs.resultref import load_result
-    from airflow_provider_kinetic.core.keys.window import BroadcastWindow
+    from airflow_provider_kinetic.core.keys.peer.window import BroadcastWindow
     from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
     from airflow_provider_kinetic.decorators.kinetic import kinetic_task
     from airflow_provider_kinetic.exceptions import (
@@ -25,8 +25,8 @@ if TYPE_CHECKING:  # what editors and type checkers see; runtime imports stay la
         KineticJobCancelled,
         KineticJobFailed,
     )
-    from airflow_provider_kinetic.hooks.keys import store
     from airflow_provider_kinetic.hooks.kinetic import KineticHook
+    from airflow_provider_kinetic.keys import store
     from airflow_provider_kinetic.operators.map import KineticMapOperator
     from airflow_provider_kinetic.operators.run import KineticRunOperator
     from airflow_provider_kinetic.sensors.batch import KineticBatchSensor
@@ -39,7 +39,7 @@ _LAZY = {
     "AttachedJob": "airflow_provider_kinetic.attached",
     "attach": "airflow_provider_kinetic.attached",
     "BatchState": "airflow_provider_kinetic.core.batch.state",
-    "BroadcastWindow": "airflow_provider_kinetic.core.keys.window",
+    "BroadcastWindow": "airflow_provider_kinetic.core.keys.peer.window",
     "Data": "airflow_provider_kinetic.core.data",
     "JobHandle": "airflow_provider_kinetic.core.spec.handles",
     "JobStatus": "airflow_provider_kinetic.core.spec.handles",
@@ -56,7 +56,7 @@ _LAZY = {
     "KineticJobTrigger": "airflow_provider_kinetic.triggers.job",
     "kinetic_task": "airflow_provider_kinetic.decorators.kinetic",
     "load_result": "airflow_provider_kinetic.core.jobs.resultref",
-    "store": "airflow_provider_kinetic.hooks.keys",
+    "store": "airflow_provider_kinetic.keys",
 }
 
 # A literal list so tools read it statically; a test keeps it equal to _LAZY.

@@ -22,8 +22,8 @@ from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC
 from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
 from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport, artifact_key
 from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.deployment.signing import result_key
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
-from airflow_provider_kinetic.hooks.signing import result_key
 
 
 class AttachedJob:

@@ -20,7 +20,7 @@ from typing import Any
 from airflow.configuration import conf
 from airflow.providers.common.compat.sdk import BaseOperatorLink, XCom
 
-from airflow_provider_kinetic.core.backends.gke_console import storage_browser_url
+from airflow_provider_kinetic.core.backends.k8s.console import storage_browser_url
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.provider_info import PLUGIN_PREFIX

@@ -36,7 +36,7 @@ def main() -> int:
     n, max_concurrent, root = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
     from cases_batch import CountingStore, add_one
 
-    from airflow_provider_kinetic.core.backends.local import LocalBackend
+    from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
     from airflow_provider_kinetic.core.batch import manifest as batchmanifest
     from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
     from airflow_provider_kinetic.core.batch import run as batchrun

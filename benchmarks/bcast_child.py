@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from airflow_provider_kinetic.core.keys.locale import job_ended  # noqa: E402
-from airflow_provider_kinetic.core.keys.window import BroadcastWindow  # noqa: E402
-from airflow_provider_kinetic.hooks.keys import store  # noqa: E402
+from airflow_provider_kinetic.core.keys.joblocal import job_ended  # noqa: E402
+from airflow_provider_kinetic.core.keys.peer.window import BroadcastWindow  # noqa: E402
+from airflow_provider_kinetic.keys import store  # noqa: E402
 
 
 def main() -> int:

@@ -32,7 +32,7 @@ from cases_upload import _client, fake_gcs
 from table import Row
 
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
-from airflow_provider_kinetic.core.keys.peers import peer_token
+from airflow_provider_kinetic.core.keys.peer.registry import peer_token
 from airflow_provider_kinetic.core.storage.gcs import GcsStore
 
 HERE = Path(__file__).resolve().parent

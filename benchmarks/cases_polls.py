@@ -41,9 +41,9 @@ def kind(method: Any, path: str, job_path: str) -> str:
 
 async def drive() -> tuple[int, Counter[str], float, str]:
     """Status reads, requests by kind, fake seconds waited and the trigger's event."""
-    from airflow_provider_kinetic.core.accelerators import parse_accelerator
     from airflow_provider_kinetic.core.backends import shared_reads
-    from airflow_provider_kinetic.core.backends.gke import GkeBackend
+    from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend
+    from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
     from airflow_provider_kinetic.core.spec.handles import JobHandle
     from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
     from airflow_provider_kinetic.triggers.job import KineticJobTrigger

@@ -73,7 +73,7 @@ async def _jobs(api: Any, n: int) -> list[Any]:
 async def drive(n: int, shared: bool, memory: bool = False) -> dict[str, Any]:
     """Requests of the first fake minute by kind, and the traced bytes per trigger."""
     from airflow_provider_kinetic.core.backends import shared_reads
-    from airflow_provider_kinetic.core.backends.manifests import job_name
+    from airflow_provider_kinetic.core.backends.k8s.manifests import job_name
     from tests.fixtures.k8s_double import by_code_under_test, forget_log_cursors, running_double
     from tests.fixtures.triggerer import FakeClock, backend_for, first_event, trigger_for
 

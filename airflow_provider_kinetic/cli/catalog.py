@@ -17,14 +17,14 @@ from typing import Any
 
 from airflow_provider_kinetic.cli.common import command, output_format
 from airflow_provider_kinetic.cli.output import emit
-from airflow_provider_kinetic.core.accelerator_catalog import gpu_spellings, tpu_spellings
-from airflow_provider_kinetic.core.accelerators import (
+from airflow_provider_kinetic.core.catalog.accelerators import (
     GPU_TYPES,
     TPU_TYPES,
     Accelerator,
     parse_accelerator,
 )
-from airflow_provider_kinetic.core.capacity import CAPACITY_KINDS, supported_kinds
+from airflow_provider_kinetic.core.catalog.capacity import CAPACITY_KINDS, supported_kinds
+from airflow_provider_kinetic.core.catalog.hardware import gpu_spellings, tpu_spellings
 
 COLUMNS = (
     "kind",

@@ -15,8 +15,8 @@ from typing import Any
 from airflow_provider_kinetic.cli import dataholds, inventory
 from airflow_provider_kinetic.cli.common import command, output_format
 from airflow_provider_kinetic.cli.output import emit, human_age, human_bytes
-from airflow_provider_kinetic.core.backends import local_venv
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.local import venv as local_venv
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.keys import gc as keys_gc
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.storage import ObjectStore

@@ -26,8 +26,8 @@ from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.signing import unseal
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectNotFound
+from airflow_provider_kinetic.deployment.signing import deployment_secret
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
-from airflow_provider_kinetic.hooks.signing import deployment_secret
 
 
 class JobStatuses:

@@ -17,8 +17,8 @@ from airflow_provider_kinetic.core.keys import fetch
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.records import user_at_host
 from airflow_provider_kinetic.core.keys.versions import ls_versions
-from airflow_provider_kinetic.hooks.keys import keep_versions
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
+from airflow_provider_kinetic.keys import keep_versions
 
 COLUMNS = ("key", "version", "time", "files", "size", "by")
 #: A table's pins cell names this many task instances, then "+N".

@@ -5,7 +5,7 @@ Every job and every batch with a history entry submitted in the window counts, w
 the usage ``core.jobs.usage`` gives it (frozen into the entry when the job ended,
 else measured from its artifacts now): attempts, jobs (a batch's children), preemptions,
 chip-hours, run hours and queued time; an estimated cost only when ``[kinetic]
-price_table`` names a table (``hooks/prices.py``), never otherwise.  Read-only: nothing
+price_table`` names a table (``deployment/prices.py``), never otherwise.  Read-only: nothing
 is written, so a job's numbers here are the ones its task logged.
 """
 
@@ -20,8 +20,8 @@ from airflow_provider_kinetic.cli.jobs import parse_since
 from airflow_provider_kinetic.cli.output import emit, human_age
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.usage import PriceTable, job_usage, total
+from airflow_provider_kinetic.deployment.prices import load_price_table
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
-from airflow_provider_kinetic.hooks.prices import load_price_table
 
 #: ``--by`` -> the usage fields that name a group.
 BY = {

@@ -7,11 +7,11 @@ a module imports only from its own layer's lower modules and from layers below):
     batch/      a function over many inputs: plan, run, resume, state, child logs
     jobs/       one job: request, pack, payload, template, submit, results, try records
     config.py   a target's settings, checked against the backend registry
-    backends/ | runtime/     where a job runs | what it runs in (image, requirements)
+    backends/ | runtime/ | keys/   where a job runs (local/, k8s/) | what it runs in
+                (image, requirements) | named data (peer/ transfer, tensors/)
     settings.py : spec/      plain target settings | what a job is (handle, pod spec)
     data/       Data, its schemes, content hash + stat cache, data cache, mounts
     storage/    object stores (gs://, file://)
-    accelerators.py          the accelerator parser (Accelerator: pod fields)
-    accelerator_catalog.py   the catalog as data: GPU and TPU types, slice shapes
-    errors.py | version.py
+    catalog/    what can be scheduled: accelerator table and parser, capacity kinds
+    errors.py | version.py | durations.py | metrics.py
 """

@@ -18,8 +18,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_kinetic.core.accelerators import Accelerator, parse_accelerator
 from airflow_provider_kinetic.core.backends import registry
+from airflow_provider_kinetic.core.catalog.accelerators import Accelerator, parse_accelerator
 from airflow_provider_kinetic.core.runtime.images import check_image_setting
 from airflow_provider_kinetic.core.settings import (
     BUCKET_RULES,

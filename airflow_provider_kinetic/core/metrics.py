@@ -5,7 +5,7 @@ stat cache hits, Kubernetes API retries, result sizes, a batch child's preemptio
 capacity step), but the core never imports Airflow, whose stats client (StatsD,
 Datadog or OpenTelemetry, as ``[metrics]`` configures it) is where they must go.  So
 the core calls :func:`incr` / :func:`timing` / :func:`gauge` here, and
-``hooks/metrics.py`` registers a *resolver* when the Airflow layer is imported: the
+``deployment/metrics.py`` registers a *resolver* when the Airflow layer is imported: the
 first emission in a process asks it for the sink once (``None`` when Airflow's metrics
 are off), and every later call goes straight to that answer.  The runner in a pod and
 plain Python use of the core never load the Airflow layer: every call is a no-op there.

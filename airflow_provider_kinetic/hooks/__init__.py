@@ -1,4 +1,2 @@
-"""Airflow connections -> core: the ``kinetic`` connection and its config, GCS and GKE
-credentials from Airflow's Google connection, bundled image builds, the signing secret.
-Uses core and ``provider_info``; operators, sensors, triggers and the CLI use it.
-"""
+"""The hook: ``KineticHook`` turns a ``kinetic`` connection (or its absence) into an object
+store and a backend.  What it reads lives in ``deployment/`` and ``gcp/``."""

@@ -11,21 +11,21 @@ to make the missing connection an error instead.
 
 Every other configuration problem is an error raised before anything is uploaded:
 a named connection that does not exist (here), extras that are not a JSON object or
-unknown extras (:mod:`~airflow_provider_kinetic.hooks.connection`), a bad bucket name
+unknown extras (:mod:`~airflow_provider_kinetic.deployment.connection`), a bad bucket name
 or local root (checked by :class:`~airflow_provider_kinetic.core.config.KineticConfig`).
 
 The hook's helpers live beside it: reading the extras and the config's JSON form for
-triggers in :mod:`~airflow_provider_kinetic.hooks.connection`, building backends and
+triggers in :mod:`~airflow_provider_kinetic.deployment.connection`, building backends and
 cluster clients (and the ``[kinetic] k8s_api_*`` retry options) in
-:mod:`~airflow_provider_kinetic.hooks.backends`, the connection test's checks in
-:mod:`~airflow_provider_kinetic.hooks.probe`.  ``config_to_json`` is re-exported here
+:mod:`~airflow_provider_kinetic.deployment.backends`, the connection test's checks in
+:mod:`~airflow_provider_kinetic.deployment.probe`.  ``config_to_json`` is re-exported here
 for the operators and sensors.
 
 Airflow options (section ``[kinetic]``):
 
 * ``allow_local_fallback`` (bool, default True): see above;
 * ``k8s_api_attempts``, ``k8s_api_retry_wait_min`` / ``k8s_api_retry_wait_max``,
-  ``k8s_api_retry_after_max``: see :mod:`~airflow_provider_kinetic.hooks.backends`.
+  ``k8s_api_retry_after_max``: see :mod:`~airflow_provider_kinetic.deployment.backends`.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ from typing import Any
 from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook, conf
 
 from airflow_provider_kinetic.core.backends.base import Backend
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.storage import ObjectStore
-from airflow_provider_kinetic.hooks.backends import backend_for
-from airflow_provider_kinetic.hooks.connection import (
+from airflow_provider_kinetic.deployment.backends import backend_for
+from airflow_provider_kinetic.deployment.connection import (
     CONF_SECTION,
     KineticConnectionNotFound,
     config_from_extras,
@@ -50,7 +50,7 @@ from airflow_provider_kinetic.hooks.connection import (
     default_local_root,
     parse_extra,
 )
-from airflow_provider_kinetic.hooks.probe import probe_cluster, probe_store
+from airflow_provider_kinetic.deployment.probe import probe_cluster, probe_store
 
 __all__ = [
     "CONF_SECTION",
@@ -198,7 +198,7 @@ class KineticHook(BaseHook):
 
     def get_store(self) -> ObjectStore:
         """The store, with the credentials of the connection's ``gcp_conn_id``."""
-        from airflow_provider_kinetic.hooks.gcs_auth import store_for
+        from airflow_provider_kinetic.gcp.gcs_auth import store_for
 
         return store_for(self.get_config())
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider_kinetic.core.accelerators import with_spot
-from airflow_provider_kinetic.core.capacity import (
+from airflow_provider_kinetic.core.catalog.accelerators import with_spot
+from airflow_provider_kinetic.core.catalog.capacity import (
     DEFAULT_CAPACITY_WAIT_S,
     chain_for,
     seconds,
 )
-from airflow_provider_kinetic.core.capacity_gke import FLEX_START_MAX_RUN_S
+from airflow_provider_kinetic.core.catalog.capacity_gke import FLEX_START_MAX_RUN_S
 
 #: Template fields of the capacity options (both operators render them).
 CAPACITY_TEMPLATE_FIELDS = ("capacity", "capacity_wait", "max_run_duration", "priority_class")

@@ -10,8 +10,8 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseOperator, XCom, conf, mask_secret
 
-from airflow_provider_kinetic.core.accelerators import with_spot
-from airflow_provider_kinetic.core.capacity import DEFAULT_CAPACITY_WAIT_S
+from airflow_provider_kinetic.core.catalog.accelerators import with_spot
+from airflow_provider_kinetic.core.catalog.capacity import DEFAULT_CAPACITY_WAIT_S
 from airflow_provider_kinetic.core.data.schemes import scheme_for
 from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S, validate_sync_s
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
@@ -339,8 +339,8 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
     ) -> ImagePlan:
         """The task's image, resolved once and carried by ``request`` (every job of the
         task runs in it).  With ``build`` a missing bundled image is built now, before
-        anything of the job is uploaded (``hooks/image_build.py``)."""
-        from airflow_provider_kinetic.hooks.image_build import prepare_image
+        anything of the job is uploaded (``gcp/image_build.py``)."""
+        from airflow_provider_kinetic.gcp.image_build import prepare_image
 
         plan = plan_for_request(request, config, config.backend_kind(self.accelerator_spec()))
         if build:
@@ -355,7 +355,7 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
         credentials; a lookup that cannot be made says why)."""
         lines = [f"# image: {plan.describe()}"]
         if plan.mode == "bundled":
-            from airflow_provider_kinetic.hooks.image_build import ImageBuildHook
+            from airflow_provider_kinetic.gcp.image_build import ImageBuildHook
 
             try:
                 found = ImageBuildHook(config).exists(plan)

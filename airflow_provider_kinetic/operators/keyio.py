@@ -25,7 +25,7 @@ from airflow_provider_kinetic.core.keys.pins import pin_values
 from airflow_provider_kinetic.core.keys.publish import publish_output
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import ObjectStore
-from airflow_provider_kinetic.hooks.keys import keep_versions
+from airflow_provider_kinetic.keys import keep_versions
 from airflow_provider_kinetic.operators import assets
 from airflow_provider_kinetic.operators.common import task_identity
 

@@ -219,7 +219,7 @@ def batch_facts(store: Any, group_id: str) -> dict[str, Any]:
 def record_facts(operator: Any, task_instance: Any) -> dict[str, Any]:
     """This try's job or batch, from the task's record ({} when this try made none)."""
     from airflow_provider_kinetic.core.jobs.taskrecord import read_record
-    from airflow_provider_kinetic.hooks.signing import deployment_secret
+    from airflow_provider_kinetic.deployment.signing import deployment_secret
 
     store = store_of(operator)
     if store is None:

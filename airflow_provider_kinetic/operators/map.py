@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_provider_kinetic.core.backends.base import Backend
-from airflow_provider_kinetic.core.backends.manifests import to_yaml
+from airflow_provider_kinetic.core.backends.k8s.manifests import to_yaml
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
@@ -24,7 +24,7 @@ from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.batch.resume import save_live, save_plan
 from airflow_provider_kinetic.core.batch.state import BatchState
-from airflow_provider_kinetic.core.capacity import DEFAULT_CAPACITY_WAIT_S
+from airflow_provider_kinetic.core.catalog.capacity import DEFAULT_CAPACITY_WAIT_S
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
@@ -33,11 +33,11 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
     request_cancel,
 )
 from airflow_provider_kinetic.core.keys import databroadcast
-from airflow_provider_kinetic.core.keys.window import BroadcastWindow
+from airflow_provider_kinetic.core.keys.peer.window import BroadcastWindow
 from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.deployment.signing import deployment_secret
 from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
-from airflow_provider_kinetic.hooks.signing import deployment_secret
 from airflow_provider_kinetic.links import KineticBatchLink, batch_url
 from airflow_provider_kinetic.operators import assets, keyio
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS

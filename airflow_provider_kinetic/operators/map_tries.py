@@ -34,11 +34,15 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
     write_record,
 )
 from airflow_provider_kinetic.core.keys import databroadcast
-from airflow_provider_kinetic.core.keys.window import BroadcastWindow
+from airflow_provider_kinetic.core.keys.peer.window import BroadcastWindow
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
+from airflow_provider_kinetic.deployment.signing import (
+    deployment_secret,
+    result_key,
+    result_key_for_job,
+)
 from airflow_provider_kinetic.exceptions import KineticBatchFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
-from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key, result_key_for_job
 from airflow_provider_kinetic.operators import assets
 from airflow_provider_kinetic.operators.common import (
     XCOM_BATCH,

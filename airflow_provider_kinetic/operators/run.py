@@ -17,9 +17,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
-from airflow_provider_kinetic.core.backends.manifests import to_yaml
+from airflow_provider_kinetic.core.backends.k8s.manifests import to_yaml
 from airflow_provider_kinetic.core.backends.registry import backend_class
-from airflow_provider_kinetic.core.capacity import DEFAULT_CAPACITY_WAIT_S
+from airflow_provider_kinetic.core.catalog.capacity import DEFAULT_CAPACITY_WAIT_S
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY, after_job
@@ -33,8 +33,8 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
 )
 from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
-from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key
 from airflow_provider_kinetic.links import KineticJobLink, KineticLogsLink, KineticOutputLink
 from airflow_provider_kinetic.operators import assets, keyio
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
-from airflow_provider_kinetic.core.backends.k8s_status import REASON_NOT_ADMITTED
+from airflow_provider_kinetic.core.backends.k8s.status import REASON_NOT_ADMITTED
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.checkpoint import remove_checkpoints
 from airflow_provider_kinetic.core.jobs.cleanup import after_job, deletes
@@ -25,9 +25,9 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
 from airflow_provider_kinetic.core.jobs.usage import note_admitted
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.deployment.connection import store_outage_window_s
+from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key
 from airflow_provider_kinetic.exceptions import KineticJobCancelled, KineticJobFailed
-from airflow_provider_kinetic.hooks.connection import store_outage_window_s
-from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key
 from airflow_provider_kinetic.operators.common import (
     describe_failure,
     push_value,

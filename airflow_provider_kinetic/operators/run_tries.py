@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
-from airflow_provider_kinetic.core.capacity import chain_for, parse_capacity
+from airflow_provider_kinetic.core.catalog.capacity import chain_for, parse_capacity
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.cleanup import after_job
@@ -32,7 +32,7 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
 )
 from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport, new_job_id
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
-from airflow_provider_kinetic.hooks.signing import deployment_secret
+from airflow_provider_kinetic.deployment.signing import deployment_secret
 from airflow_provider_kinetic.links import job_links
 from airflow_provider_kinetic.operators import keyio
 from airflow_provider_kinetic.operators.capacity import request_fields as capacity_fields
@@ -92,7 +92,7 @@ class RunTriesBase(KineticOperatorBase):
         planned = planned or self._plan(context, config, store)
         if planned.image is not None:
             # Cloud Build and Artifact Registry clients: imported only to submit.
-            from airflow_provider_kinetic.hooks.image_build import prepare_image
+            from airflow_provider_kinetic.gcp.image_build import prepare_image
 
             prepare_image(planned.image, config, store)  # before any upload
             self.log.info("kinetic: %s", planned.image.describe())

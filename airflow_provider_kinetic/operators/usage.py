@@ -5,7 +5,7 @@ What a task's jobs held (accelerator, capacity, chips) and for how long is summe
 batch's entry); prices come from ``[kinetic] price_table`` when one is set.  Usage is
 an account, never a reason to fail: anything that goes wrong here is a warning.
 
-The same numbers go out as metrics (``hooks/metrics.py``; nothing is done with metrics
+The same numbers go out as metrics (``deployment/metrics.py``; nothing is done with metrics
 off): each ended job or batch once, by the try that ran or collected it (an earlier
 try's jobs were sent by that try), so a retried task does not count them twice.
 """
@@ -20,7 +20,7 @@ from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.usage import for_jobs, summary_line
 from airflow_provider_kinetic.core.spec.handles import REASON_NO_CAPACITY
 from airflow_provider_kinetic.core.storage import ObjectStore
-from airflow_provider_kinetic.hooks import metrics as _airflow_metrics  # noqa: F401 - the sink
+from airflow_provider_kinetic.deployment import metrics as _airflow_metrics  # noqa: F401 - the sink
 
 XCOM_USAGE = "kinetic_usage"
 
@@ -29,7 +29,7 @@ def report_usage(
     operator: Any, context: Any, store: ObjectStore, job_ids: Sequence[str]
 ) -> dict[str, Any] | None:
     """Log the one-line summary and push it as XCom ``kinetic_usage``; returns it."""
-    from airflow_provider_kinetic.hooks.prices import load_price_table
+    from airflow_provider_kinetic.deployment.prices import load_price_table
 
     try:
         usage = for_jobs(store, list(job_ids), load_price_table(strict=False))

@@ -37,9 +37,9 @@ from airflow_provider_kinetic.core.spec.handles import (
 )
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.core.storage.stat import stat_objects
+from airflow_provider_kinetic.deployment.prices import load_price_table
+from airflow_provider_kinetic.deployment.signing import deployment_secret
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
-from airflow_provider_kinetic.hooks.prices import load_price_table
-from airflow_provider_kinetic.hooks.signing import deployment_secret
 
 #: Job ids are one path segment (``job-...``); anything else never reaches the store.
 JOB_ID = re.compile(r"job-[A-Za-z0-9][A-Za-z0-9._-]{0,200}")

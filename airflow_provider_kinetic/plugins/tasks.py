@@ -20,8 +20,8 @@ from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.usage import summary_line
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.storage.stat import stat_objects
+from airflow_provider_kinetic.deployment.prices import load_price_table
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
-from airflow_provider_kinetic.hooks.prices import load_price_table
 from airflow_provider_kinetic.plugins.jobs import (
     FILES_LIMIT,
     JobRow,

@@ -30,7 +30,7 @@ from typing import Any
 from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
 from airflow_provider_kinetic.core.jobs.polling import STORE_OUTAGE_WINDOW_S
 from airflow_provider_kinetic.core.jobs.signing import RESULT_KEY_ENV, sign, signature_key
-from airflow_provider_kinetic.core.keys.locale import job_ended as peers_end
+from airflow_provider_kinetic.core.keys.joblocal import job_ended as peers_end
 from airflow_provider_kinetic.core.storage import store_for_uri
 from airflow_provider_kinetic.runner.invocation import host_index, parse_args
 from airflow_provider_kinetic.runner.lws import (

@@ -21,9 +21,9 @@ from airflow_provider_kinetic.core.spec.handles import (
     JobStatus,
     parse_rendered,
 )
+from airflow_provider_kinetic.deployment.signing import result_key
 from airflow_provider_kinetic.exceptions import KineticJobFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
-from airflow_provider_kinetic.hooks.signing import result_key
 from airflow_provider_kinetic.operators.common import (
     describe_failure,
     result_ref_uris,

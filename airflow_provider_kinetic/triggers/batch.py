@@ -123,14 +123,14 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
         )
 
     def _backend(self):  # noqa: ANN202 - Backend, imported lazily for the triggerer
-        from airflow_provider_kinetic.hooks.backends import backend_for
-        from airflow_provider_kinetic.hooks.connection import config_from_json
+        from airflow_provider_kinetic.deployment.backends import backend_for
+        from airflow_provider_kinetic.deployment.connection import config_from_json
 
         return backend_for(config_from_json(self.config), self._batch.backend)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_provider_kinetic.hooks.connection import store_outage_window_s
-        from airflow_provider_kinetic.hooks.metrics import trigger_scope
+        from airflow_provider_kinetic.deployment.connection import store_outage_window_s
+        from airflow_provider_kinetic.deployment.metrics import trigger_scope
 
         driver = None  # set once it has resumed: only then is the batch its to save
         try:
@@ -293,10 +293,10 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
         if not self.cancel_on_kill:
             return
         from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
-        from airflow_provider_kinetic.hooks.connection import config_from_json
+        from airflow_provider_kinetic.deployment.connection import config_from_json
 
         backend = await asyncio.to_thread(self._backend)
-        from airflow_provider_kinetic.hooks.gcs_auth import store_for
+        from airflow_provider_kinetic.gcp.gcs_auth import store_for
 
         store = store_for(config_from_json(self.config))
         handles = list(self._batch.active.values())

@@ -85,9 +85,9 @@ class BatchDriver:
 
     @classmethod
     def for_trigger(cls, config_json: str, backend: Backend, log: logging.Logger) -> BatchDriver:
-        from airflow_provider_kinetic.hooks.connection import config_from_json
-        from airflow_provider_kinetic.hooks.gcs_auth import store_for
-        from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key
+        from airflow_provider_kinetic.deployment.connection import config_from_json
+        from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key
+        from airflow_provider_kinetic.gcp.gcs_auth import store_for
 
         config = config_from_json(config_json)
         return cls(config, store_for(config), deployment_secret(), backend, log, result_key)

@@ -122,8 +122,8 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         )
 
     def _backend(self):  # noqa: ANN202 - Backend; imported lazily for the triggerer
-        from airflow_provider_kinetic.hooks.backends import backend_for
-        from airflow_provider_kinetic.hooks.connection import config_from_json
+        from airflow_provider_kinetic.deployment.backends import backend_for
+        from airflow_provider_kinetic.deployment.connection import config_from_json
 
         return backend_for(config_from_json(self.config), self._job.backend)
 
@@ -161,8 +161,8 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             yield event
 
     async def _run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_provider_kinetic.hooks.connection import store_outage_window_s
-        from airflow_provider_kinetic.hooks.metrics import trigger_scope
+        from airflow_provider_kinetic.deployment.connection import store_outage_window_s
+        from airflow_provider_kinetic.deployment.metrics import trigger_scope
         from airflow_provider_kinetic.triggers.reads import reads_for
 
         job_id = self._job.job_id
@@ -219,10 +219,10 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
     async def _admitted(self, reason: str | None) -> None:
         """Kueue let a queued job in (it left NotAdmitted): its usage splits the wait
         into waiting for admission and for a node.  An account only: never fails."""
-        from airflow_provider_kinetic.core.backends.k8s_status import REASON_NOT_ADMITTED
+        from airflow_provider_kinetic.core.backends.k8s.status import REASON_NOT_ADMITTED
         from airflow_provider_kinetic.core.jobs.usage import note_admitted
-        from airflow_provider_kinetic.hooks.connection import config_from_json
-        from airflow_provider_kinetic.hooks.gcs_auth import store_for
+        from airflow_provider_kinetic.deployment.connection import config_from_json
+        from airflow_provider_kinetic.gcp.gcs_auth import store_for
 
         if reason == REASON_NOT_ADMITTED:
             return
@@ -237,10 +237,10 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         if not self.cancel_on_kill:
             return
         from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
-        from airflow_provider_kinetic.hooks.connection import config_from_json
+        from airflow_provider_kinetic.deployment.connection import config_from_json
 
         backend = await asyncio.to_thread(self._backend)
-        from airflow_provider_kinetic.hooks.gcs_auth import store_for
+        from airflow_provider_kinetic.gcp.gcs_auth import store_for
 
         store = store_for(config_from_json(self.config))
         self.log.info("task killed by user: cancelling kinetic job %s", self._job.job_id)

@@ -30,7 +30,7 @@ from typing import Any
 
 import airflow
 
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.backends.registry import backend_kinds
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.provider_info import FORM

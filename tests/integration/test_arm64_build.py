@@ -1,6 +1,6 @@
 """A bundled image for arm64 hosts (GB200) through the real Cloud Build client.
 
-As in ``test_image_build.py``, ``hooks/image_build.py`` runs unmocked against the
+As in ``test_image_build.py``, ``gcp/image_build.py`` runs unmocked against the
 loopback Cloud Build / Artifact Registry double and fake-gcs-server; here the build
 request the double receives must say the arm64 platform, and the arm64 image must not
 stand in for the amd64 one of the same content (nor the other way round).
@@ -8,10 +8,10 @@ stand in for the amd64 one of the same content (nor the other way round).
 
 from __future__ import annotations
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
+from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.runtime.images import plan_image
-from airflow_provider_kinetic.hooks.image_build import (
+from airflow_provider_kinetic.gcp.image_build import (
     BINFMT_IMAGE,
     BUILDS_PREFIX,
     DOCKER_BUILDER,

@@ -25,8 +25,8 @@ from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
 from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.deployment.signing import deployment_secret
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
-from airflow_provider_kinetic.hooks.signing import deployment_secret
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 from tests.fixtures.k8s_double import ThreadedDouble, by_code_under_test
 from tests.fixtures.waiting import wait_for_async

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core.backends.gke import GkeBackend
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
@@ -27,7 +27,7 @@ from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.spec.handles import JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import LocalStore
-from airflow_provider_kinetic.hooks.gke_auth import (
+from airflow_provider_kinetic.gcp.gke_auth import (
     ClusterEndpoint,
     GkeApiClientFactory,
     GoogleTokenSource,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
@@ -28,8 +28,8 @@ from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC
 from airflow_provider_kinetic.core.jobs.submit import create_job
 from airflow_provider_kinetic.core.spec.handles import artifact_key
+from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key_for_job
 from airflow_provider_kinetic.hooks.kinetic import config_to_json
-from airflow_provider_kinetic.hooks.signing import deployment_secret, result_key_for_job
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 from airflow_provider_kinetic.triggers.batch_drive import BatchDriver
 

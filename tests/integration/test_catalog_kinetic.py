@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core.accelerators import (
+from airflow_provider_kinetic.core.catalog.accelerators import (
     GPU_TYPES,
     TPU_TYPES,
     Accelerator,

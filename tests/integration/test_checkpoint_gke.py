@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from airflow_provider_kinetic.core.backends.local import RUNNER_MODULE
+from airflow_provider_kinetic.core.backends.local.backend import RUNNER_MODULE
 from airflow_provider_kinetic.core.jobs.checkpoint import (
     CHECKPOINT_URI_ENV,
     MANIFEST_NAME,

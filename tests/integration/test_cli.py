@@ -24,8 +24,8 @@ import structlog
 from airflow import __version__ as airflow_version
 from packaging.version import Version
 
-from airflow_provider_kinetic.core.backends import local_venv
-from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
+from airflow_provider_kinetic.core.backends.local import venv as local_venv
+from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR, LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data.cache import cache_key, marker_key
 from airflow_provider_kinetic.core.jobs.request import JobRequest
@@ -33,7 +33,7 @@ from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.jobs.taskrecord import SYNC, TaskRecord, write_record
 from airflow_provider_kinetic.core.runtime.context import context_key
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
-from airflow_provider_kinetic.hooks.signing import deployment_secret
+from airflow_provider_kinetic.deployment.signing import deployment_secret
 from tests.fixtures.cli import MODULE, REPO, _CallStream, run_cli, run_cli_process
 from tests.fixtures.tiny_wheel import write_wheel
 from tests.fixtures.waiting import wait_for

@@ -21,12 +21,12 @@ import pytest
 from airflow import __version__ as airflow_version
 from packaging.version import Version
 
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobStatus
-from airflow_provider_kinetic.hooks.signing import deployment_secret
+from airflow_provider_kinetic.deployment.signing import deployment_secret
 
 REPO = Path(__file__).resolve().parents[2]
 # Every command with JSON output; "{job}" is a finished job's id.

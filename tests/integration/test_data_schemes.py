@@ -10,7 +10,7 @@ from pathlib import Path
 import pendulum
 import pytest
 
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data, content_hash_of
 from airflow_provider_kinetic.core.jobs.request import JobRequest

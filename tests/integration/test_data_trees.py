@@ -15,7 +15,7 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data, DataPathError
 from airflow_provider_kinetic.core.data.refs import is_data_ref

@@ -7,7 +7,7 @@ import stat
 import time
 from pathlib import Path
 
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.config import KineticConfig
@@ -133,7 +133,7 @@ def test_the_supervisor_removes_what_a_job_ended_by_exit_or_signal_left(tmp_path
 
 
 def test_the_supervisor_and_the_volume_links_name_the_same_shared_temp_dir():
-    from airflow_provider_kinetic.core.backends import supervise
+    from airflow_provider_kinetic.core.backends.local import supervise
     from airflow_provider_kinetic.core.data import locallinks
 
     assert supervise.HOST_TMPDIR_ENV == locallinks.HOST_TMPDIR_ENV

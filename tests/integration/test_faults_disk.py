@@ -26,12 +26,12 @@ from pathlib import Path
 import pendulum
 import pytest
 
-from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR, LocalBackend
 from airflow_provider_kinetic.core.jobs.results import read_result
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore, StoreFullError
 from airflow_provider_kinetic.core.storage.local import TMP_SUFFIX
-from airflow_provider_kinetic.hooks.signing import result_key
+from airflow_provider_kinetic.deployment.signing import result_key
 from tests.fixtures import records
 from tests.fixtures.airflow_env import task_states, xcoms
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import pendulum
 import pytest
 
-from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR, LocalBackend
 from airflow_provider_kinetic.core.jobs.signing import key_id
 from airflow_provider_kinetic.core.jobs.taskrecord import RECORDS_PREFIX
-from airflow_provider_kinetic.hooks.signing import deployment_secret
+from airflow_provider_kinetic.deployment.signing import deployment_secret
 from tests.fixtures import records
 from tests.fixtures.airflow_env import task_states, xcoms
 from tests.fixtures.waiting import wait_for

@@ -24,7 +24,7 @@ from pathlib import Path
 import pendulum
 import pytest
 
-from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR, LocalBackend
 from airflow_provider_kinetic.core.jobs.taskrecord import RECORDS_PREFIX
 from airflow_provider_kinetic.core.storage import StoreUnavailable
 from tests.fixtures import records

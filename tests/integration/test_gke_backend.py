@@ -16,19 +16,19 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
-from airflow_provider_kinetic.core.backends import k8s_logs
-from airflow_provider_kinetic.core.backends import k8s_status as ks
-from airflow_provider_kinetic.core.backends.gke import GkeBackend, KubernetesApiError
-from airflow_provider_kinetic.core.backends.manifests import (
+from airflow_provider_kinetic.core.backends.k8s import logs as k8s_logs
+from airflow_provider_kinetic.core.backends.k8s import status as ks
+from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend, KubernetesApiError
+from airflow_provider_kinetic.core.backends.k8s.manifests import (
     GROUP_LABEL,
     job_manifest,
     lws_manifest,
 )
-from airflow_provider_kinetic.core.backends.pathways import PathwaysBackend
+from airflow_provider_kinetic.core.backends.k8s.pathways import PathwaysBackend
+from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_job_spec
-from airflow_provider_kinetic.hooks.gke_auth import (
+from airflow_provider_kinetic.gcp.gke_auth import (
     ClusterEndpoint,
     GkeApiClientFactory,
     GoogleTokenSource,

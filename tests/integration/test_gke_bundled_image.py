@@ -17,7 +17,7 @@ import pytest
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.runtime.images import plan_image
 from airflow_provider_kinetic.core.storage.gcs import GcsStore
-from airflow_provider_kinetic.hooks.image_build import BUILDS_PREFIX, ENDPOINT_ENV
+from airflow_provider_kinetic.gcp.image_build import BUILDS_PREFIX, ENDPOINT_ENV
 from tests.dags.kinetic_image_dags import REQUIREMENTS
 from tests.fixtures.airflow_env import task_states, xcoms
 from tests.fixtures.cloudbuild_double import CloudBuildDouble, cloudbuild_double

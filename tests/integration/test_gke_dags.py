@@ -30,20 +30,20 @@ from typing import Any
 import pendulum
 import pytest
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
-from airflow_provider_kinetic.core.backends import k8s_status as ks
-from airflow_provider_kinetic.core.backends.local import RUNNER_MODULE
-from airflow_provider_kinetic.core.backends.manifests import job_manifest
+from airflow_provider_kinetic.core.backends.k8s import status as ks
+from airflow_provider_kinetic.core.backends.k8s.manifests import job_manifest
+from airflow_provider_kinetic.core.backends.local.backend import RUNNER_MODULE
+from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.checkpoint import checkpoint_env
 from airflow_provider_kinetic.core.jobs.signing import job_key
-from airflow_provider_kinetic.core.keys.peers import peer_token
+from airflow_provider_kinetic.core.keys.peer.registry import peer_token
 from airflow_provider_kinetic.core.runtime.context import build_context
 from airflow_provider_kinetic.core.spec.identity import key_part
 from airflow_provider_kinetic.core.spec.peerport import SCOPE_ENV, TOKEN_ENV
 from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
 from airflow_provider_kinetic.core.storage.gcs import GcsStore
-from airflow_provider_kinetic.hooks.signing import deployment_secret
+from airflow_provider_kinetic.deployment.signing import deployment_secret
 from tests.fixtures.airflow_env import task_states, xcoms
 from tests.fixtures.google_creds import FakeCredentials
 from tests.fixtures.k8s_double import (

@@ -1,6 +1,6 @@
 """Bundled images through the real Artifact Registry and Cloud Build clients.
 
-``hooks/image_build.py`` runs unmocked: providers-google's ``CloudBuildHook`` and the
+``gcp/image_build.py`` runs unmocked: providers-google's ``CloudBuildHook`` and the
 ``google-cloud-artifact-registry`` client talk REST to the loopback double
 (``tests/fixtures/cloudbuild_double.py``), and the build context goes through the
 real GCS store into fake-gcs-server, from where the double reads it back.  The double
@@ -23,8 +23,8 @@ from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.runtime import wheel
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, plan_image
 from airflow_provider_kinetic.core.storage.gcs import GcsStore
-from airflow_provider_kinetic.hooks.build_log import BuildLogTail
-from airflow_provider_kinetic.hooks.image_build import (
+from airflow_provider_kinetic.gcp.build_log import BuildLogTail
+from airflow_provider_kinetic.gcp.image_build import (
     BUILDS_PREFIX,
     DOCKER_BUILDER,
     ENDPOINT_ENV,
@@ -111,7 +111,7 @@ class Lines(logging.Handler):
 
 @contextlib.contextmanager
 def captured(double: CloudBuildDouble) -> Iterator[Lines]:
-    logger = logging.getLogger("airflow_provider_kinetic.hooks.image_build")
+    logger = logging.getLogger("airflow_provider_kinetic.gcp.image_build")
     lines, level = Lines(double), logger.level
     logger.addHandler(lines)
     logger.setLevel(logging.INFO)
@@ -250,7 +250,7 @@ def test_dry_run_shows_the_image_and_whether_it_would_be_built(
 
 def test_a_line_longer_than_a_read_is_shown_in_pieces(store):
     store.write_bytes("logs/log-b.txt", b"x" * 300 + b"\nend\n")
-    logger = logging.getLogger("airflow_provider_kinetic.hooks.image_build")
+    logger = logging.getLogger("airflow_provider_kinetic.gcp.image_build")
     tail = BuildLogTail(store.client, store.bucket, "logs/log-b.txt", logger, max_bytes=128)
     assert [tail.poll() for _ in range(4)] == [1, 1, 2, 0]  # the third read reaches the end
     assert tail.last_lines == ["x" * 128, "x" * 128, "x" * 44, "end"]
@@ -272,7 +272,7 @@ def test_an_unreadable_log_is_reported_once_and_left_alone(caplog):
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     client = storage.Client(project="p", credentials=AnonymousCredentials(),
                             client_options={"api_endpoint": dead})  # fmt: skip
-    logger = logging.getLogger("airflow_provider_kinetic.hooks.image_build")
+    logger = logging.getLogger("airflow_provider_kinetic.gcp.image_build")
     tail = BuildLogTail(client, "b", "logs/log-1.txt", logger, retry_s=0.5)
     with caplog.at_level(logging.WARNING, logger=logger.name):
         assert tail.poll() == 0 and tail.poll() == 0

@@ -15,8 +15,8 @@ from typing import Any
 import pendulum
 import pytest
 
-from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
-from airflow_provider_kinetic.core.backends.local_venv import VENV_DIR
+from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR, LocalBackend
+from airflow_provider_kinetic.core.backends.local.venv import VENV_DIR
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.jobs.request import JobRequest
@@ -237,7 +237,7 @@ def test_concurrent_jobs_wait_for_one_venv_build(tmp_path, offline_uv, caplog):
     others reuse it; no scratch dir is left."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from airflow_provider_kinetic.core.backends import local_venv
+    from airflow_provider_kinetic.core.backends.local import venv as local_venv
 
     root = str(tmp_path / "root")
     with (

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
-from airflow_provider_kinetic.core.backends.gke import GkeBackend, KubernetesApiError
-from airflow_provider_kinetic.core.backends.k8s_retry import RetryPolicy, retry_after_s
-from airflow_provider_kinetic.core.backends.manifests import job_manifest
-from airflow_provider_kinetic.core.backends.pathways import PathwaysBackend
+from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend, KubernetesApiError
+from airflow_provider_kinetic.core.backends.k8s.manifests import job_manifest
+from airflow_provider_kinetic.core.backends.k8s.pathways import PathwaysBackend
+from airflow_provider_kinetic.core.backends.k8s.retry import RetryPolicy, retry_after_s
+from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.config import KineticConfig, KineticConfigError
 from airflow_provider_kinetic.core.spec.handles import JobStatus
 from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_job_spec

@@ -20,7 +20,7 @@ from typing import Any
 import cloudpickle
 import pytest
 
-from airflow_provider_kinetic.core.backends.gke import GkeBackend
+from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.config import KineticConfig

@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
-from airflow_provider_kinetic.core.backends import local_presence
-from airflow_provider_kinetic.core.backends.local import (
+from airflow_provider_kinetic.core.backends.local import presence as local_presence
+from airflow_provider_kinetic.core.backends.local.backend import (
     _START_GRACE_S,
     STATE_DIR,
     LocalBackend,
@@ -26,6 +25,7 @@ from airflow_provider_kinetic.core.backends.local import (
     local_devices,
     local_env,
 )
+from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.results import collect
@@ -113,7 +113,7 @@ def test_job_outlives_the_submitting_process(config, backend, tmp_path: Path) ->
     script = textwrap.dedent(
         f"""
         import json, os, time
-        from airflow_provider_kinetic.core.backends.local import LocalBackend
+        from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
         from airflow_provider_kinetic.core.config import KineticConfig
         from airflow_provider_kinetic.core.jobs.request import JobRequest
         from airflow_provider_kinetic.core.jobs.submit import submit_job
@@ -159,7 +159,7 @@ def test_a_job_whose_submitter_died_before_starting_it_fails_not_starts_forever(
     script = textwrap.dedent(
         f"""
         import os, signal
-        from airflow_provider_kinetic.core.backends import local
+        from airflow_provider_kinetic.core.backends.local import backend as local
         from airflow_provider_kinetic.core.config import KineticConfig
         from airflow_provider_kinetic.core.jobs.request import JobRequest
         from airflow_provider_kinetic.core.jobs.submit import submit_job
@@ -253,7 +253,7 @@ def test_cancel_of_a_dead_job_never_signals_a_reused_pid(config, backend, tmp_pa
     stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
         # Its exec done: a command line read empty mid-exec is a supervisor starting up
-        # (``local_presence``), which cancel would rightly signal.
+        # (``local/presence.py``), which cancel would rightly signal.
         cmdline = Path(f"/proc/{stranger.pid}/cmdline")
         wait_for("the stranger's exec", lambda: cmdline.read_bytes() == b"sleep\x00300\x00")
         Path(jdir, "pid").write_text(str(stranger.pid))

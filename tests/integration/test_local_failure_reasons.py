@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core.backends import local
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.local import backend as local
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.submit import submit_job

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core.backends import supervise
-from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
-from airflow_provider_kinetic.core.backends.local_gpus import GPUS_ENV, LOCKS_ENV, LocalGpuError
+from airflow_provider_kinetic.core.backends.local import supervise
+from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR, LocalBackend
+from airflow_provider_kinetic.core.backends.local.gpus import GPUS_ENV, LOCKS_ENV, LocalGpuError
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.results import collect

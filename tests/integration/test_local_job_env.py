@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.results import collect
@@ -68,7 +68,7 @@ def test_a_job_sees_the_captured_and_runtime_variables_not_the_workers_settings(
 def test_local_inherit_env_gives_the_job_the_workers_whole_environment(
     config, worker_env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_provider_kinetic.hooks.backends import backend_for
+    from airflow_provider_kinetic.deployment.backends import backend_for
 
     assert not backend_for(config).inherit_env  # the default: the rule above
     monkeypatch.setenv("AIRFLOW__KINETIC__LOCAL_INHERIT_ENV", "True")

@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
-from airflow_provider_kinetic.core.backends import slot_queue
-from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
-from airflow_provider_kinetic.core.backends.local_gpus import GPUS_ENV, LOCKS_ENV
-from airflow_provider_kinetic.core.backends.local_slots import SLOTS_ENV, LocalMaxJobsError
+from airflow_provider_kinetic.core.backends.local import slot_queue
+from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR, LocalBackend
+from airflow_provider_kinetic.core.backends.local.gpus import GPUS_ENV, LOCKS_ENV
+from airflow_provider_kinetic.core.backends.local.slots import SLOTS_ENV, LocalMaxJobsError
+from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_job_spec
@@ -127,7 +127,7 @@ def jobs(config: KineticConfig, slots: Path, tmp_path: Path) -> Iterator[Callabl
 
 SUBMITTER = """
 import sys
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from tests.integration.test_local_max_jobs import gated_spec
 
 root, marks, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from airflow_provider_kinetic.core.backends import k8s_status as ks
+from airflow_provider_kinetic.core.backends.k8s import status as ks
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.spec.handles import JobStatus
 from airflow_provider_kinetic.core.storage import LocalStore

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 
 from airflow_provider_kinetic import KineticRunOperator
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
-from airflow_provider_kinetic.hooks.signing import deployment_secret
+from airflow_provider_kinetic.deployment.signing import deployment_secret
 from tests.fixtures.waiting import DEADLINE_S, wait_for
 
 
@@ -273,8 +273,8 @@ def test_resumed_task_takes_the_final_state_from_the_event(local_conn):
 
     from airflow.providers.common.compat.sdk import TaskDeferred
 
-    from airflow_provider_kinetic.core.backends.local import STATE_DIR
-    from airflow_provider_kinetic.core.backends.local_presence import live_supervisors
+    from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR
+    from airflow_provider_kinetic.core.backends.local.presence import live_supervisors
 
     config = KineticConfig(backend="local", root=str(local_conn))
     backend = LocalBackend(config.bucket_name)

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core.keys import peerbundle, peerfetch, peerserve
-from airflow_provider_kinetic.core.keys.peers import COMPLETE, RECEIVING, peer_token
+from airflow_provider_kinetic.core.keys.peer import bundle as peerbundle
+from airflow_provider_kinetic.core.keys.peer import fetch as peerfetch
+from airflow_provider_kinetic.core.keys.peer import serve as peerserve
+from airflow_provider_kinetic.core.keys.peer.registry import COMPLETE, RECEIVING, peer_token
 from tests.fixtures.waiting import wait_for
 
 TOKEN = peer_token(b"deployment-secret", "bundles-test")

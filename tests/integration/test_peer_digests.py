@@ -17,9 +17,11 @@ import pytest
 
 from airflow_provider_kinetic.core.data.hashing.treehash import content_hash
 from airflow_provider_kinetic.core.data.value import content_hash_of
-from airflow_provider_kinetic.core.keys import peerfetch, peerserve, storepull
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
-from airflow_provider_kinetic.core.keys.peers import COMPLETE, peer_token
+from airflow_provider_kinetic.core.keys.peer import fetch as peerfetch
+from airflow_provider_kinetic.core.keys.peer import serve as peerserve
+from airflow_provider_kinetic.core.keys.peer import storepull
+from airflow_provider_kinetic.core.keys.peer.registry import COMPLETE, peer_token
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.storage.base import FileDigests
 from tests.fixtures.stores import store  # noqa: F401 - the fixture, by name

@@ -15,11 +15,16 @@ from typing import Any
 import pytest
 
 from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.keys.joblocal import job_ended
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
-from airflow_provider_kinetic.core.keys.locale import job_ended
 from airflow_provider_kinetic.core.keys.names import KeyNameError, KeyNotFound
-from airflow_provider_kinetic.core.keys.peers import Peer, PeerRegistry, board_name, peer_token
-from airflow_provider_kinetic.hooks.keys import store
+from airflow_provider_kinetic.core.keys.peer.registry import (
+    Peer,
+    PeerRegistry,
+    board_name,
+    peer_token,
+)
+from airflow_provider_kinetic.keys import store
 from tests.integration.test_cli_store import cli, config  # noqa: F401 - the fixture, by name
 
 SCOPE = "grp-ls-ttl"

@@ -25,19 +25,20 @@ import pytest
 
 from airflow_provider_kinetic.core.data.refs import cache_key
 from airflow_provider_kinetic.core.data.value import content_hash_of
-from airflow_provider_kinetic.core.keys import peerfetch, peerserve
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.names import KeyNameError
-from airflow_provider_kinetic.core.keys.peers import (
+from airflow_provider_kinetic.core.keys.peer import fetch as peerfetch
+from airflow_provider_kinetic.core.keys.peer import serve as peerserve
+from airflow_provider_kinetic.core.keys.peer.registry import (
     RECEIVING,
     Peer,
     PeerRegistry,
     board_name,
     peer_token,
 )
-from airflow_provider_kinetic.core.keys.window import BroadcastWindow
+from airflow_provider_kinetic.core.keys.peer.window import BroadcastWindow
 from airflow_provider_kinetic.core.storage import ObjectStore
-from airflow_provider_kinetic.hooks.keys import store as public_store
+from airflow_provider_kinetic.keys import store as public_store
 from tests.fixtures.stores import store  # noqa: F401 - the fixture, by name
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from airflow_provider_kinetic.core.backends.gke import GkeBackend
+from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.submit import submit_job

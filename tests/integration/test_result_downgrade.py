@@ -20,8 +20,8 @@ from airflow_provider_kinetic import KineticJobSensor, KineticRunOperator, attac
 from airflow_provider_kinetic.core.jobs.signing import ResultAuthError, job_key, sign
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
+from airflow_provider_kinetic.deployment.signing import result_key, signing_configured
 from airflow_provider_kinetic.exceptions import KineticJobFailed
-from airflow_provider_kinetic.hooks.signing import result_key, signing_configured
 from tests.integration.test_operator_lifecycle import TI
 
 CONN = "kn_downgrade"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core.backends.local import SECRETS_FILE, LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import SECRETS_FILE, LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.results import collect
@@ -64,7 +64,7 @@ def test_signed_result_round_trip_and_key_never_on_disk(tmp_path):
     assert stat.S_IMODE(jdir.stat().st_mode) == 0o700
     assert stat.S_IMODE((jdir / "spec.json").stat().st_mode) == 0o600
     assert not (jdir / SECRETS_FILE).exists()  # read and deleted by the supervisor
-    # The key (and the peers' token, core/keys/peers.py) is nowhere in the store, the
+    # The key (and the peers' token, core/keys/peer/registry.py) is nowhere in the store, the
     # job dir or the spec's env (only a reference).
     token = spec.secrets["KINETIC_PEER_TOKEN"]
     for root in (Path(store.bucket), jdir):

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_kinetic.core.backends import shared_reads
+from airflow_provider_kinetic.core.backends.k8s.manifests import job_name
 from airflow_provider_kinetic.core.backends.log_budget import LogBudget
-from airflow_provider_kinetic.core.backends.manifests import job_name
 from tests.fixtures.k8s_double import (
     K8sDouble,
     by_code_under_test,
@@ -314,8 +314,8 @@ async def test_a_triggerer_restart_loses_no_job_and_repeats_no_line(api: K8sDoub
 
 
 async def test_leaderworkersets_share_one_list_too(api: K8sDouble, clock: FakeClock) -> None:
-    from airflow_provider_kinetic.core.backends.manifests import lws_manifest
-    from airflow_provider_kinetic.core.backends.pathways import PathwaysBackend
+    from airflow_provider_kinetic.core.backends.k8s.manifests import lws_manifest
+    from airflow_provider_kinetic.core.backends.k8s.pathways import PathwaysBackend
     from airflow_provider_kinetic.core.spec.handles import JobHandle
     from tests.fixtures.k8s_double import to_json
     from tests.fixtures.triggerer import WORKER, spec_for
@@ -365,7 +365,7 @@ async def test_a_stale_token_renews_the_shared_client_for_every_trigger(
 ) -> None:
     """GKE tokens last an hour: the list that gets a 401 renews the reader's client
     (once), and the triggers' log reads go on with the renewed one."""
-    from airflow_provider_kinetic.core.backends.gke import GkeBackend
+    from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend
 
     handles = [await add_running_job(api, f"job-{i:04d}") for i in range(4)]
     for h in handles:

@@ -19,17 +19,17 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 
 from airflow_provider_kinetic import BroadcastWindow  # noqa: E402
-from airflow_provider_kinetic.core.backends.local import LocalBackend  # noqa: E402
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend  # noqa: E402
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes  # noqa: E402
 from airflow_provider_kinetic.core.batch import run as batchrun  # noqa: E402
 from airflow_provider_kinetic.core.batch.plan import plan_batch  # noqa: E402
 from airflow_provider_kinetic.core.config import KineticConfig  # noqa: E402
 from airflow_provider_kinetic.core.jobs.request import JobRequest  # noqa: E402
-from airflow_provider_kinetic.core.keys import tensors  # noqa: E402
 from airflow_provider_kinetic.core.keys.keystore import KeyStore  # noqa: E402
 from airflow_provider_kinetic.core.keys.names import KeyNameError  # noqa: E402
-from airflow_provider_kinetic.core.keys.peers import PEERS_PREFIX  # noqa: E402
-from airflow_provider_kinetic.core.keys.tensors import TensorMismatch  # noqa: E402
+from airflow_provider_kinetic.core.keys.peer.registry import PEERS_PREFIX  # noqa: E402
+from airflow_provider_kinetic.core.keys.tensors import statedict as tensors  # noqa: E402
+from airflow_provider_kinetic.core.keys.tensors.statedict import TensorMismatch  # noqa: E402
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore  # noqa: E402
 from tests.fixtures.fake_gcs import requires_fake_gcs  # noqa: E402
 from tests.fixtures.waiting import wait_for  # noqa: E402

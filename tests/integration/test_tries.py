@@ -21,7 +21,7 @@ import pytest
 from airflow_provider_kinetic.core.jobs.taskrecord import read_record
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
-from airflow_provider_kinetic.hooks.signing import deployment_secret
+from airflow_provider_kinetic.deployment.signing import deployment_secret
 from tests.fixtures import preempting
 from tests.fixtures.airflow_env import task_states, xcoms
 from tests.fixtures.waiting import wait_for

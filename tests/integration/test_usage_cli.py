@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR, LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs import history, usage
 from airflow_provider_kinetic.core.jobs.checkpoint import read_started, started_key
@@ -23,7 +23,7 @@ from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.storage import LocalStore
-from airflow_provider_kinetic.hooks.signing import deployment_secret
+from airflow_provider_kinetic.deployment.signing import deployment_secret
 from tests.fixtures.cli import run_cli
 from tests.fixtures.waiting import ended, wait_for
 

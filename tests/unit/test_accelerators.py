@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from airflow_provider_kinetic.core.accelerators import (
+from airflow_provider_kinetic.core.catalog.accelerators import (
     GPU_TYPES,
     TPU_TYPES,
     Accelerator,
@@ -507,7 +507,7 @@ def test_tpu_count_prefers_kinetic_shapes_then_the_most_capable(chips: int) -> N
     # "tpu:N" lands where kinetic 0.0.4 put it whenever kinetic had an N-chip shape
     # (e.g. "tpu:4" is still v5litepod, not the newer v6e or tpu7x 4-chip slices);
     # only a count no 0.0.4 shape has goes to the newest generation with it.
-    from airflow_provider_kinetic.core.accelerator_catalog import TPU_PREFERENCE
+    from airflow_provider_kinetic.core.catalog.hardware import TPU_PREFERENCE
 
     acc = parse_accelerator(f"tpu:{chips}")
     kinetic = [n for n, c, *_ in KINETIC_TPU_SLICES if c == chips]
@@ -522,7 +522,7 @@ def test_tpu_count_prefers_kinetic_shapes_then_the_most_capable(chips: int) -> N
 def test_tpu_count_only_newer_shapes_have_goes_to_the_most_capable(monkeypatch) -> None:
     # No count is new-only in today's catalog; add one to two generations to see the
     # second pass pick the first of them in TPU_PREFERENCE (tpu7x before v5p).
-    from airflow_provider_kinetic.core.accelerator_catalog import TpuSlice
+    from airflow_provider_kinetic.core.catalog.hardware import TpuSlice
 
     for name in ("v5p", "tpu7x"):
         machine = TPU_TYPES[name].slices[8].machine_type
@@ -657,7 +657,7 @@ def test_error_survives_pickling() -> None:
 def test_module_imports_no_airflow_or_kubernetes() -> None:
     # The pod runner imports this module; it must stay stdlib-only.
     code = (
-        "import sys, airflow_provider_kinetic.core.accelerators\n"
+        "import sys, airflow_provider_kinetic.core.catalog.accelerators\n"
         "bad = sorted({m.split('.')[0] for m in sys.modules} & {'airflow', 'kubernetes'})\n"
         "assert not bad, bad\n"
     )
@@ -675,7 +675,7 @@ def test_module_imports_no_airflow_or_kubernetes() -> None:
     ],
 )
 def test_spot_keyword_equals_the_suffix(spec, spot, expected):
-    from airflow_provider_kinetic.core.accelerators import with_spot
+    from airflow_provider_kinetic.core.catalog.accelerators import with_spot
 
     assert with_spot(spec, spot) == expected
     assert parse_accelerator(with_spot(spec, spot)).spot is (spot or spec.lower().endswith(":spot"))

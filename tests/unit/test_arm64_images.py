@@ -13,10 +13,10 @@ import re
 
 import pytest
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
+from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.runtime.images import ImageConfigError, plan_image
-from airflow_provider_kinetic.hooks.image_build import BINFMT_IMAGE, build_steps, prepare_image
+from airflow_provider_kinetic.gcp.image_build import BINFMT_IMAGE, build_steps, prepare_image
 
 GB200 = parse_accelerator("gpu-gb200x4")
 
@@ -109,7 +109,7 @@ class Untouchable:
 
 def test_prepare_logs_the_note_and_uploads_nothing(caplog: pytest.LogCaptureFixture) -> None:
     p = plan(GB200, "prebuilt", gke(base_image_repo="us-docker.pkg.dev/p/kinetic"))
-    logger = "airflow_provider_kinetic.hooks.image_build"
+    logger = "airflow_provider_kinetic.gcp.image_build"
     with caplog.at_level(logging.WARNING, logger=logger):
         assert prepare_image(p, gke(), Untouchable()) is p  # type: ignore[arg-type]
     [record] = [r for r in caplog.records if r.name == logger]

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core.accelerators import InvalidAcceleratorError
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+from airflow_provider_kinetic.core.catalog.accelerators import InvalidAcceleratorError
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.jobs.payload import UnpicklableArgumentError

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core.backends.k8s_status import REASON_PREEMPTED
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.k8s.status import REASON_PREEMPTED
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.logs import failure_summary

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_kinetic import BroadcastWindow
-from airflow_provider_kinetic.core.keys.window import BroadcastWindowError
+from airflow_provider_kinetic.core.keys.peer.window import BroadcastWindowError
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 Manifests are validated against the Kubernetes schema (Jobs, pod templates) and the
 LeaderWorkerSet CRD, as in ``test_manifests``; the keys themselves are pinned here
-against ``core/capacity_gke.py``, whose comments cite the GKE and Kueue pages.
+against ``core/catalog/capacity_gke.py``, whose comments cite the GKE and Kueue pages.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
-from airflow_provider_kinetic.core.backends.manifests import job_manifest, lws_manifest
-from airflow_provider_kinetic.core.capacity import (
+from airflow_provider_kinetic.core.backends.k8s.manifests import job_manifest, lws_manifest
+from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
+from airflow_provider_kinetic.core.catalog.capacity import (
     Capacity,
     InvalidCapacityError,
     check_chain,
@@ -271,7 +271,8 @@ def _unschedulable_pod(**status: Any) -> dict[str, Any]:
 def _read(job: dict[str, Any], pods: list, wait_s: float | None, events=(), timeout=1800.0):
     from datetime import UTC, datetime
 
-    from airflow_provider_kinetic.core.backends import k8s_capacity, k8s_status
+    from airflow_provider_kinetic.core.backends.k8s import capacity as k8s_capacity
+    from airflow_provider_kinetic.core.backends.k8s import status as k8s_status
 
     limits = k8s_status.Limits(schedule_timeout_s=timeout)
     now = datetime.now(UTC)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from airflow_provider_kinetic import KineticMapOperator, KineticRunOperator
-from airflow_provider_kinetic.core.capacity import InvalidCapacityError
+from airflow_provider_kinetic.core.catalog.capacity import InvalidCapacityError
 from airflow_provider_kinetic.core.config import KineticConfigError
 from airflow_provider_kinetic.core.jobs.checkpoint import STARTED_NAME
 from airflow_provider_kinetic.core.jobs.fallback import next_step

@@ -15,10 +15,10 @@ from airflow_provider_kinetic import (
     KineticMapOperator,
     KineticRunOperator,
 )
-from airflow_provider_kinetic.core.accelerators import InvalidAcceleratorError
-from airflow_provider_kinetic.core.backends.gke import KubernetesApiError
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.k8s.gke import KubernetesApiError
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
+from airflow_provider_kinetic.core.catalog.accelerators import InvalidAcceleratorError
 from airflow_provider_kinetic.core.jobs.payload import (
     RemoteFunctionError,
     UnpicklableArgumentError,
@@ -28,7 +28,7 @@ from airflow_provider_kinetic.core.jobs.payload import (
 from airflow_provider_kinetic.core.jobs.signing import sign
 from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectNotFound, PreconditionFailed
-from airflow_provider_kinetic.hooks.signing import result_key, result_key_for_job
+from airflow_provider_kinetic.deployment.signing import result_key, result_key_for_job
 from tests.fixtures import records
 
 

@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from airflow_provider_kinetic.core.config import KineticConfig
-from airflow_provider_kinetic.hooks.gcs_auth import storage_client
+from airflow_provider_kinetic.gcp.gcs_auth import storage_client
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 
 EMAIL = "kinetic-jobs@proj.iam.gserviceaccount.com"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.hooks.gke_auth import (
+from airflow_provider_kinetic.gcp.gke_auth import (
     ClusterEndpoint,
     GkeApiClientFactory,
     GoogleTokenSource,

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
-from airflow_provider_kinetic.hooks.connection import config_from_json
+from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
+from airflow_provider_kinetic.deployment.connection import config_from_json
 from airflow_provider_kinetic.hooks.kinetic import (
     KineticHook,
     config_from_extras,
@@ -77,7 +77,7 @@ def test_named_connection(monkeypatch, tmp_path):
 
 
 def test_job_ttl_is_configurable_and_reaches_the_manifest():
-    from airflow_provider_kinetic.core.backends.manifests import job_manifest
+    from airflow_provider_kinetic.core.backends.k8s.manifests import job_manifest
     from airflow_provider_kinetic.core.storage import GcsStore
     from tests.fixtures import records
 

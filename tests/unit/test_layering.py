@@ -176,12 +176,12 @@ def test_gke_extra_holds_what_the_gke_path_imports():
     }
     code = (
         "import sys\n"
-        "import airflow_provider_kinetic.core.backends.gke\n"
-        "import airflow_provider_kinetic.hooks.gke_auth\n"
+        "import airflow_provider_kinetic.core.backends.k8s.gke\n"
+        "import airflow_provider_kinetic.gcp.gke_auth\n"
         "from airflow.providers.google.cloud.hooks.kubernetes_engine import GKEHook\n"
         "import kubernetes_asyncio.client\n"
-        # bundled images: the tag lookup (hooks/image_build.py) uses it
-        "from airflow_provider_kinetic.hooks.image_build import ImageBuildHook\n"
+        # bundled images: the tag lookup (gcp/image_build.py) uses it
+        "from airflow_provider_kinetic.gcp.image_build import ImageBuildHook\n"
         "import google.cloud.artifactregistry_v1\n"
         "print(sorted(m.split('.')[0] for m in sys.modules if m.split('.')[0] in "
         "('kubernetes', 'kubernetes_asyncio', 'tenacity')))\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_provider_kinetic.core.backends.local_environ import job_environment
+from airflow_provider_kinetic.core.backends.local.environ import job_environment
 
 WORKER = {
     "PATH": "/usr/bin",

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core.accelerators import GPU_TYPES, Accelerator, parse_accelerator
-from airflow_provider_kinetic.core.backends import local_gpus, slot_queue, supervise
-from airflow_provider_kinetic.core.backends.local import LocalBackend
-from airflow_provider_kinetic.core.backends.local_gpus import (
+from airflow_provider_kinetic.core.backends.local import gpus as local_gpus
+from airflow_provider_kinetic.core.backends.local import slot_queue, supervise
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+from airflow_provider_kinetic.core.backends.local.gpus import (
     GPU_JOB_ENV,
     GPUS_ENV,
     LocalGpu,
@@ -28,6 +28,11 @@ from airflow_provider_kinetic.core.backends.local_gpus import (
     plan_gpus,
     queued_report,
     read_nvml,
+)
+from airflow_provider_kinetic.core.catalog.accelerators import (
+    GPU_TYPES,
+    Accelerator,
+    parse_accelerator,
 )
 from airflow_provider_kinetic.core.spec.handles import JobStatus, StatusReport
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core.backends import local_reasons
-from airflow_provider_kinetic.core.backends.local_reasons import first_error
+from airflow_provider_kinetic.core.backends.local import reasons as local_reasons
+from airflow_provider_kinetic.core.backends.local.reasons import first_error
 
 NO_PROVIDER = "ModuleNotFoundError: No module named 'airflow_provider_kinetic'"
 

@@ -1,4 +1,4 @@
-"""The machine-wide job slots and their queue (``slot_queue``, ``local_slots``): real
+"""The machine-wide job slots and their queue (``slot_queue``, ``local/slots.py``): real
 ``flock``s and files in a temp dir, real processes where one must die; the limit's
 value from the Airflow option, the env and the CPU count."""
 
@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core.backends import local_slots, slot_queue
-from airflow_provider_kinetic.core.backends.local_slots import (
+from airflow_provider_kinetic.core.backends.local import slot_queue
+from airflow_provider_kinetic.core.backends.local import slots as local_slots
+from airflow_provider_kinetic.core.backends.local.slot_queue import SLOT_FILE, WAIT_FILE
+from airflow_provider_kinetic.core.backends.local.slots import (
     MAX_JOBS_ENV,
     SLOTS_ENV,
     LocalMaxJobsError,
     resolve_max_jobs,
 )
-from airflow_provider_kinetic.core.backends.slot_queue import SLOT_FILE, WAIT_FILE
 from airflow_provider_kinetic.core.spec.handles import JobStatus
 
 
@@ -65,7 +66,7 @@ def test_a_limit_below_one_or_not_whole_is_an_error(bad, monkeypatch) -> None:
 
 def test_the_airflow_option_reaches_the_local_backend(tmp_path, monkeypatch) -> None:
     from airflow_provider_kinetic.core.config import KineticConfig, KineticConfigError
-    from airflow_provider_kinetic.hooks.backends import backend_for
+    from airflow_provider_kinetic.deployment.backends import backend_for
 
     config = KineticConfig(backend="local", root=str(tmp_path))
     monkeypatch.setenv("AIRFLOW__KINETIC__LOCAL_MAX_JOBS", "3")

@@ -19,11 +19,15 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from airflow_provider_kinetic.core.accelerators import GPU_TYPES, TPU_TYPES, parse_accelerator
-from airflow_provider_kinetic.core.backends.manifests import (
+from airflow_provider_kinetic.core.backends.k8s.manifests import (
     job_manifest,
     lws_manifest,
     to_yaml,
+)
+from airflow_provider_kinetic.core.catalog.accelerators import (
+    GPU_TYPES,
+    TPU_TYPES,
+    parse_accelerator,
 )
 from airflow_provider_kinetic.core.data.mounts import FuseMount
 from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_job_spec, label_value
@@ -345,8 +349,8 @@ def _cached_k8s_schemas() -> Any:
 
 def test_secret_is_created_first_then_owned_by_the_job_and_removed_if_creation_fails():
     """The submit plan, driven by hand: no I/O, every call and its order checked."""
-    from airflow_provider_kinetic.core.backends.gke import GkeBackend, KubernetesApiError
-    from airflow_provider_kinetic.core.backends.k8s_api import Reply
+    from airflow_provider_kinetic.core.backends.k8s.api import Reply
+    from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend, KubernetesApiError
     from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
 
     spec = build_job_spec(

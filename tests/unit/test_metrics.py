@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_kinetic.core import metrics
-from airflow_provider_kinetic.core.backends.k8s_status import REASON_PREEMPTED
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.k8s.status import REASON_PREEMPTED
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.data import Data, content_hash_of
 from airflow_provider_kinetic.core.data import cache as datacache
@@ -32,7 +32,7 @@ from airflow_provider_kinetic.core.spec.handles import (
     StatusReport,
 )
 from airflow_provider_kinetic.core.storage import LocalStore
-from airflow_provider_kinetic.hooks import metrics as airflow_metrics
+from airflow_provider_kinetic.deployment import metrics as airflow_metrics
 from airflow_provider_kinetic.operators.usage import send_metrics
 from tests.fixtures.records import batch_state, handle
 
@@ -217,8 +217,8 @@ def test_a_batch_counts_preemptions_and_capacity_steps_as_they_happen(sink, tmp_
 
 
 def test_kubernetes_api_retries_are_counted_per_call_and_status(sink, monkeypatch):
-    from airflow_provider_kinetic.core.backends import k8s_retry
-    from airflow_provider_kinetic.core.backends.k8s_retry import Answer, RetryPolicy
+    from airflow_provider_kinetic.core.backends.k8s import retry as k8s_retry
+    from airflow_provider_kinetic.core.backends.k8s.retry import Answer, RetryPolicy
 
     answers = iter([Answer(503, b""), Answer(429, b""), Answer(200, b"{}")])
     monkeypatch.setattr(k8s_retry, "call_sync", lambda _client, _call: next(answers))

@@ -22,8 +22,8 @@ from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import PAYLOAD_CACHE
 from airflow_provider_kinetic.core.jobs.submit import plan_job
 from airflow_provider_kinetic.core.spec.pod import JobSpec
+from airflow_provider_kinetic.deployment.signing import deployment_secret
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
-from airflow_provider_kinetic.hooks.signing import deployment_secret
 
 #: Handles planned so far (the newest last): what a job carries beside its spec.
 _HANDLES: list[Any] = []

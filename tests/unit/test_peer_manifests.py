@@ -9,7 +9,7 @@ from typing import Any
 
 import kubernetes_validate
 
-from airflow_provider_kinetic.core.backends.manifests import job_manifest, lws_manifest
+from airflow_provider_kinetic.core.backends.k8s.manifests import job_manifest, lws_manifest
 from airflow_provider_kinetic.core.spec.peerport import PEER_PORT, SCOPE_ENV, TOKEN_ENV
 from tests.unit.test_manifests import K8S_VERSION, lws_validator, make_spec  # noqa: F401
 

@@ -8,8 +8,8 @@ import os
 import signal
 import sys
 
-from airflow_provider_kinetic.core.backends.gke import GkeBackend
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.jobs.polling import poll_delays
 from tests.fixtures import records
 
@@ -38,7 +38,7 @@ def test_cluster_polls_keep_their_rate():
 def test_local_wait_wakes_when_the_job_exits(tmp_path):
     import threading
 
-    from airflow_provider_kinetic.core.accelerators import parse_accelerator
+    from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
     from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
 
     spec = build_job_spec(
@@ -65,7 +65,7 @@ def test_local_wait_wakes_when_the_job_exits(tmp_path):
 
 def _waiting_job(tmp_path, job_id: str, go: str) -> tuple[LocalBackend, object]:
     """A real local job (supervisor + child) that runs until ``go`` exists."""
-    from airflow_provider_kinetic.core.accelerators import parse_accelerator
+    from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
     from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
 
     code = f"import os, time\nwhile not os.path.exists({go!r}):\n    time.sleep(0.01)\n"
@@ -89,7 +89,7 @@ def test_waits_wake_on_the_supervisors_exit_through_a_pidfd(tmp_path):
     their hour; a pid that is not the job's supervisor is never watched."""
     import threading
 
-    from airflow_provider_kinetic.core.backends import local_wake
+    from airflow_provider_kinetic.core.backends.local import wake as local_wake
 
     go = str(tmp_path / "go")
     backend, handle = _waiting_job(tmp_path, "job-0000cafe", go)

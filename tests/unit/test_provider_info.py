@@ -78,7 +78,7 @@ def test_kinetic_config_options_are_declared_with_defaults():
 
 def test_connection_form_has_a_documented_field_for_every_extra():
     from airflow_provider_kinetic import get_provider_info
-    from airflow_provider_kinetic.hooks.connection import _EXTRA_FIELDS
+    from airflow_provider_kinetic.deployment.connection import _EXTRA_FIELDS
     from airflow_provider_kinetic.hooks.kinetic import KineticHook
 
     (conn,) = get_provider_info()["connection-types"]

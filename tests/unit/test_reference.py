@@ -51,7 +51,7 @@ def test_every_parameter_is_documented(cls, title):
 
 
 def test_every_extra_and_option_is_documented():
-    from airflow_provider_kinetic.hooks.connection import _EXTRA_FIELDS
+    from airflow_provider_kinetic.deployment.connection import _EXTRA_FIELDS
     from airflow_provider_kinetic.provider_info import CONFIG
 
     extras = section("Connection extras")

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.backends import registry
-from airflow_provider_kinetic.core.backends.gke import GkeBackend
-from airflow_provider_kinetic.core.backends.local import LocalBackend
-from airflow_provider_kinetic.core.backends.pathways import PathwaysBackend
+from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend
+from airflow_provider_kinetic.core.backends.k8s.pathways import PathwaysBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.schemes import _SCHEMES as SCHEMES

@@ -98,7 +98,7 @@ def test_sealed_env_survives_a_rotation():
 def test_the_ring_comes_from_the_config_and_lists_the_single_key_by_its_text(monkeypatch):
     """``result_signing_keys = <new>, <old result_signing_key>`` rotates away from the
     single key: the old text gives the same secret in either option."""
-    from airflow_provider_kinetic.hooks.signing import deployment_secret
+    from airflow_provider_kinetic.deployment.signing import deployment_secret
 
     monkeypatch.setenv("AIRFLOW__KINETIC__RESULT_SIGNING_KEY", "old-text")
     monkeypatch.delenv("AIRFLOW__KINETIC__RESULT_SIGNING_KEYS", raising=False)

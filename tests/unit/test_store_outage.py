@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.core.backends.local import STATE_DIR, LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR, LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.polling import OUTAGE_MAX_S, StoreOutage
 from airflow_provider_kinetic.core.spec.handles import JobStatus
@@ -62,7 +62,7 @@ def test_an_unreadable_store_is_never_not_found(tmp_path: Path):
 
 
 def test_a_triggers_config_never_recreates_a_missing_root(tmp_path: Path):
-    from airflow_provider_kinetic.hooks.connection import config_from_json, config_to_json
+    from airflow_provider_kinetic.deployment.connection import config_from_json, config_to_json
 
     root = tmp_path / "store"
     config = KineticConfig(backend="local", root=str(root))  # checked: created

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_kinetic import BroadcastWindow
-from airflow_provider_kinetic.core.keys import tensor_broadcast
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
-from airflow_provider_kinetic.core.keys.peers import (
+from airflow_provider_kinetic.core.keys.peer.registry import (
     COMPLETE,
     FAILED,
     PEERS_PREFIX,
@@ -22,8 +21,9 @@ from airflow_provider_kinetic.core.keys.peers import (
     PeerRegistry,
     board_name,
 )
-from airflow_provider_kinetic.core.keys.tensor_rendezvous import Rendezvous, RendezvousError
-from airflow_provider_kinetic.core.keys.window import BroadcastWindowError
+from airflow_provider_kinetic.core.keys.peer.window import BroadcastWindowError
+from airflow_provider_kinetic.core.keys.tensors import broadcast as tensor_broadcast
+from airflow_provider_kinetic.core.keys.tensors.rendezvous import Rendezvous, RendezvousError
 from airflow_provider_kinetic.core.storage import LocalStore
 
 BOARD = board_name("tensor", "models/x")

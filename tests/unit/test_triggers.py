@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
-from airflow_provider_kinetic.core.backends.local import LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
 from airflow_provider_kinetic.hooks.kinetic import config_to_json

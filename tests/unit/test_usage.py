@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator
+from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.jobs import history, usage
 from airflow_provider_kinetic.core.jobs.checkpoint import started_key, started_record
 from airflow_provider_kinetic.core.storage import LocalStore

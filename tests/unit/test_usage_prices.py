@@ -1,4 +1,4 @@
-"""``[kinetic] price_table`` (``hooks/prices.py``): the CSV read into the table usage is
+"""``[kinetic] price_table`` (``deployment/prices.py``): the CSV read into the table usage is
 priced with, both spellings of a family, and a bad file failing with its name and line;
 no table set, no table (so nothing shows a cost)."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kinetic.hooks.prices import (
+from airflow_provider_kinetic.deployment.prices import (
     PriceTableError,
     family,
     load_price_table,
@@ -78,7 +78,7 @@ def test_the_config_option_names_the_table(tmp_path: Path, monkeypatch, caplog):
     path.write_text(HEADER + "v6e,spot,cheap\n")
     with pytest.raises(PriceTableError, match="line 2"):
         load_price_table()
-    with caplog.at_level(logging.WARNING, logger="airflow_provider_kinetic.hooks.prices"):
+    with caplog.at_level(logging.WARNING, logger="airflow_provider_kinetic.deployment.prices"):
         assert load_price_table(strict=False) is None  # a task's usage line goes on
     assert "'cheap' is not a price" in caplog.text
     monkeypatch.setenv("AIRFLOW__KINETIC__PRICE_TABLE", str(tmp_path / "missing.csv"))

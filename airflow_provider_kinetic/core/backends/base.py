@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_kinetic.core.accelerators import Accelerator
+from airflow_provider_kinetic.core.catalog.accelerators import Accelerator
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.spec.pod import JobSpec
 from airflow_provider_kinetic.core.storage.fileuri import file_uri

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from airflow_provider_kinetic.core.accelerators import Accelerator
+from airflow_provider_kinetic.core.catalog.accelerators import Accelerator
 
 if TYPE_CHECKING:
     from airflow_provider_kinetic.core.backends.base import Backend
@@ -95,6 +95,6 @@ def store_kind(configured: str) -> str:
     return auto_candidates()[0].name
 
 
-register_backend("local", "airflow_provider_kinetic.core.backends.local:LocalBackend")
-register_backend("gke", "airflow_provider_kinetic.core.backends.gke:GkeBackend")
-register_backend("pathways", "airflow_provider_kinetic.core.backends.pathways:PathwaysBackend")
+register_backend("local", "airflow_provider_kinetic.core.backends.local.backend:LocalBackend")
+register_backend("gke", "airflow_provider_kinetic.core.backends.k8s.gke:GkeBackend")
+register_backend("pathways", "airflow_provider_kinetic.core.backends.k8s.pathways:PathwaysBackend")

@@ -14,7 +14,7 @@ shortest poll interval of its subscribers).
 
 Triggers stay independent: a cancelled trigger leaves (``subscribe`` is a context
 manager) without touching the others' waits; a failed list (after the API retries,
-``k8s_retry``) fails only that tick's waits with :class:`SharedReadFailed`, and a
+``k8s/retry.py``) fails only that tick's waits with :class:`SharedReadFailed`, and a
 subscriber then reads on its own; a reader that dies does the same for all its
 waits and the next subscription forms a new one.  Nothing is persisted: a
 triggerer restart re-creates the triggers from their kwargs and they form new

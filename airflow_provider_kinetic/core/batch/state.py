@@ -57,7 +57,7 @@ class BatchState:
     submit_errors: dict[int, str] = field(default_factory=dict)
     #: Why each failed input's last job failed, as its backend said ("exit code 3",
     #: "killed by SIGKILL", "never started: ModuleNotFoundError: ...", a pod's reason
-    #: (``core.backends.local_reasons``, ``k8s_status``)): a job that died
+    #: (``core.backends.local_reasons``, ``k8s/status.py``)): a job that died
     #: before writing an error payload has nothing else to tell its user.
     failed_why: dict[int, str] = field(default_factory=dict)
     stopped: bool = False

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from airflow_provider_kinetic.core.capacity import parse_capacity
+from airflow_provider_kinetic.core.catalog.capacity import parse_capacity
 from airflow_provider_kinetic.core.jobs.checkpoint import STARTED_NAME
 from airflow_provider_kinetic.core.spec.handles import (
     REASON_NO_CAPACITY,

@@ -17,7 +17,7 @@ from typing import Any
 
 import cloudpickle
 
-from airflow_provider_kinetic.core.accelerators import Accelerator, parse_accelerator
+from airflow_provider_kinetic.core.catalog.accelerators import Accelerator, parse_accelerator
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.mounts import FUSE_ROOT, FuseMount
 from airflow_provider_kinetic.core.data.refs import cache_hash

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator, with_spot
 from airflow_provider_kinetic.core.backends.registry import backend_class
-from airflow_provider_kinetic.core.capacity import (
+from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator, with_spot
+from airflow_provider_kinetic.core.catalog.capacity import (
     DEFAULT_CAPACITY_WAIT_S,
     Capacity,
     chain_for,

@@ -3,7 +3,7 @@
 The object store is shared with whoever can write the bucket, so nothing read back
 from it is unpickled on a worker unless it is authenticated.  Each job gets its own
 key, derived from a deployment secret that never enters the store (see
-``hooks/signing.py``); the job receives only its own key, as a secret (a Kubernetes
+``deployment/signing.py``); the job receives only its own key, as a secret (a Kubernetes
 Secret on GKE, a 0600 file on the local backend).  The runner signs ``result.pkl``
 (and worker failure payloads) and writes the signature *after* the payload, each
 atomically, so a crash never leaves a signature without its data (a reader that finds

@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_provider_kinetic.core.accelerators import parse_accelerator, with_spot
-from airflow_provider_kinetic.core.backends.manifests import GROUP_LABEL
+from airflow_provider_kinetic.core.backends.k8s.manifests import GROUP_LABEL
 from airflow_provider_kinetic.core.backends.registry import backend_class
-from airflow_provider_kinetic.core.capacity import (
+from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator, with_spot
+from airflow_provider_kinetic.core.catalog.capacity import (
     DEFAULT_CAPACITY,
     DEFAULT_CAPACITY_WAIT_S,
     Capacity,
@@ -38,7 +38,7 @@ from airflow_provider_kinetic.core.jobs.signing import (
     key_id,
     ring_of,
 )
-from airflow_provider_kinetic.core.keys.peers import peer_token
+from airflow_provider_kinetic.core.keys.peer.registry import peer_token
 from airflow_provider_kinetic.core.spec.handles import JobHandle, artifact_key, utc_now_iso
 from airflow_provider_kinetic.core.spec.peerport import SCOPE_ENV, TOKEN_ENV
 from airflow_provider_kinetic.core.spec.pod import (
@@ -130,7 +130,7 @@ class JobTemplate:
         if self.result_auth == AUTH_HMAC:
             secrets[RESULT_KEY_ENV] = job_key(signing_secret, job_id)
         env = dict(self.env)
-        # Peers (core/keys/peers.py): one scope per batch (every child) or per job (every
+        # Peers (core/keys/peer/registry.py): one scope per batch (every child) or per job (every
         # LWS host), for file and tensor broadcasts alike; the token only when signed.
         env[SCOPE_ENV] = self.group_id or job_id
         if self.result_auth == AUTH_HMAC:

@@ -28,7 +28,7 @@ The runner's records live in ``{job_id}/``, which the cleanup policy deletes onc
 value is delivered; so :func:`record_usage` freezes an ended job's usage into its
 history entry (``usage``) before that, and later readers show the same numbers.
 Costs come only from a price table the deployment gives (``[kinetic] price_table``,
-parsed on the Airflow side, ``hooks/prices.py``); without one there is no cost field.
+parsed on the Airflow side, ``deployment/prices.py``); without one there is no cost field.
 """
 
 from __future__ import annotations
@@ -39,7 +39,10 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from airflow_provider_kinetic.core.accelerators import InvalidAcceleratorError, parse_accelerator
+from airflow_provider_kinetic.core.catalog.accelerators import (
+    InvalidAcceleratorError,
+    parse_accelerator,
+)
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.checkpoint import STARTED_NAME, read_started
 from airflow_provider_kinetic.core.storage import ObjectStore

@@ -5,7 +5,7 @@ A rolling tree, built from join order on the scope's board ``bcast/{group}``
 (``peers.py``; the group is the window's ``group_id``, else the key and version):
 
 - the getter joins (compare-and-swap: a definite position) and starts serving what
-  it receives, file by file, as each file completes (``peerserve.py``);
+  it receives, file by file, as each file completes (``peer/serve.py``);
 - position 0 reads the store; position ``i`` reads from position ``(i - 1) //
   fanout``, so each peer serves at most ``fanout`` children and 1,000 peers at
   fanout 50 are two hops from the store;
@@ -27,17 +27,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_kinetic.core.keys import peerserve
 from airflow_provider_kinetic.core.keys.fetch import place_version
-from airflow_provider_kinetic.core.keys.keystore import KeyStore
-from airflow_provider_kinetic.core.keys.locale import (
+from airflow_provider_kinetic.core.keys.joblocal import (
     JOB_ENV,
     peer_id,
     remember,
     scope_or_refuse,
     unreachable_once,
 )
-from airflow_provider_kinetic.core.keys.peerfetch import (
+from airflow_provider_kinetic.core.keys.keystore import KeyStore
+from airflow_provider_kinetic.core.keys.peer import serve as peerserve
+from airflow_provider_kinetic.core.keys.peer.fetch import (
     PeerNotServing,
     PeerUnavailable,
     drop_others,
@@ -46,7 +46,7 @@ from airflow_provider_kinetic.core.keys.peerfetch import (
     pull_peer,
     tree_digests,
 )
-from airflow_provider_kinetic.core.keys.peers import (
+from airflow_provider_kinetic.core.keys.peer.registry import (
     COMPLETE,
     FAILED,
     RECEIVING,
@@ -54,9 +54,9 @@ from airflow_provider_kinetic.core.keys.peers import (
     PeerRegistry,
     board_name,
 )
+from airflow_provider_kinetic.core.keys.peer.storepull import pull_store, store_manifest
+from airflow_provider_kinetic.core.keys.peer.window import BroadcastWindow
 from airflow_provider_kinetic.core.keys.records import Version
-from airflow_provider_kinetic.core.keys.storepull import pull_store, store_manifest
-from airflow_provider_kinetic.core.keys.window import BroadcastWindow
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 log = logging.getLogger("kinetic.peers")

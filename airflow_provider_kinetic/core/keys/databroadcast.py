@@ -26,9 +26,9 @@ from airflow_provider_kinetic.core.data.schemes.download import expected_hash
 from airflow_provider_kinetic.core.keys import env
 from airflow_provider_kinetic.core.keys.broadcast import Broadcast
 from airflow_provider_kinetic.core.keys.fetch import KeyVerifyError
-from airflow_provider_kinetic.core.keys.peers import PeerError, job_scope
+from airflow_provider_kinetic.core.keys.peer.registry import PeerError, job_scope
+from airflow_provider_kinetic.core.keys.peer.window import BroadcastWindow
 from airflow_provider_kinetic.core.keys.records import Version
-from airflow_provider_kinetic.core.keys.window import BroadcastWindow
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 log = logging.getLogger("kinetic.peers")

@@ -36,7 +36,7 @@ def job_store() -> ObjectStore:
 
 def job_who() -> dict[str, Any]:
     """The job id and its batch index (the Airflow identity is added by the caller
-    that may read the job history, ``hooks/keys.py``)."""
+    that may read the job history, ``keys.py``)."""
     who: dict[str, Any] = {"job_id": os.environ.get(JOB_ENV, "")}
     if os.environ.get(GROUP_INDEX_ENV):
         who["group_index"] = int(os.environ[GROUP_INDEX_ENV])

@@ -28,7 +28,7 @@ from airflow_provider_kinetic.core.data.refs import cache_key, marker_key
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.names import KeyNameError, KeyNotFound
-from airflow_provider_kinetic.core.keys.peerfetch import tree_digests
+from airflow_provider_kinetic.core.keys.peer.fetch import tree_digests
 from airflow_provider_kinetic.core.keys.records import Version
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.storage.base import FileDigests
@@ -97,7 +97,7 @@ def place_version(
     digests: FileDigests | None = None,
 ) -> dict[str, Any]:
     """``receive(tmp)`` fills a temporary directory beside ``dest`` (from the store,
-    or from peers: ``locale.py``, ``broadcast.py``); the tree is verified against
+    or from peers: ``joblocal.py``, ``broadcast.py``); the tree is verified against
     ``v`` (``digests``: what ``receive`` hashed on the way) and renamed into place;
     ``placed(path)`` is told where it went."""
     path = os.path.abspath(os.fspath(dest))

@@ -2,5 +2,5 @@
 
 Airflow-free, like the rest of ``core``: the operators resolve requirements and the
 image plan here once per task, and only the Airflow layer
-(``hooks/image_build.py``) talks to Artifact Registry and Cloud Build.
+(``gcp/image_build.py``) talks to Artifact Registry and Cloud Build.
 """

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_kinetic.core.accelerators import Accelerator
+from airflow_provider_kinetic.core.catalog.accelerators import Accelerator
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.runtime import wheel
 from airflow_provider_kinetic.core.runtime.requirements import Requirements, resolve_requirements

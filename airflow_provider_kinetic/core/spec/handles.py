@@ -96,7 +96,7 @@ class JobHandle:
     on the local backend).  ``output_dir``, ``result_auth`` (how the result is
     authenticated: ``hmac-sha256`` by this package's runner, ``none`` for a job
     submitted for kinetic's own runner; a claim, never a decision: a deployment with
-    a signing secret verifies every result, ``hooks/signing.py``), ``result_key_id``
+    a signing secret verifies every result, ``deployment/signing.py``), ``result_key_id``
     (the id of the signing secret the job's result key came from,
     ``core.jobs.signing.key_id``; not secret) and ``version`` are ours; ``extra`` holds
     keys this version does not know, written back unchanged by ``to_dict``.

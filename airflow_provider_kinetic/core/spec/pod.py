@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_kinetic.core.accelerators import Accelerator
-from airflow_provider_kinetic.core.capacity import Capacity, CapacityFields, pod_fields
+from airflow_provider_kinetic.core.catalog.accelerators import Accelerator
+from airflow_provider_kinetic.core.catalog.capacity import Capacity, CapacityFields, pod_fields
 from airflow_provider_kinetic.core.data.mounts import FuseMount
 
 #: kinetic image layout: the runner script sits at this path in the image.

@@ -1,0 +1,2 @@
+"""The Kubernetes backends (a GKE Job, a Pathways LeaderWorkerSet): manifests, API calls
+and their retries, status diagnosis, logs and capacity waits."""

@@ -1,0 +1,180 @@
+"""Kubernetes objects that wrap the one :class:`JobSpec`: a batch/v1 Job and a LeaderWorkerSet.
+
+Pure functions, no client, no network: the GKE and Pathways backends send exactly
+these dicts, ``Backend.manifest`` shows them as a dry run, and the tests validate
+them against the Kubernetes (and LWS CRD) schemas.  Names, labels and env follow
+kinetic 0.0.4 (protocol notes §2.1, §2.8, §2.10) so kinetic's CLI sees our jobs.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from airflow_provider_kinetic.core.spec.peerport import declare_peer_port
+from airflow_provider_kinetic.core.spec.pod import JobSpec, secret_name
+
+#: Label that marks every Job (and pod) of one batch, so one list call answers for
+#: all children (``Backend.batch_status``).  Set it through ``SpecInputs.extra_labels``.
+GROUP_LABEL = "kinetic-group-id"
+LWS_GROUP = "leaderworkerset.x-k8s.io"
+LWS_PLURAL = "leaderworkersets"
+LWS_DEFAULT_VERSION = "v1"
+#: Recreate the whole group when any pod restarts: a multi-host JAX program cannot
+#: continue with one host replaced, so a partial restart would only hang.
+LWS_RESTART_POLICY = "RecreateGroupOnPodRestart"
+_MULTI_HOST_ENV = frozenset(
+    {"MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES", "TPU_WORKER_ID", "KINETIC_LWS"}
+)
+#: Written by the runner of an LWS host that finished successfully; it then idles
+#: instead of exiting (an exit restarts the group and would run the function again),
+#: and this file makes the pod Ready: how the status read knows the job is done.
+FINISHED_FILE = "/tmp/kinetic-finished"
+
+
+def job_name(job_id: str) -> str:
+    """GKE Job name (kinetic: ``kinetic-{job_id}``)."""
+    return f"kinetic-{job_id}"
+
+
+def lws_name(job_id: str) -> str:
+    """LeaderWorkerSet name (kinetic: ``keras-pathways-{job_id}``)."""
+    return f"keras-pathways-{job_id}"
+
+
+def leader_pod_name(name: str) -> str:
+    """The leader pod of group 0 of the LeaderWorkerSet ``name``."""
+    return f"{name}-0"
+
+
+def job_manifest(spec: JobSpec) -> dict[str, Any]:
+    """The batch/v1 Job for ``spec``.
+
+    ``backoffLimit: 0`` because the payload is not idempotent (it writes its
+    result and outputs): a retry belongs to Airflow, which knows about it.
+    """
+    name = spec.name  # the builder's name: kinetic-{job_id}
+    labels = {**spec.labels, **spec.capacity.owner_labels}
+    queued = {"suspend": True} if spec.capacity.suspend else {}  # Kueue admits, unsuspends
+    # A deep copy, so a caller editing the manifest never edits the spec.
+    template = copy.deepcopy(spec.pod_template({"job-name": name}))
+    for container in template["spec"]["containers"]:
+        declare_peer_port(container)  # batch peers read from this pod (core/keys/peer/registry.py)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": spec.namespace,
+            "labels": labels,
+            **_annotations(spec),
+        },
+        "spec": {
+            **queued,
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": spec.ttl_seconds,
+            "template": template,
+        },
+    }
+
+
+def lws_manifest(
+    spec: JobSpec, api_version: str = f"{LWS_GROUP}/{LWS_DEFAULT_VERSION}"
+) -> dict[str, Any]:
+    """The LeaderWorkerSet for a multi-host ``spec`` (one group of ``num_nodes`` pods).
+
+    The pod template is the Job's with four differences: label ``app`` is
+    ``kinetic-pathways`` (kinetic's selector for these pods); there is no
+    ``restartPolicy`` (LWS creates StatefulSets from these templates, and
+    StatefulSet validation accepts only the default ``Always``); the container
+    gets the multi-host env, where the coordinator address and this host's index
+    come from variables the LWS webhook injects (the kubelet expands ``$(...)``);
+    and, because a pod that exits is restarted (and the group recreated), a finished
+    runner idles and signals completion through a readiness probe on
+    ``FINISHED_FILE`` (``KINETIC_LWS=1`` tells it so): a finished leader is never
+    restarted, and a restarted host never runs the function twice.
+    """
+    name = lws_name(spec.job_id)
+    hosts = spec.accelerator.num_nodes
+    template = copy.deepcopy(spec.pod_template({"app": "kinetic-pathways", "job-name": name}))
+    template["spec"].pop("restartPolicy", None)
+    for container in template["spec"]["containers"]:
+        env = [e for e in container.get("env", []) if e["name"] not in _MULTI_HOST_ENV]
+        container["env"] = env + [
+            {"name": "MEGASCALE_COORDINATOR_ADDRESS", "value": "$(LWS_LEADER_ADDRESS)"},
+            # kinetic puts the host count here (not a slice count); keep it identical.
+            {"name": "MEGASCALE_NUM_SLICES", "value": str(hosts)},
+            {"name": "TPU_WORKER_ID", "value": "$(LWS_WORKER_INDEX)"},
+            {"name": "KINETIC_LWS", "value": "1"},
+        ]
+        declare_peer_port(container)
+        container["readinessProbe"] = {
+            "exec": {"command": ["test", "-e", FINISHED_FILE]},
+            "periodSeconds": 5,
+        }
+    return {
+        "apiVersion": api_version,
+        "kind": "LeaderWorkerSet",
+        "metadata": {
+            "name": name,
+            "namespace": spec.namespace,
+            # Kueue's LeaderWorkerSet integration reads the queue label here.
+            "labels": {**spec.labels, **spec.capacity.owner_labels, "app": "kinetic-pathways"},
+            **_annotations(spec),
+        },
+        "spec": {
+            "replicas": 1,
+            "leaderWorkerTemplate": {
+                "size": hosts,
+                "restartPolicy": LWS_RESTART_POLICY,
+                "leaderTemplate": template,
+                "workerTemplate": copy.deepcopy(template),
+            },
+        },
+    }
+
+
+def _annotations(spec: JobSpec) -> dict[str, Any]:
+    """The owner object's annotations (a capacity step's, e.g. Kueue's run limit)."""
+    found = spec.capacity.owner_annotations
+    return {"annotations": dict(found)} if found else {}
+
+
+def secret_manifest(spec: JobSpec) -> dict[str, Any] | None:
+    """The Secret with the job's secret env (``None`` when it has none).
+
+    Created before the Job/LWS and then owned by it (``owner_reference``), so deleting
+    the job deletes its secrets; never part of a dry run's output.
+    """
+    if not spec.secrets:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": secret_name(spec.job_id),
+            "namespace": spec.namespace,
+            "labels": dict(spec.labels),
+        },
+        "type": "Opaque",
+        "stringData": dict(spec.secrets),
+    }
+
+
+def owner_reference(obj: dict[str, Any]) -> dict[str, Any]:
+    """An ownerReference to a created object (its reply carries the uid)."""
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "blockOwnerDeletion": False,
+    }
+
+
+def to_yaml(manifest: dict[str, Any]) -> str:
+    """YAML for ``kubectl apply -f -`` (key order kept, so it reads like the dict)."""
+    import yaml  # the kubernetes client depends on PyYAML; only needed here
+
+    return yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False)

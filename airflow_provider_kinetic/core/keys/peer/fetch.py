@@ -1,0 +1,378 @@
+"""Reading a content hash's files from one source: a peer's server, or the store.
+
+Both sources fill the same *receiving* directory the same way, so a broadcast child
+can switch source half way (its parent died) and keep what it has: each file is
+written under a temporary name, its digest taken while it streams, and renamed to
+its place only when whole (and, from a peer, only when the digest is the one the
+peer sent).  ``on_file`` is told of every whole file, which is how a child serves
+its own children while it is still receiving.  The whole tree is checked against
+the content hash by the caller afterwards: nothing here is trusted on its own.
+
+The digest is the content hash's own per-file digest (``peerserve.file_digest``),
+recorded in the caller's ``FileDigests`` with the file's stat once it is in place:
+the tree check then reads no file a second time (on 2 CPUs and 16 copies of 1 GiB,
+that second read was a large part of a broadcast's time).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import itertools
+import json
+import os
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, BinaryIO
+
+from airflow_provider_kinetic.core.errors import KineticError
+from airflow_provider_kinetic.core.keys.peer import bundle as peerbundle
+from airflow_provider_kinetic.core.keys.peer.serve import (
+    CHUNK,
+    DIGEST_HEADER,
+    HOLD_HEADER,
+    HOLD_S,
+    RECEIVED_HEADER,
+    TOKEN_HEADER,
+    digest_prefix,
+)
+from airflow_provider_kinetic.core.storage.base import FileDigests
+
+OnFile = Callable[[str, str, str], None]
+#: Parallel reads from one peer: small files travel in bundles, each a stream of
+#: its own; a peer is near, so a few hide its round trip, and more only contend for
+#: the GIL.  The store's count is the store's own (``ObjectStore.workers_for``).
+WORKERS = 4
+#: Seconds to open a connection to a peer (a network policy that drops pod-to-pod
+#: packets shows up here); ``KINETIC_PEER_CONNECT_S`` changes it.
+CONNECT_S = 5.0
+CONNECT_ENV = "KINETIC_PEER_CONNECT_S"
+
+
+class PeerUnavailable(KineticError, ConnectionError):
+    """A peer could not be reached, refused us, or stalled: try another source."""
+
+
+class PeerNotServing(PeerUnavailable):
+    """The peer answered, but does not serve that content (yet): 404."""
+
+
+class PeerForbidden(PeerUnavailable):
+    """The peer answered 403: our token is not its scope's."""
+
+
+class _Conn(http.client.HTTPConnection):
+    """Connects within ``CONNECT_S``, then reads with the caller's (longer) timeout."""
+
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        super().__init__(host, port, timeout=min(timeout, connect_s()))
+        self.read_timeout = timeout
+
+    def connect(self) -> None:
+        super().connect()
+        assert self.sock is not None
+        self.sock.settimeout(self.read_timeout)
+
+
+def connect_s() -> float:
+    return float(os.environ.get(CONNECT_ENV) or CONNECT_S)
+
+
+def _conn(address: str, timeout: float) -> http.client.HTTPConnection:
+    host, _, port = address.rpartition(":")
+    return _Conn(host, int(port), timeout)
+
+
+def peer_manifest(address: str, version: str, token: str, timeout: float) -> dict[str, Any]:
+    """The peer's manifest of ``version``; ``PeerUnavailable`` when it has none."""
+    try:
+        conn = _conn(address, timeout)
+        try:
+            conn.request("GET", f"/v/{version}/manifest", headers={TOKEN_HEADER: token})
+            resp = conn.getresponse()
+            body = resp.read()
+        finally:
+            conn.close()
+    except OSError as exc:
+        raise PeerUnavailable(f"peer {address}: {exc}") from exc
+    if resp.status == 403:
+        raise PeerForbidden(f"peer {address} refused our token (403)")
+    if resp.status == 404:
+        raise PeerNotServing(f"peer {address} does not serve {version[:12]} (404)")
+    if resp.status != 200:
+        raise PeerUnavailable(f"peer {address} does not serve {version[:12]} ({resp.status})")
+    return json.loads(body)
+
+
+def _done(base: str, rel: str, size: int) -> bool:
+    path = os.path.join(base, *rel.split("/"))
+    return os.path.isfile(path) and os.path.getsize(path) == size
+
+
+def missing(base: str, files: list[list[Any]]) -> list[list[Any]]:
+    """The files not yet whole in ``base``."""
+    return [f for f in files if not _done(base, f[0], int(f[1]))]
+
+
+def drop_others(base: str, files: list[list[Any]]) -> None:
+    """Remove what is in ``base`` but not in ``files`` (a parent's list was wrong)."""
+    keep = {f[0] for f in files}
+    for top, _, names in os.walk(base):
+        for name in names:
+            path = os.path.join(top, name)
+            if os.path.relpath(path, base).replace(os.sep, "/") not in keep:
+                os.unlink(path)
+
+
+def tree_digests() -> FileDigests:
+    """Where a copy's per-file digests go, for the tree check (``fetch.place_version``)."""
+    return FileDigests(digest_prefix)
+
+
+def kept(
+    part: str, path: str, rel: str, digest: hashlib._Hash, digests: FileDigests | None
+) -> None:
+    """``part`` is whole and checked: put it in place and remember its digest."""
+    os.replace(part, path)
+    if digests is not None:  # the stat after the rename (a rename changes ctime)
+        digests.record(path, digest_prefix(rel), digest.digest(), os.stat(path))
+
+
+_parts = itertools.count()
+#: Directories already made (a copy's thousands of files share a few): each costs a
+#: system call per file otherwise.
+_made: set[str] = set()
+
+
+def part_of(base: str, rel: str) -> tuple[str, str]:
+    """The file's place in ``base`` and its temporary name; a path from a peer's
+    list that would leave ``base`` is refused (the list is not trusted)."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise PeerUnavailable(f"a peer listed the path {rel!r}, which is not relative: refused")
+    path = os.path.join(base, *parts)
+    parent = os.path.dirname(path)
+    if parent not in _made:  # (removed since: the open makes it again, ``_open_part``)
+        os.makedirs(parent, exist_ok=True)
+        _made.add(parent)
+    return path, f"{path}.{os.getpid()}-{next(_parts)}.kinetic-part"
+
+
+def _open_part(part: str) -> BinaryIO:
+    try:
+        return open(part, "wb")  # noqa: SIM115 - the caller's with closes it
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(part), exist_ok=True)
+        return open(part, "wb")  # noqa: SIM115
+
+
+class _PeerPull:
+    """``files`` from one peer, in threads, each thread on its own kept-alive
+    connection; any file that cannot be had within ``stall_s`` of the last progress
+    makes the whole pull fail (the caller picks another source)."""
+
+    def __init__(
+        self,
+        address: str,
+        version: str,
+        token: str,
+        base: str,
+        stall_s: float,
+        digests: FileDigests | None = None,
+    ) -> None:
+        self.address, self.version, self.token = address, version, token
+        self.base, self.stall_s, self.digests = base, stall_s, digests
+        self.progress = time.monotonic()
+        self.failed = threading.Event()
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.parent_seen: str | None = None
+        #: Told of every chunk received (a parent's children see it as progress).
+        self.on_bytes: Callable[[int], None] = lambda _n: None
+
+    def conn(self) -> http.client.HTTPConnection:
+        c = getattr(self.local, "conn", None)
+        if c is None:  # reads wait out a held request, plus the stall allowance
+            c = self.local.conn = _conn(self.address, self.stall_s + HOLD_S)
+        return c
+
+    def parent_progress(self, received: str | None) -> None:
+        """A parent whose own copy grew since we last asked is not stalled."""
+        with self.lock:
+            if received is not None and received != self.parent_seen:
+                self.parent_seen = received
+                self.progress = time.monotonic()
+
+    def hold(self) -> str:
+        """How long the parent may hold a request for a file it does not have yet."""
+        left = self.stall_s - (time.monotonic() - self.progress)
+        return f"{max(0.05, min(HOLD_S, left)):.2f}"
+
+    def broken(self, exc: OSError, what: str = "") -> PeerUnavailable:
+        """The connection failed: this peer is given up (the caller tries another)."""
+        self.local.conn = None
+        self.failed.set()
+        return PeerUnavailable(f"peer {self.address}: {what}{exc}")
+
+    def stall(self) -> PeerUnavailable:
+        self.failed.set()
+        self.local.conn = None
+        return PeerUnavailable(
+            f"peer {self.address}: no progress for {self.stall_s:.0f}s (stalled or gone)"
+        )
+
+    def stalled(self) -> bool:
+        return self.failed.is_set() or time.monotonic() - self.progress > self.stall_s
+
+    def one(self, entry: list[Any], on_file: OnFile) -> int:
+        rel, size = entry[0], int(entry[1])
+        url = f"/v/{self.version}/f/{urllib.parse.quote(rel)}"
+        while not self.stalled():
+            resp = self._ask("GET", url)
+            if resp.status == 503:  # the parent is still receiving it
+                resp.read()
+                self.parent_progress(resp.getheader(RECEIVED_HEADER))
+                continue
+            self._refused(resp, rel)
+            self._receive(resp, rel, size, resp.getheader(DIGEST_HEADER, ""), on_file)
+            self._end(resp)
+            return size
+        raise self.stall()
+
+    def bundle(self, entries: list[list[Any]], on_file: OnFile) -> int:
+        """Small files in as few requests as the parent's progress allows: a bundle
+        that stops at a file the parent does not have yet is asked again from there."""
+        todo, total = list(entries), 0
+        while todo:
+            if self.stalled():
+                raise self.stall()
+            body = json.dumps({"files": [e[0] for e in todo]}).encode()
+            resp = self._ask("POST", f"/v/{self.version}/bundle", body)
+            self._refused(resp, todo[0][0])
+            while todo:
+                try:
+                    head = peerbundle.read_header(resp)
+                except TimeoutError as exc:
+                    raise self.stall() from exc
+                except (OSError, ValueError, http.client.HTTPException) as exc:
+                    raise self.broken(OSError(str(exc)), "a bundle: ") from exc
+                stop = head.get("stop")
+                if stop == "later":
+                    self.parent_progress(str(head.get("received")))
+                    break
+                rel, size = todo[0][0], int(todo[0][1])
+                if stop is not None or head.get("rel") != rel or head.get("size") != size:
+                    self.failed.set()
+                    raise PeerUnavailable(
+                        f"peer {self.address} answered {stop or head!r} where {rel} "
+                        f"({size} bytes) was asked in a bundle"
+                    )
+                self._receive(resp, rel, size, str(head.get("digest", "")), on_file)
+                todo.pop(0)
+                total += size
+            if not todo and peerbundle.read_header(resp).get("stop") != "end":
+                raise self.broken(OSError("no end after the last file"), "a bundle: ")
+            resp.close()  # the parent ends the connection after a bundle
+        return total
+
+    def _ask(self, method: str, url: str, body: bytes | None = None) -> http.client.HTTPResponse:
+        headers = {TOKEN_HEADER: self.token, HOLD_HEADER: self.hold()}
+        try:
+            c = self.conn()
+            c.request(method, url, body=body, headers=headers)
+            return c.getresponse()
+        except TimeoutError as exc:
+            raise self.stall() from exc
+        except OSError as exc:
+            raise self.broken(exc) from exc
+
+    def _refused(self, resp: http.client.HTTPResponse, rel: str) -> None:
+        """Raise unless the peer answered 200."""
+        if resp.status == 200:
+            return
+        resp.read()
+        self.failed.set()
+        what = "refused our token" if resp.status == 403 else f"answered {resp.status}"
+        raise (PeerForbidden if resp.status == 403 else PeerUnavailable)(
+            f"peer {self.address} {what} for {rel}"
+        )
+
+    def _end(self, resp: http.client.HTTPResponse) -> None:
+        """Read what is left of a response; anything beyond what was asked for
+        means the connection can no longer be trusted to line up."""
+        try:
+            extra = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise self.broken(OSError(str(exc)), "a response's end: ") from exc
+        if extra:
+            self.local.conn = None
+            self.failed.set()
+            raise PeerUnavailable(f"peer {self.address} sent {len(extra)} bytes more than listed")
+
+    def _receive(
+        self, resp: http.client.HTTPResponse, rel: str, size: int, sent: str, on_file: OnFile
+    ) -> None:
+        """Exactly ``size`` bytes of ``rel`` from ``resp``, kept only if whole and
+        of the digest the peer ``sent``."""
+        path, part = part_of(self.base, rel)
+        h, got = hashlib.sha256(digest_prefix(rel)), 0
+        try:
+            with _open_part(part) as f:
+                while got < size and (chunk := resp.read(min(CHUNK, size - got))):
+                    f.write(chunk)
+                    h.update(chunk)
+                    got += len(chunk)
+                    self.progress = time.monotonic()
+                    self.on_bytes(len(chunk))
+            if got != size or h.hexdigest() != sent:
+                self.failed.set()
+                raise PeerUnavailable(
+                    f"peer {self.address}: {rel} arrived with {got} of {size} bytes or a "
+                    "digest other than the peer's: not kept"
+                )
+            kept(part, path, rel, h, self.digests)
+        except TimeoutError as exc:
+            raise self.stall() from exc
+        except (OSError, http.client.HTTPException) as exc:
+            if isinstance(exc, PeerUnavailable):
+                raise
+            raise self.broken(OSError(str(exc)), f"{rel}: ") from exc
+        finally:
+            if os.path.exists(part):
+                os.unlink(part)
+        on_file(rel, path, h.hexdigest())
+
+
+def pull_peer(
+    address: str,
+    version: str,
+    token: str,
+    base: str,
+    files: list[list[Any]],
+    on_file: OnFile,
+    stall_s: float,
+    on_bytes: Callable[[int], None] | None = None,
+    digests: FileDigests | None = None,
+) -> int:
+    """Read ``files`` from the peer at ``address``; bytes read.  Raises
+    ``PeerUnavailable`` on the first file that fails or stalls (what arrived whole
+    stays in ``base``).  ``on_bytes`` is told of every chunk as it arrives."""
+    pull = _PeerPull(address, version, token, base, stall_s, digests)
+    if on_bytes is not None:
+        pull.on_bytes = on_bytes
+    bundles, singles = peerbundle.plan(files)
+    with ThreadPoolExecutor(WORKERS, thread_name_prefix="kinetic-peer-get") as pool:
+        futures = [pool.submit(pull.bundle, b, on_file) for b in bundles]
+        futures += [pool.submit(pull.one, f, on_file) for f in singles]
+        total, error = 0, None
+        for fut in futures:
+            try:
+                total += fut.result()
+            except PeerUnavailable as exc:
+                error = error or exc
+    if error is not None:
+        raise error
+    return total
