@@ -109,3 +109,33 @@ def test_the_ring_comes_from_the_config_and_lists_the_single_key_by_its_text(mon
     assert ring.secrets[1] == bytes(single) and bytes(ring) == ring.secrets[0] != bytes(single)
     monkeypatch.setenv("AIRFLOW__KINETIC__RESULT_SIGNING_KEYS", "new-text")
     assert deployment_secret().secrets == (ring.secrets[0],)
+
+
+def test_a_tampered_key_id_is_reported_as_tampering_not_as_a_rotation():
+    sealed = json.loads(seal(Keyring([NEW]), RECORD))
+    # The key id swapped for another well-formed one, the seal still under our key:
+    # the ring's own key verifies it, so the id was altered (not a key that left).
+    swapped = json.dumps({**sealed, "kid": key_id(OLD)}).encode()
+    with pytest.raises(ResultAuthError, match="its key id was altered") as info:
+        unseal(Keyring([NEW]), swapped, "rec")
+    assert not isinstance(info.value, SigningKeyChanged)
+    assert "result_signing_keys" not in str(info.value)  # no advice to add a key
+    # Something that is no key id at all, on a seal no key of ours makes.
+    foreign = json.loads(seal(Keyring([OLD]), RECORD))
+    for bad in ("../../etc", 12345678, "ABCDEFGH"):
+        junk = json.dumps({**foreign, "kid": bad}).encode()
+        with pytest.raises(ResultAuthError, match="which is not a key id: it was altered") as info:
+            unseal(Keyring([NEW]), junk, "rec")
+        assert not isinstance(info.value, SigningKeyChanged)
+    # A well-formed unknown id with a seal no key of ours makes: the message says
+    # both what it may be and not to add a key for a deployment that never had it.
+    with pytest.raises(SigningKeyChanged, match="the record was altered: do not add a key"):
+        unseal(Keyring([NEW]), seal(Keyring([OLD]), RECORD), "rec")
+
+
+def test_a_handle_naming_another_key_for_a_result_our_key_signed_is_altered():
+    blob = b"result bytes"
+    signature = sign(job_key(NEW, "job-1"), blob)
+    with pytest.raises(ResultAuthError, match="its key id was altered") as info:
+        verify(ResultKey.for_job(Keyring([NEW]), "job-1", key_id(OLD)), blob, signature, "r")
+    assert not isinstance(info.value, SigningKeyChanged)

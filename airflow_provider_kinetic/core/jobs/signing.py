@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -77,12 +78,32 @@ def ring_of(secret: bytes) -> tuple[bytes, ...]:
     return getattr(secret, "secrets", None) or (bytes(secret),)
 
 
-def key_changed(what: str, sealed_by: str, ids: str) -> SigningKeyChanged:
+_KEY_ID = re.compile(r"[0-9a-f]{8}")
+
+
+def key_changed(what: str, sealed_by: object, ids: str) -> ResultAuthError:
+    """The error for a seal naming a key id this ring lacks: a key id that is no key
+    id at all was altered (``ResultAuthError``); a well-formed one is a key that left
+    the ring (``SigningKeyChanged``), unless the deployment never had it, which only
+    its operator knows: the message says both."""
+    if not isinstance(sealed_by, str) or not _KEY_ID.fullmatch(sealed_by):
+        return ResultAuthError(
+            f"{what} names signing key {sealed_by!r}, which is not a key id: it was "
+            "altered (refusing to read it)"
+        )
     return SigningKeyChanged(
         f"{what} was sealed with signing key {sealed_by}, which is not in this deployment's "
-        f"keyring (keys {ids}): the signing key changed since it was sealed. Add the "
-        f"secret whose key id is {sealed_by} to [kinetic] result_signing_keys, after the "
-        "newest, to read it"
+        f"keyring (keys {ids}): either the signing key changed since it was sealed (add "
+        f"the secret whose key id is {sealed_by} to [kinetic] result_signing_keys, after "
+        "the newest, to read it) or, if this deployment never had that key, the record "
+        "was altered: do not add a key to read it"
+    )
+
+
+def _altered(what: str, claimed: str) -> ResultAuthError:
+    return ResultAuthError(
+        f"{what} claims signing key {claimed}, but it is sealed with another key of this "
+        "deployment: its key id was altered (refusing to read it)"
     )
 
 
@@ -145,6 +166,8 @@ def verify(key_hex: str, blob: bytes, signature: bytes | str | None, what: str) 
     sealed_by = getattr(key_hex, "sealed_by", None)
     if ring and sealed_by is not None:
         if sealed_by not in ring:
+            if _any_matches(text.strip(), (sign(k, blob) for k in ring.values())):
+                raise _altered(what, sealed_by)
             raise key_changed(what, sealed_by, ", ".join(ring))
         candidates = {sealed_by: ring[sealed_by]}
     if not _any_matches(text.strip(), (sign(k, blob) for k in candidates.values())):
@@ -208,9 +231,13 @@ def unseal(secret: bytes, blob: bytes, what: str) -> dict[str, Any]:
         raise ResultAuthError(f"{what} is not a sealed kinetic record") from exc
     ring = {key_id(s): s for s in ring_of(secret)}
     kid = outer.get("kid")
-    if isinstance(kid, str) and kid not in ring:
-        raise key_changed(what, kid, ", ".join(ring))
     body = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    if kid is not None and kid not in ring:
+        if isinstance(mac, str) and _any_matches(
+            mac, (_record_mac(s, body) for s in ring.values())
+        ):
+            raise _altered(what, kid)
+        raise key_changed(what, kid, ", ".join(ring))
     secrets = [ring[kid]] if isinstance(kid, str) else list(ring.values())
     goods = (_record_mac(s, body) for s in secrets)
     if not isinstance(mac, str) or not _any_matches(mac, goods):
