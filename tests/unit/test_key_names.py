@@ -60,3 +60,21 @@ def test_history_keeps_the_newest_and_one_entry_per_hash() -> None:
     assert again == state and again.current.version == "c" * 64
     state.ttl_s = 10
     assert state.expires_at == 14 and state.expired(14) and not state.expired(13.9)
+
+
+def test_an_over_long_key_fails_before_anything_is_uploaded(tmp_path) -> None:
+    from airflow_provider_kinetic.core.keys.keystore import KeyStore
+    from airflow_provider_kinetic.core.storage.local import LocalStore
+
+    root = tmp_path / "store"
+    root.mkdir()
+    src = tmp_path / "model.bin"
+    src.write_bytes(b"weights")
+    keys = KeyStore(LocalStore(f"file://{root}"))
+    for key, says in (("k" * 2000, "2000 characters long"), ("m/" + "s" * 300, "300 characters")):
+        with pytest.raises(KeyNameError, match=says) as info:
+            keys.put(key, src)
+        assert "at most 512 characters" in str(info.value)
+    # Nothing moved: no data-cache entry, no key, no temp file.
+    assert [p for p in root.rglob("*") if p.is_file()] == []
+    assert keys.put("m/" + "s" * 200, src)  # the caps themselves are allowed

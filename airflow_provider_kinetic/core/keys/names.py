@@ -23,11 +23,18 @@ KEYS_PREFIX = "default/keys"
 #: The object holding one key's state (its version history), under the key's path.
 POINTER_NAME = "@key.json"
 _SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
+#: Length caps, checked before anything is uploaded: a segment is a directory name on a
+#: local store (most filesystems allow 255 bytes: NAME_MAX), and the key sits inside an
+#: object name with the store's root before it and ``/@key.json`` after it (GCS allows
+#: 1024 bytes: https://cloud.google.com/storage/docs/objects#naming).
+MAX_SEGMENT = 200
+MAX_KEY = 512
 _VERSION = re.compile(r"[0-9a-f]{6,64}")
 KEY_FORM = (
     "a key is one or more '/'-separated segments of letters, digits, '.', '_' and '-' "
     "(e.g. 'models/churn'), with no leading or trailing '/', no empty, '.' or '..' "
-    "segment, and '@' only before a version ('models/churn@<hash>')"
+    "segment, '@' only before a version ('models/churn@<hash>'), at most "
+    f"{MAX_KEY} characters in all and {MAX_SEGMENT} per segment"
 )
 VERSION_FORM = "a version is a content hash: 6 to 64 lowercase hex digits (a unique prefix)"
 
@@ -48,6 +55,8 @@ def check_key(key: object) -> str:
         raise KeyNameError(f"key {key!r} has '@' outside a version: {KEY_FORM}")
     if key.startswith("/"):
         raise KeyNameError(f"key {key!r} starts with '/': {KEY_FORM}")
+    if len(key) > MAX_KEY:
+        raise KeyNameError(f"key {key[:40]!r}... is {len(key)} characters long: {KEY_FORM}")
     for segment in key.split("/"):
         if segment in (".", ".."):
             raise KeyNameError(f"key {key!r} has a {segment!r} segment: {KEY_FORM}")
@@ -55,6 +64,10 @@ def check_key(key: object) -> str:
             bad = sorted({c for c in segment if not re.fullmatch(r"[A-Za-z0-9._-]", c)})
             what = f"character(s) {''.join(bad)!r}" if bad else "an empty segment"
             raise KeyNameError(f"key {key!r} has {what}: {KEY_FORM}")
+        if len(segment) > MAX_SEGMENT:
+            raise KeyNameError(
+                f"key {key!r} has a segment of {len(segment)} characters: {KEY_FORM}"
+            )
     return key
 
 
