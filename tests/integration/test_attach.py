@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_kinetic import KineticRunOperator, attach
-from tests.integration.test_operator_lifecycle import TI
+from tests.fixtures.fake_ti import FakeTI
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,7 +54,7 @@ def submit(conn: str, tmp_path: Path, release: Path) -> dict:
         task_id="t", python_callable=slow_sum, op_args=[2, 3, str(release)],
         kinetic_conn_id=conn, wait_for_completion=False,
     )  # fmt: skip
-    return op.execute({"ti": TI()})
+    return op.execute({"ti": FakeTI()})
 
 
 def test_attach_by_id_from_a_fresh_process(conn, tmp_path):

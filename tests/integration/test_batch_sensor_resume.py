@@ -27,8 +27,8 @@ from airflow_provider_kinetic.core.batch.run import child_job_id
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
+from tests.fixtures.fake_ti import FakeTI
 from tests.fixtures.waiting import DEADLINE_S, wait_for
-from tests.integration.test_operator_lifecycle import TI
 
 CONN = "kinetic_batch_resume"
 INPUTS = [2, 3, 4]
@@ -99,7 +99,7 @@ def test_sensor_crash_before_save_live_adopts_the_relaunched_child(
         wait_for_completion=False,
         kinetic_conn_id=CONN,
     )
-    batch = submit.execute({"ti": TI()})
+    batch = submit.execute({"ti": FakeTI()})
     group = batch["group_id"]
     store, backend, secret = LocalStore(str(root)), LocalBackend(str(root)), deployment_secret()
     jobs = [child_job_id(group, i, 1) for i in range(len(INPUTS))]

@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_job_spec
 from tests.fixtures import records, waiting
+from tests.fixtures.fake_ti import FakeTI
 from tests.fixtures.local_jobs import most_at_once
 from tests.fixtures.waiting import DEADLINE_S, wait_for
 
@@ -318,15 +318,7 @@ def test_the_queued_message_reaches_the_task_log(
     )
     out: list[Any] = []
 
-    class TI:
-        dag_id, task_id, run_id, map_index, try_number = "d", "t", "manual__1", -1, 1
-        xcom: dict[str, Any] = {}
-        start_date = datetime.now(UTC)
-
-        def xcom_push(self, key: str, value: Any) -> None:
-            self.xcom[key] = value
-
-    worker = threading.Thread(target=lambda: out.append(op.execute({"ti": TI()})))
+    worker = threading.Thread(target=lambda: out.append(op.execute({"ti": FakeTI()})))
     seen: list[str] = []
 
     def task_log() -> str:  # the task logger writes to stdout (structlog) or to logging

@@ -22,7 +22,7 @@ from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import result_key, signing_configured
 from airflow_provider_kinetic.exceptions import KineticJobFailed
-from tests.integration.test_operator_lifecycle import TI
+from tests.fixtures.fake_ti import FakeTI
 
 CONN = "kn_downgrade"
 
@@ -60,7 +60,7 @@ def test_a_handle_saying_unsigned_does_not_turn_verification_off(conn, tmp_path:
     assert signing_configured()  # the suite's deployment has a secret
     op = KineticRunOperator(task_id="t", python_callable=double, op_args=[21],
                             kinetic_conn_id=conn, wait_for_completion=False)  # fmt: skip
-    handle = op.execute({"ti": TI()})
+    handle = op.execute({"ti": FakeTI()})
     job_id = handle["job_id"]
     # The normal, signed path: the handle as the operator pushed it.
     assert handle["result_auth"] == "hmac-sha256"
