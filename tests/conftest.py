@@ -10,6 +10,7 @@ from tests.fixtures.airflow_env import airflow_home, load_dag  # noqa: E402
 from tests.fixtures.fake_gcs import fake_gcs, gcs_bucket  # noqa: E402
 from tests.fixtures.hf_hub_double import hf_hub  # noqa: E402
 from tests.fixtures.k8s_double import _api_on_loop, api  # noqa: E402
+from tests.fixtures.local_conn import local_conn  # noqa: E402
 
 __all__ = [
     "_api_on_loop",
@@ -19,6 +20,7 @@ __all__ = [
     "gcs_bucket",
     "hf_hub",
     "load_dag",
+    "local_conn",
 ]
 
 
