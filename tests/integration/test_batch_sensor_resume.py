@@ -12,7 +12,6 @@ patched, to fail once like a process dying at that point.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -28,6 +27,7 @@ from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
 from tests.fixtures.fake_ti import FakeTI
+from tests.fixtures.local_conn import set_local_conn
 from tests.fixtures.waiting import DEADLINE_S, wait_for
 
 CONN = "kinetic_batch_resume"
@@ -49,10 +49,7 @@ class Crash(RuntimeError):
 
 @pytest.fixture
 def root(monkeypatch, tmp_path) -> Path:
-    root = tmp_path / "kinetic"
-    conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": str(root)}}
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN.upper()}", json.dumps(conn))
-    return root
+    return set_local_conn(monkeypatch, tmp_path / "kinetic", CONN)
 
 
 def _sensor(batch: dict) -> KineticBatchSensor:

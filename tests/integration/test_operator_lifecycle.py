@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,14 +49,6 @@ def held(release: str, value: int) -> int:
         time.sleep(0.02)  # timing-ok: the job's workload polls the test's release file
     print("finished", flush=True)
     return value
-
-
-@pytest.fixture
-def local_conn(monkeypatch, tmp_path) -> Path:
-    root = tmp_path / "kinetic"
-    conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": str(root)}}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_LOCAL", json.dumps(conn))
-    return root
 
 
 class WatchClock:

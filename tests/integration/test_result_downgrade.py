@@ -10,7 +10,6 @@ runner signs nothing)."""
 
 from __future__ import annotations
 
-import json
 import pickle
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import result_key, signing_configured
 from airflow_provider_kinetic.exceptions import KineticJobFailed
 from tests.fixtures.fake_ti import FakeTI
+from tests.fixtures.local_conn import set_local_conn
 
 CONN = "kn_downgrade"
 
@@ -43,10 +43,7 @@ class Boom:
 
 @pytest.fixture
 def conn(monkeypatch, tmp_path) -> str:
-    extra = {"backend": "local", "root": str(tmp_path / "kinetic")}
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{CONN.upper()}", json.dumps({"conn_type": "kinetic", "extra": extra})
-    )
+    set_local_conn(monkeypatch, tmp_path / "kinetic", CONN)
     return CONN
 
 
