@@ -33,6 +33,7 @@ from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
 from tests.fixtures.cli import run_cli
+from tests.fixtures.local_conn import set_local_conn
 from tests.fixtures.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,11 +104,7 @@ MAP_TASK = textwrap.dedent(
 
 @pytest.fixture
 def root(monkeypatch, tmp_path) -> Path:
-    root = tmp_path / "kinetic"
-    conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": str(root)}}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_EDGES", json.dumps(conn))
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_DEFAULT", json.dumps(conn))
-    return root
+    return set_local_conn(monkeypatch, tmp_path / "kinetic", "kinetic_edges", "kinetic_default")
 
 
 def start(tmp_path: Path, source: str, name: str, **args) -> subprocess.Popen:  # noqa: ANN003

@@ -4,7 +4,6 @@ the real local backend runs, with Airflow's real auth manager and JWTs."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from importlib.metadata import entry_points
@@ -17,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from airflow_provider_kinetic import KineticRunOperator, attach
 from tests.fixtures.fake_ti import FakeTI
+from tests.fixtures.local_conn import set_local_conn
 from tests.fixtures.waiting import ended, wait_for
 
 CONN = "kn_plugin"
@@ -53,10 +53,7 @@ def waits(release: str) -> int:
 
 @pytest.fixture
 def conn(monkeypatch, tmp_path) -> str:
-    extra = {"backend": "local", "root": str(tmp_path / "kinetic")}
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{CONN.upper()}", json.dumps({"conn_type": "kinetic", "extra": extra})
-    )
+    set_local_conn(monkeypatch, tmp_path / "kinetic", CONN)
     return CONN
 
 

@@ -25,6 +25,7 @@ from airflow_provider_kinetic.deployment.signing import deployment_secret
 from tests.fixtures import preempting
 from tests.fixtures.airflow_env import task_states, xcoms
 from tests.fixtures.fake_ti import FakeTI
+from tests.fixtures.local_conn import set_conn
 from tests.fixtures.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,14 +54,6 @@ TASK = textwrap.dedent(
     print("RESULT", json.dumps(op.execute({"ti": ti})), flush=True)
     """
 )
-
-
-@pytest.fixture
-def local_conn(monkeypatch, tmp_path) -> Path:
-    root = tmp_path / "kinetic"
-    conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": str(root)}}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_LOCAL", json.dumps(conn))
-    return root
 
 
 def start_try(tmp_path: Path, marker: Path, seconds: float, try_number: int) -> subprocess.Popen:
@@ -184,8 +177,7 @@ def test_results_that_do_not_fit_xcom_travel_by_reference(load_dag, airflow_home
 def preempt_conn(monkeypatch, tmp_path) -> Path:
     preempting.register()
     root = tmp_path / "preempt"
-    conn = {"conn_type": "kinetic", "extra": {"backend": "preempting", "root": str(root)}}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_PREEMPT", json.dumps(conn))
+    set_conn(monkeypatch, "kinetic_preempt", {"backend": "preempting", "root": str(root)})
     yield root
     preempting.unregister()
 
