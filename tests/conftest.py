@@ -9,8 +9,27 @@ _TEMP_BEFORE = airflow_env.kinetic_temp_entries()
 from tests.fixtures.airflow_env import airflow_home, load_dag  # noqa: E402
 from tests.fixtures.fake_gcs import fake_gcs, gcs_bucket  # noqa: E402
 from tests.fixtures.hf_hub_double import hf_hub  # noqa: E402
+from tests.fixtures.k8s_double import _api_on_loop, api  # noqa: E402
+from tests.fixtures.local_conn import local_conn  # noqa: E402
 
-__all__ = ["airflow_home", "fake_gcs", "gcs_bucket", "hf_hub", "load_dag"]
+__all__ = [
+    "_api_on_loop",
+    "airflow_home",
+    "api",
+    "fake_gcs",
+    "gcs_bucket",
+    "hf_hub",
+    "load_dag",
+    "local_conn",
+]
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "k8s_api(threaded=False, namespaces=()): the flavour of the api fixture "
+        "(tests/fixtures/k8s_double.py)",
+    )
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ARG001 - pytest's signature

@@ -3,7 +3,6 @@ process submitted; the XCom handle dict loads into it too."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -13,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_kinetic import KineticRunOperator, attach
-from tests.integration.test_operator_lifecycle import TI
+from tests.fixtures.fake_ti import FakeTI
+from tests.fixtures.local_conn import set_local_conn
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,10 +30,7 @@ def slow_sum(a: int, b: int, release: str) -> int:
 
 @pytest.fixture
 def conn(monkeypatch, tmp_path) -> str:
-    extra = {"backend": "local", "root": str(tmp_path / "kinetic")}
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_KN_ATTACH", json.dumps({"conn_type": "kinetic", "extra": extra})
-    )
+    set_local_conn(monkeypatch, tmp_path / "kinetic", "kn_attach")
     return "kn_attach"
 
 
@@ -54,7 +51,7 @@ def submit(conn: str, tmp_path: Path, release: Path) -> dict:
         task_id="t", python_callable=slow_sum, op_args=[2, 3, str(release)],
         kinetic_conn_id=conn, wait_for_completion=False,
     )  # fmt: skip
-    return op.execute({"ti": TI()})
+    return op.execute({"ti": FakeTI()})
 
 
 def test_attach_by_id_from_a_fresh_process(conn, tmp_path):

@@ -21,6 +21,8 @@ import asyncio
 import uuid
 from typing import Any
 
+import pytest
+
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
@@ -32,11 +34,12 @@ from tests.fixtures.k8s_double import ThreadedDouble, by_code_under_test
 from tests.fixtures.waiting import wait_for_async
 from tests.integration.test_gke_dags import (  # noqa: F401 - fixtures
     JOBS,
-    api,
     connections,
     google_token,
 )
 from tests.integration.test_sweep_gke_scale import ResultKubelet
+
+pytestmark = pytest.mark.k8s_api(threaded=True)  # dag.test() calls it synchronously
 
 MAX_CONCURRENT = 4
 SMALL, LARGE = 8, 48
@@ -124,7 +127,7 @@ def _drive(
 
 def test_reads_per_poll_stay_flat_as_the_batch_grows(
     connections,  # noqa: F811 - the fixture
-    api,  # noqa: F811 - the fixture
+    api,
 ) -> None:
     results, totals = {}, {}
     for n in (SMALL, LARGE):

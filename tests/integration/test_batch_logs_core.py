@@ -15,8 +15,6 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
-
 from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.batch import logs as batchlogs
@@ -34,7 +32,7 @@ from airflow_provider_kinetic.gcp.gke_auth import (
 )
 from tests.fixtures import records
 from tests.fixtures.google_creds import FakeCredentials
-from tests.fixtures.k8s_double import K8sDouble, running_double
+from tests.fixtures.k8s_double import K8sDouble
 from tests.integration.test_gke_batch_status import JOBS, NS, PODS, child_job, now, worker
 
 CAP = 100
@@ -119,12 +117,6 @@ def test_local_children_lines_once_in_order_under_a_small_cap(tmp_path: Path) ->
         assert says == [f"child {i} says line {j:03d} -----" for j in range(LINES)]
     assert polls_with_lines >= LINES * 32 // CAP  # the cap split the log over many polls
     assert state.log_offsets == {}  # nothing kept for finished children
-
-
-@pytest.fixture
-async def api():
-    async with running_double() as double:
-        yield double
 
 
 async def test_gke_pod_logs_capped_once_in_order_and_failed_tail(api: K8sDouble) -> None:

@@ -21,7 +21,8 @@ from tests.integration.test_batch_logs import live_lines
 from tests.integration.test_gke_dags import JOBS, PODS, Kubelet, ago, pod_status, run_dag
 
 # The GKE DAG tests' fixtures: the API double, the faked Google token, the connections.
-api, google_token, connections = gke.api, gke.google_token, gke.connections
+google_token, connections = gke.google_token, gke.connections
+pytestmark = pytest.mark.k8s_api(threaded=True)  # dag.test() calls it synchronously
 
 
 class BatchKubelet(Kubelet):

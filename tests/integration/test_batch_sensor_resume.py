@@ -12,7 +12,6 @@ patched, to fail once like a process dying at that point.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -27,8 +26,9 @@ from airflow_provider_kinetic.core.batch.run import child_job_id
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
+from tests.fixtures.fake_ti import FakeTI
+from tests.fixtures.local_conn import set_local_conn
 from tests.fixtures.waiting import DEADLINE_S, wait_for
-from tests.integration.test_operator_lifecycle import TI
 
 CONN = "kinetic_batch_resume"
 INPUTS = [2, 3, 4]
@@ -49,10 +49,7 @@ class Crash(RuntimeError):
 
 @pytest.fixture
 def root(monkeypatch, tmp_path) -> Path:
-    root = tmp_path / "kinetic"
-    conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": str(root)}}
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN.upper()}", json.dumps(conn))
-    return root
+    return set_local_conn(monkeypatch, tmp_path / "kinetic", CONN)
 
 
 def _sensor(batch: dict) -> KineticBatchSensor:
@@ -99,7 +96,7 @@ def test_sensor_crash_before_save_live_adopts_the_relaunched_child(
         wait_for_completion=False,
         kinetic_conn_id=CONN,
     )
-    batch = submit.execute({"ti": TI()})
+    batch = submit.execute({"ti": FakeTI()})
     group = batch["group_id"]
     store, backend, secret = LocalStore(str(root)), LocalBackend(str(root)), deployment_secret()
     jobs = [child_job_id(group, i, 1) for i in range(len(INPUTS))]

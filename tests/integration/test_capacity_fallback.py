@@ -23,11 +23,12 @@ from tests.integration.test_gke_dags import (  # noqa: F401 - fixtures
     Kubelet,
     _xcoms,
     ago,
-    api,
     connections,
     google_token,
     run_dag,
 )
+
+pytestmark = pytest.mark.k8s_api(threaded=True)  # dag.test() calls it synchronously
 
 UNSCHEDULABLE = {
     "type": "PodScheduled",
@@ -63,7 +64,7 @@ class NoCapacityFirst(Kubelet):
 def test_an_unschedulable_reservation_falls_back_to_spot_and_runs_once(
     load_dag,
     connections,  # noqa: F811 - the fixture
-    api,  # noqa: F811 - the fixture
+    api,
     capfd,
     mode,
 ):
@@ -131,7 +132,7 @@ class AdmittedLater(Kubelet):
 def test_a_queued_job_waits_for_admission_and_its_usage_says_when(
     load_dag,
     connections,  # noqa: F811 - the fixture
-    api,  # noqa: F811 - the fixture
+    api,
     capfd,
     mode,
 ):

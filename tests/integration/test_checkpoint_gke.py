@@ -27,6 +27,7 @@ from airflow_provider_kinetic.core.jobs.checkpoint import (
 from airflow_provider_kinetic.core.storage import store_for_uri
 from tests.fixtures.airflow_env import task_states, xcoms
 from tests.fixtures.k8s_double import ThreadedDouble, by_code_under_test, forget_log_cursors
+from tests.fixtures.local_conn import set_conn
 from tests.fixtures.waiting import wait_for
 from tests.integration.test_checkpoint_resume import (
     LOGICAL,
@@ -41,10 +42,11 @@ from tests.integration.test_gke_dags import (  # noqa: F401 - fixtures, by impor
     PODS,
     Kubelet,
     ago,
-    api,
     google_token,
     pod_status,
 )
+
+pytestmark = pytest.mark.k8s_api(threaded=True)  # dag.test() calls it synchronously
 
 #: The jobs' checkpoint sync interval, set by this node (seconds).
 SYNC_S = 0.5
@@ -150,8 +152,7 @@ def gke_default(
     extras = {"backend": "gke", "bucket": gcs_bucket, "project": "proj", "zone": "us-central1-a",
               "cluster": "c1", "namespace": NS, "image": IMAGE,
               "endpoint": {"host": api.host, "ca_data": None}}  # fmt: skip
-    conn = {"conn_type": "kinetic", "extra": extras}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_DEFAULT", json.dumps(conn))
+    set_conn(monkeypatch, "kinetic_default", extras)
     google = {"conn_type": "google_cloud_platform", "extra": {"project": "proj"}}
     monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(google))
     forget_log_cursors()

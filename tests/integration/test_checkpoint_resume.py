@@ -6,7 +6,6 @@ interval's."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
 from tests.fixtures import preempt_midrun
 from tests.fixtures.airflow_env import REPO, task_states, xcoms
+from tests.fixtures.local_conn import set_conn
 
 LOGICAL = pendulum.datetime(2026, 11, 23, tz="UTC")
 EXAMPLE = REPO / "dags_examples" / "checkpoint_resume.py"
@@ -74,8 +74,7 @@ def midrun(monkeypatch, tmp_path) -> Path:
     """``kinetic_default`` -> the ``preempt_midrun`` backend (the example's connection)."""
     preempt_midrun.register()
     root = tmp_path / "kinetic"
-    conn = {"conn_type": "kinetic", "extra": {"backend": "preempt_midrun", "root": str(root)}}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_DEFAULT", json.dumps(conn))
+    set_conn(monkeypatch, "kinetic_default", {"backend": "preempt_midrun", "root": str(root)})
     yield root
     preempt_midrun.unregister()
 

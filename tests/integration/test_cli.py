@@ -35,6 +35,7 @@ from airflow_provider_kinetic.core.runtime.context import context_key
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.deployment.signing import deployment_secret
 from tests.fixtures.cli import MODULE, REPO, _CallStream, run_cli, run_cli_process
+from tests.fixtures.local_conn import cancel_jobs, set_local_conn
 from tests.fixtures.tiny_wheel import write_wheel
 from tests.fixtures.waiting import wait_for
 
@@ -64,16 +65,9 @@ def config(
 ) -> Iterator[KineticConfig]:
     """A local connection; Airflow's metadata DB exists (``jobs cleanup`` reads XComs)."""
     root = tmp_path / "kinetic"
-    extra = {"backend": "local", "root": str(root)}
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{CONN.upper()}", json.dumps({"conn_type": "kinetic", "extra": extra})
-    )
-    config = KineticConfig(backend="local", root=str(root))
-    yield config
-    backend = LocalBackend(config.bucket_name)  # never leave a job process behind
-    jobs = root / STATE_DIR
-    for jdir in jobs.iterdir() if jobs.is_dir() else []:
-        backend.cancel(JobHandle(job_id=jdir.name, backend="local", bucket_name=str(root)))
+    set_local_conn(monkeypatch, root, CONN)
+    yield KineticConfig(backend="local", root=str(root))
+    cancel_jobs(root)  # never leave a job process behind
 
 
 def submit(config: KineticConfig, func: Callable, *args: Any, **request: Any) -> JobHandle:

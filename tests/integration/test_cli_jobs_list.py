@@ -25,10 +25,9 @@ def _task_run(task_id: str, run_id: str, logical: str | None, map_index: int, **
     from datetime import datetime
 
     from airflow_provider_kinetic import KineticMapOperator, KineticRunOperator
-    from tests.integration.test_operator_lifecycle import TI
+    from tests.fixtures.fake_ti import FakeTI
 
-    ti = TI()
-    ti.dag_id, ti.task_id, ti.run_id, ti.map_index = "ids", task_id, run_id, map_index
+    ti = FakeTI(dag_id="ids", task_id=task_id, run_id=run_id, map_index=map_index)
     kind = KineticMapOperator if "inputs" in op else KineticRunOperator
     task = kind(task_id=task_id, kinetic_conn_id=CONN, poll_interval=0.1, **op)
     date = datetime.fromisoformat(logical) if logical else None

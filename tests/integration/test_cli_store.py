@@ -15,6 +15,7 @@ from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data.refs import marker_key
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from tests.fixtures.cli import run_cli
+from tests.fixtures.local_conn import local_extra, set_local_conn
 
 CONN = "kn_store_cli"
 
@@ -23,12 +24,9 @@ CONN = "kn_store_cli"
 def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> KineticConfig:
     """A local connection (gs:// is covered by test_keys.py: the CLI is a thin layer
     over the same calls)."""
-    extra = {"backend": "local", "root": str(tmp_path / "root")}
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{CONN.upper()}", json.dumps({"conn_type": "kinetic", "extra": extra})
-    )
+    root = set_local_conn(monkeypatch, tmp_path / "root", CONN)
     monkeypatch.setenv("KINETIC_STATCACHE_DIR", str(tmp_path / "statcache"))
-    return KineticConfig(**extra)
+    return KineticConfig(**local_extra(root))
 
 
 def cli(*args: str, ok: bool = True) -> subprocess.CompletedProcess:

@@ -9,24 +9,19 @@ hands out :class:`FakeCredentials`, so providers-google still reads the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from tests.fixtures.google_creds import FakeCredentials
-from tests.fixtures.k8s_double import ThreadedDouble, threaded_double
+from tests.fixtures.k8s_double import ThreadedDouble
+from tests.fixtures.local_conn import set_conn
 
 NS = "ml-jobs"
 LWS_RESOURCE = "leaderworkerset.x-k8s.io/v1/leaderworkersets"
 
-
-@pytest.fixture
-def api() -> Iterator[ThreadedDouble]:
-    with threaded_double() as double:
-        double.call(lambda d: d.namespaces.add(NS))
-        yield double
+pytestmark = pytest.mark.k8s_api(threaded=True, namespaces=(NS,))  # the hook calls it synchronously
 
 
 @pytest.fixture
@@ -37,9 +32,7 @@ def google_token(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def connect(monkeypatch: pytest.MonkeyPatch, **extras: Any) -> KineticHook:
-    conn = {"conn_type": "kinetic", "extra": extras}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_CHECK", json.dumps(conn))
-    return KineticHook("kinetic_check")
+    return KineticHook(set_conn(monkeypatch, "kinetic_check", extras))
 
 
 def cluster(api: ThreadedDouble, bucket: str, **more: Any) -> dict[str, Any]:

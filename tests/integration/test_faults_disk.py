@@ -16,7 +16,6 @@ subprocess writing through the real ``file://`` store.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -26,14 +25,13 @@ from pathlib import Path
 import pendulum
 import pytest
 
-from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR, LocalBackend
 from airflow_provider_kinetic.core.jobs.results import read_result
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore, StoreFullError
 from airflow_provider_kinetic.core.storage.local import TMP_SUFFIX
 from airflow_provider_kinetic.deployment.signing import result_key
-from tests.fixtures import records
 from tests.fixtures.airflow_env import task_states, xcoms
+from tests.fixtures.local_conn import cancel_jobs, set_local_conn
 
 LOGICAL = pendulum.datetime(2026, 11, 25, tz="UTC")
 FULL_DISK = Path(__file__).resolve().parents[1] / "fixtures" / "full_disk"
@@ -67,14 +65,11 @@ def full_root(request, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
         # The injection reaches the job's processes through the worker's environment:
         # test plumbing, so the jobs inherit it (a job sees only its runtime otherwise).
         monkeypatch.setenv("AIRFLOW__KINETIC__LOCAL_INHERIT_ENV", "True")
-    conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": str(root)}}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_FAULTS", json.dumps(conn))
+    set_local_conn(monkeypatch, root, "kinetic_faults")
     try:
         yield root
     finally:
-        jobs = root / STATE_DIR
-        for jdir in jobs.iterdir() if jobs.is_dir() else []:
-            LocalBackend(str(root)).cancel(records.handle(jdir.name, str(root)))
+        cancel_jobs(root)
         if mounted:
             subprocess.run(["umount", str(root)], check=True)
 

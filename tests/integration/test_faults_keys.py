@@ -22,12 +22,11 @@ from pathlib import Path
 import pendulum
 import pytest
 
-from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR, LocalBackend
 from airflow_provider_kinetic.core.jobs.signing import key_id
 from airflow_provider_kinetic.core.jobs.taskrecord import RECORDS_PREFIX
 from airflow_provider_kinetic.deployment.signing import deployment_secret
-from tests.fixtures import records
 from tests.fixtures.airflow_env import task_states, xcoms
+from tests.fixtures.local_conn import cancel_jobs, set_local_conn
 from tests.fixtures.waiting import wait_for
 
 LOGICAL = pendulum.datetime(2026, 11, 24, tz="UTC")
@@ -39,14 +38,10 @@ RING = "AIRFLOW__KINETIC__RESULT_SIGNING_KEYS"
 
 @pytest.fixture
 def root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # noqa: ANN201 - a generator
-    root = tmp_path / "store"
-    conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": str(root)}}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_FAULTS", json.dumps(conn))
+    root = set_local_conn(monkeypatch, tmp_path / "store", "kinetic_faults")
     monkeypatch.setenv(RING, "key-a")  # restored at teardown, whatever the thread set
     yield root
-    jobs = root / STATE_DIR
-    for jdir in jobs.iterdir() if jobs.is_dir() else []:
-        LocalBackend(str(root)).cancel(records.handle(jdir.name, str(root)))
+    cancel_jobs(root)
 
 
 def kid(ring: str, monkeypatch: pytest.MonkeyPatch) -> str:

@@ -15,7 +15,6 @@ NOT_FOUND at once, the task failed and the job's result went nowhere.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -24,11 +23,11 @@ from pathlib import Path
 import pendulum
 import pytest
 
-from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR, LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.jobs.taskrecord import RECORDS_PREFIX
 from airflow_provider_kinetic.core.storage import StoreUnavailable
-from tests.fixtures import records
 from tests.fixtures.airflow_env import task_states, xcoms
+from tests.fixtures.local_conn import cancel_jobs, set_local_conn
 from tests.fixtures.waiting import wait_for
 
 LOGICAL = pendulum.datetime(2026, 11, 23, tz="UTC")
@@ -38,15 +37,11 @@ WINDOW_S = 90.0  # [kinetic] store_outage_window_s for the test: longer than the
 
 @pytest.fixture
 def root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # noqa: ANN201 - a generator
-    root = tmp_path / "store"
-    conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": str(root)}}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_FAULTS", json.dumps(conn))
+    root = set_local_conn(monkeypatch, tmp_path / "store", "kinetic_faults")
     monkeypatch.setenv("AIRFLOW__KINETIC__STORE_OUTAGE_WINDOW_S", str(WINDOW_S))
     monkeypatch.setenv("AIRFLOW__KINETIC__DEFER_GRACE_S", "0")  # defer at once
     yield root
-    jobs = root / STATE_DIR
-    for jdir in jobs.iterdir() if jobs.is_dir() else []:  # a failed test leaves no process
-        LocalBackend(str(root)).cancel(records.handle(jdir.name, str(root)))
+    cancel_jobs(root)  # a failed test leaves no process
 
 
 class Polls:

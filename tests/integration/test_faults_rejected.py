@@ -13,7 +13,6 @@ existed, and the next try started from it.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 
 from airflow_provider_kinetic.core.jobs.taskrecord import RECORDS_PREFIX
 from tests.fixtures.airflow_env import task_states, xcoms
+from tests.fixtures.local_conn import set_local_conn
 from tests.fixtures.tiny_wheel import write_wheel
 
 LOGICAL = pendulum.datetime(2026, 11, 26, tz="UTC")
@@ -30,9 +30,7 @@ RUN_AFTER = pendulum.datetime(2026, 11, 26, 1, tz="UTC")  # the same run each ti
 
 @pytest.fixture
 def root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    root = tmp_path / "store"
-    conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": str(root)}}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_FAULTS", json.dumps(conn))
+    root = set_local_conn(monkeypatch, tmp_path / "store", "kinetic_faults")
     monkeypatch.setenv("KINETIC_LOCAL_FIND_LINKS", str(tmp_path / "wheels"))
     (tmp_path / "wheels").mkdir()
     return root

@@ -35,7 +35,7 @@ from airflow_provider_kinetic.gcp.gke_auth import (
 )
 from tests.fixtures import records
 from tests.fixtures.google_creds import FakeCredentials
-from tests.fixtures.k8s_double import K8sDouble, forget_log_cursors, running_double, to_json
+from tests.fixtures.k8s_double import K8sDouble, forget_log_cursors, to_json
 
 NS = "default"
 JOB_ID = "job-00c0ffee"
@@ -44,12 +44,6 @@ LWS = f"keras-pathways-{JOB_ID}"
 JOB_PATH = f"/apis/batch/v1/namespaces/{NS}/jobs/{JOB}"
 PODS = f"/api/v1/namespaces/{NS}/pods"
 LWS_PATH = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{NS}/leaderworkersets"
-
-
-@pytest.fixture
-async def api() -> Any:
-    async with running_double() as double:
-        yield double
 
 
 @pytest.fixture(autouse=True)

@@ -35,7 +35,7 @@ from airflow_provider_kinetic.hooks.kinetic import config_to_json
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 from tests.fixtures import records
 from tests.fixtures.google_creds import FakeCredentials
-from tests.fixtures.k8s_double import K8sDouble, by_code_under_test, running_double, to_json
+from tests.fixtures.k8s_double import K8sDouble, by_code_under_test, to_json
 
 NS = "batch-ns"
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"
@@ -158,12 +158,6 @@ async def counted(api: K8sDouble, call: Awaitable[Any]) -> tuple[Any, list[tuple
 
 def expected(handles: list[JobHandle]) -> dict[str, tuple[JobStatus, str | None]]:
     return {h.job_id: KINDS[kind_of(i)][2] for i, h in enumerate(handles)}
-
-
-@pytest.fixture
-async def api() -> Any:
-    async with running_double() as double:
-        yield double
 
 
 @pytest.fixture

@@ -21,15 +21,17 @@ from airflow_provider_kinetic.gcp.image_build import BUILDS_PREFIX, ENDPOINT_ENV
 from tests.dags.kinetic_image_dags import REQUIREMENTS
 from tests.fixtures.airflow_env import task_states, xcoms
 from tests.fixtures.cloudbuild_double import CloudBuildDouble, cloudbuild_double
+from tests.fixtures.local_conn import set_conn
 from tests.integration.test_gke_dags import (  # noqa: F401 - fixtures used by name
     JOBS,
     LOGICAL,
     NS,
     Kubelet,
-    api,
     google_token,
     run_dag,
 )
+
+pytestmark = pytest.mark.k8s_api(threaded=True)  # dag.test() calls it synchronously
 
 CONN = {"backend": "gke", "project": "proj", "zone": "us-central1-a", "cluster": "c1",
         "namespace": NS}  # fmt: skip
@@ -38,8 +40,7 @@ CONN = {"backend": "gke", "project": "proj", "zone": "us-central1-a", "cluster":
 @pytest.fixture
 def bundled(monkeypatch, api, gcs_bucket: str, google_token) -> Iterator[CloudBuildDouble]:  # noqa: F811
     extras = {**CONN, "bucket": gcs_bucket, "endpoint": {"host": api.host, "ca_data": None}}
-    conn = {"conn_type": "kinetic", "extra": extras}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_GKE_BUNDLED", json.dumps(conn))
+    set_conn(monkeypatch, "kinetic_gke_bundled", extras)
     google = {"conn_type": "google_cloud_platform", "extra": {"project": "proj"}}
     monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(google))
     with cloudbuild_double(lambda b, k: GcsStore(b).read_bytes(k)) as double:

@@ -23,7 +23,7 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -50,9 +50,9 @@ from tests.fixtures.k8s_double import (
     ThreadedDouble,
     by_code_under_test,
     forget_log_cursors,
-    threaded_double,
     to_json,
 )
+from tests.fixtures.local_conn import set_conn
 
 LOGICAL = pendulum.datetime(2026, 11, 20, tz="UTC")
 NS = "ml-jobs"
@@ -61,15 +61,11 @@ JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"
 PODS = f"/api/v1/namespaces/{NS}/pods"
 MODES = ["sync", "deferrable"]
 
+pytestmark = pytest.mark.k8s_api(threaded=True)  # dag.test() calls it synchronously
+
 
 def ago(seconds: float) -> str:
     return (datetime.now(UTC) - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@pytest.fixture
-def api() -> Iterator[ThreadedDouble]:
-    with threaded_double() as double:
-        yield double
 
 
 @pytest.fixture
@@ -101,8 +97,7 @@ def connections(
         "endpoint": {"host": api.host, "ca_data": None},
     }
     for conn_id, more in (("KINETIC_GKE", {}), ("KINETIC_GKE_PULL", {"image_pull_grace_s": 1})):
-        conn = {"conn_type": "kinetic", "extra": {**extras, **more}}
-        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id}", json.dumps(conn))
+        set_conn(monkeypatch, conn_id, {**extras, **more})
     google = {"conn_type": "google_cloud_platform", "extra": {"project": "proj"}}
     monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(google))
     forget_log_cursors()

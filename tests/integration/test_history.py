@@ -24,6 +24,7 @@ import pytest
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.storage import LocalStore
 from tests.fixtures.cli import run_cli
+from tests.fixtures.local_conn import set_local_conn
 
 LOGICAL = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 TASKS = {"sync", "deferred", "submit", "batch", "big", "failing"}
@@ -71,9 +72,7 @@ def ran(load_dag, tmp_path_factory: pytest.TempPathFactory):
     tmp.mkdir()
     with pytest.MonkeyPatch.context() as mp:
         for group in GROUPS:
-            extra = {"backend": "local", "root": str(base / group)}
-            value = json.dumps({"conn_type": "kinetic", "extra": extra})
-            mp.setenv(f"AIRFLOW_CONN_{conn_of(group).upper()}", value)
+            set_local_conn(mp, base / group, conn_of(group))
         mp.setenv("TMPDIR", str(tmp))  # the jobs' temp dirs: inspected afterwards
         mp.setenv("AIRFLOW__KINETIC__DEFER_GRACE_S", "0")
         mp.setenv("AIRFLOW__KINETIC__MAX_XCOM_RESULT_BYTES", "1000")

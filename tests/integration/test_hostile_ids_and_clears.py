@@ -33,6 +33,7 @@ from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
 from tests.fixtures.cli import run_cli
+from tests.fixtures.local_conn import set_local_conn
 from tests.fixtures.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,20 +41,17 @@ REPO = Path(__file__).resolve().parents[2]
 PRELUDE = textwrap.dedent(
     """
     import json, os, sys, time
-    from datetime import UTC, datetime
     from airflow_provider_kinetic import KineticMapOperator, KineticRunOperator
+    from tests.fixtures.fake_ti import FakeTI
 
     ARGS = json.loads(sys.argv[1])
 
-    class TI:
-        dag_id, map_index = "edges", -1
-        run_id, task_id, try_number = ARGS["run_id"], ARGS["task_id"], ARGS["try"]
-        def __init__(self):
-            self.start_date, self.xcom = datetime.now(UTC), {}
-        def xcom_push(self, key, value):
-            if key == "return_value" and ARGS.get("refuse_push"):  # Airflow refusing it
-                raise RuntimeError("the API refused the XCom")
-            print("XCOM", key, json.dumps(value), flush=True)
+    def ti():
+        refuse = "return_value" if ARGS.get("refuse_push") else None  # Airflow refusing it
+        return FakeTI(
+            dag_id="edges", run_id=ARGS["run_id"], task_id=ARGS["task_id"], try_number=ARGS["try"],
+            echo=True, refuse=refuse,
+        )
 
     def count(marker):
         with open(marker, "a") as f:
@@ -76,7 +74,7 @@ RUN_TASK = PRELUDE + textwrap.dedent(
         kinetic_conn_id="kinetic_edges", poll_interval=0.1,
         cleanup="never",  # handles stay: jobs list reads them
     )
-    print("RESULT", json.dumps(op.execute({"ti": TI()})), flush=True)
+    print("RESULT", json.dumps(op.execute({"ti": ti()})), flush=True)
     """
 )
 
@@ -99,18 +97,14 @@ MAP_TASK = textwrap.dedent(
         inputs=[{"marker": ARGS["marker"], "x": x} for x in ARGS["inputs"]],
         kinetic_conn_id="kinetic_edges", poll_interval=0.1, max_concurrent=4,
     )
-    print("RESULT", json.dumps(op.execute({"ti": TI()})), flush=True)
+    print("RESULT", json.dumps(op.execute({"ti": ti()})), flush=True)
     """
 )
 
 
 @pytest.fixture
 def root(monkeypatch, tmp_path) -> Path:
-    root = tmp_path / "kinetic"
-    conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": str(root)}}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_EDGES", json.dumps(conn))
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_DEFAULT", json.dumps(conn))
-    return root
+    return set_local_conn(monkeypatch, tmp_path / "kinetic", "kinetic_edges", "kinetic_default")
 
 
 def start(tmp_path: Path, source: str, name: str, **args) -> subprocess.Popen:  # noqa: ANN003

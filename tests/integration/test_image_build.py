@@ -33,6 +33,7 @@ from airflow_provider_kinetic.gcp.image_build import (
     ImageBuildHook,
 )
 from tests.fixtures.cloudbuild_double import CloudBuildDouble, cloudbuild_double
+from tests.fixtures.local_conn import set_conn
 
 
 @pytest.fixture
@@ -213,8 +214,7 @@ def test_categories_get_distinct_tags_and_equal_inputs_the_same(config, tmp_path
 def _dry_conn(monkeypatch: pytest.MonkeyPatch, gcs_bucket: str) -> str:
     extras = {"backend": "gke", "bucket": gcs_bucket, "project": "proj", "cluster": "c1",
               "zone": "us-central1-a", "endpoint": {"host": "https://x"}}  # fmt: skip
-    monkeypatch.setenv("AIRFLOW_CONN_KN_DRY", json.dumps({"conn_type": "kinetic", "extra": extras}))
-    return "kn_dry"
+    return set_conn(monkeypatch, "kn_dry", extras)
 
 
 def _square(x: int) -> int:

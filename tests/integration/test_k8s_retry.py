@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -31,7 +31,6 @@ from tests.fixtures.k8s_double import (
     K8sDouble,
     by_code_under_test,
     forget_log_cursors,
-    running_double,
     to_json,
 )
 
@@ -47,12 +46,6 @@ LWS_PATH = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{NS}/leaderworkersets"
 HANDLE = records.handle(JOB_ID, "b", "gke", namespace=NS, k8s_name=JOB)
 LWS_HANDLE = records.handle(JOB_ID, "b", "pathways", namespace=NS, k8s_name=LWS)
 MODES = ["sync", "async"]
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[K8sDouble]:
-    async with running_double() as double:
-        yield double
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from airflow_provider_kinetic.core.data.refs import cache_key
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.storage.gcs import GcsStore
@@ -19,11 +21,12 @@ from tests.integration.test_gke_dags import (  # noqa: F401 - fixtures used by n
     JOBS,
     LOGICAL,
     Kubelet,
-    api,
     connections,
     google_token,
     run_dag,
 )
+
+pytestmark = pytest.mark.k8s_api(threaded=True)  # dag.test() calls it synchronously
 
 FILE = "kinetic_gke_keyio_dags.py"
 

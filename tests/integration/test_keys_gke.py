@@ -5,17 +5,20 @@ connection, on the job's own bucket."""
 
 from __future__ import annotations
 
+import pytest
+
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.storage.gcs import GcsStore
 from tests.fixtures.airflow_env import task_states, xcoms
 from tests.fixtures.fake_gcs import requires_fake_gcs
 from tests.integration.test_gke_dags import (  # noqa: F401 - fixtures used by name
     Kubelet,
-    api,
     connections,
     google_token,
     run_dag,
 )
+
+pytestmark = pytest.mark.k8s_api(threaded=True)  # dag.test() calls it synchronously
 
 
 @requires_fake_gcs

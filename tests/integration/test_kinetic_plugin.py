@@ -4,7 +4,6 @@ the real local backend runs, with Airflow's real auth manager and JWTs."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from importlib.metadata import entry_points
@@ -16,8 +15,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from airflow_provider_kinetic import KineticRunOperator, attach
+from tests.fixtures.fake_ti import FakeTI
+from tests.fixtures.local_conn import set_local_conn
 from tests.fixtures.waiting import ended, wait_for
-from tests.integration.test_operator_lifecycle import TI
 
 CONN = "kn_plugin"
 NASTY = "<i>&\"x'.txt"  # an output file name that must come out escaped
@@ -53,10 +53,7 @@ def waits(release: str) -> int:
 
 @pytest.fixture
 def conn(monkeypatch, tmp_path) -> str:
-    extra = {"backend": "local", "root": str(tmp_path / "kinetic")}
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{CONN.upper()}", json.dumps({"conn_type": "kinetic", "extra": extra})
-    )
+    set_local_conn(monkeypatch, tmp_path / "kinetic", CONN)
     return CONN
 
 
@@ -87,8 +84,7 @@ def submit(conn: str, func: Any, *args: Any, task_id: str = "", wait: bool = Fal
     """Run ``func`` as task ``task_id`` (default: its name) of DAG ``d``; the handle.
     ``wait``: to the end, as a sync task does (its value delivered, its
     ``{job_id}/`` artifacts deleted)."""
-    ti = TI()
-    ti.task_id = task_id or func.__name__
+    ti = FakeTI(task_id=task_id or func.__name__)
     op = KineticRunOperator(
         task_id=ti.task_id, python_callable=func, op_args=list(args), kinetic_conn_id=conn,
         wait_for_completion=wait,
@@ -281,8 +277,7 @@ def test_usage_on_the_list_and_the_job_page_with_a_price_table(
     from airflow_provider_kinetic.core.storage import LocalStore
 
     _, viewer, _ = clients
-    ti = TI()
-    ti.task_id = "train"
+    ti = FakeTI(task_id="train")
     op = KineticRunOperator(task_id="train", python_callable=train, op_args=[3],
                             accelerator="tpu-v6e-8", kinetic_conn_id=conn,
                             wait_for_completion=False)  # fmt: skip

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_kinetic import KineticMapOperator, KineticRunOperator, attach
+from tests.fixtures.fake_ti import FakeTI
 from tests.fixtures.waiting import ended, wait_for
 from tests.integration import test_kinetic_plugin as plugin_pages
 from tests.integration.test_kinetic_plugin import waits
-from tests.integration.test_operator_lifecycle import TI
 
 #: The plugin page tests' fixtures: a local connection, and anonymous / viewer / admin
 #: clients of the registered app.
@@ -77,8 +77,7 @@ def _tab(client: Any, conn_id: str, run_id: str, task_id: str, index: str, **par
 
 def test_tab_of_a_map_task_shows_its_batch_children_logs_and_files(conn, clients):
     anon, viewer, admin = clients
-    ti = TI()
-    ti.task_id, ti.run_id, ti.try_number = "sweep", RUN_ID, 2
+    ti = FakeTI(task_id="sweep", run_id=RUN_ID, try_number=2)
     op = KineticMapOperator(
         task_id="sweep", python_callable=talk, inputs=[0, 1, 2], kinetic_conn_id=conn,
         poll_interval=0.1,
@@ -139,8 +138,7 @@ def _date() -> Any:
 
 def test_tab_of_a_running_job_offers_cancel_only_to_whom_may(conn, clients, tmp_path: Path):
     _, viewer, admin = clients
-    ti = TI()
-    ti.task_id = "wait"
+    ti = FakeTI(task_id="wait")
     release = tmp_path / "release"
     op = KineticRunOperator(task_id="wait", python_callable=waits, op_args=[str(release)],
                             kinetic_conn_id=conn, wait_for_completion=False)  # fmt: skip

@@ -9,7 +9,6 @@ started.  Nothing is synchronised by sleeping: conditions are polled with a dead
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,7 +16,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,8 @@ from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_job_spec
 from tests.fixtures import records, waiting
+from tests.fixtures.fake_ti import FakeTI
+from tests.fixtures.local_conn import set_local_conn
 from tests.fixtures.local_jobs import most_at_once
 from tests.fixtures.waiting import DEADLINE_S, wait_for
 
@@ -303,8 +303,7 @@ def test_the_queued_message_reaches_the_task_log(
     from airflow_provider_kinetic import KineticRunOperator
 
     blocker = jobs(1)
-    conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": config.root}}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_LIMITED", json.dumps(conn))
+    set_local_conn(monkeypatch, config.root, "kinetic_limited")
     monkeypatch.setenv("AIRFLOW__KINETIC__LOCAL_MAX_JOBS", "1")
     held = blocker.submit("job-log-blocker")
     wait_for("the blocker to start", lambda: blocker.started(held.job_id))
@@ -318,15 +317,7 @@ def test_the_queued_message_reaches_the_task_log(
     )
     out: list[Any] = []
 
-    class TI:
-        dag_id, task_id, run_id, map_index, try_number = "d", "t", "manual__1", -1, 1
-        xcom: dict[str, Any] = {}
-        start_date = datetime.now(UTC)
-
-        def xcom_push(self, key: str, value: Any) -> None:
-            self.xcom[key] = value
-
-    worker = threading.Thread(target=lambda: out.append(op.execute({"ti": TI()})))
+    worker = threading.Thread(target=lambda: out.append(op.execute({"ti": FakeTI()})))
     seen: list[str] = []
 
     def task_log() -> str:  # the task logger writes to stdout (structlog) or to logging

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,18 +22,8 @@ from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
+from tests.fixtures.fake_ti import FakeTI
 from tests.fixtures.waiting import DEADLINE_S, wait_for
-
-
-class TI:
-    dag_id, task_id, run_id, map_index, try_number = "d", "t", "manual__1", -1, 1
-
-    def __init__(self) -> None:
-        self.xcom: dict[str, Any] = {}
-        self.start_date = datetime.now(UTC)
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcom[key] = value
 
 
 class StateStore(dict):
@@ -61,14 +49,6 @@ def held(release: str, value: int) -> int:
         time.sleep(0.02)  # timing-ok: the job's workload polls the test's release file
     print("finished", flush=True)
     return value
-
-
-@pytest.fixture
-def local_conn(monkeypatch, tmp_path) -> Path:
-    root = tmp_path / "kinetic"
-    conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": str(root)}}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_LOCAL", json.dumps(conn))
-    return root
 
 
 class WatchClock:
@@ -113,7 +93,7 @@ def test_on_kill_cancels_the_job_this_try_started(local_conn):
         deferrable=False,
         poll_interval=0.1,
     )
-    ti, errors = TI(), []
+    ti, errors = FakeTI(), []
 
     def run() -> None:
         try:
@@ -161,7 +141,7 @@ def test_retry_adopts_the_running_job_instead_of_submitting_again(
         deferrable=False,
         poll_interval=0.1,
     )
-    ti, values = TI(), []
+    ti, values = FakeTI(), []
     worker = threading.Thread(
         target=lambda: values.append(op.execute({"ti": ti, "task_state_store": store}))
     )
@@ -193,7 +173,7 @@ def test_new_submission_is_remembered_for_the_next_try(local_conn):
         deferrable=False,
         poll_interval=0.1,
     )
-    assert op.execute({"ti": TI(), "task_state_store": store}) == 7
+    assert op.execute({"ti": FakeTI(), "task_state_store": store}) == 7
     assert store["kinetic_job"]["func_name"] == "sleepy"
 
 
@@ -214,11 +194,11 @@ def test_trigger_error_redefers_then_cancels(local_conn):
     )
     event = {"status": "error", "message": "API hiccup", "handle": handle, "attempt": 0}
     with pytest.raises(TaskDeferred) as deferred:
-        op.execute_complete({"ti": TI()}, event=event)
+        op.execute_complete({"ti": FakeTI()}, event=event)
     assert deferred.value.trigger.attempt == 1
     assert backend.status(handle).status.value == "RUNNING"  # still running: not cancelled
     with pytest.raises(Exception, match="cancelled: trigger ended with error"):
-        op.execute_complete({"ti": TI()}, event={**event, "attempt": 3})
+        op.execute_complete({"ti": FakeTI()}, event={**event, "attempt": 3})
     report = backend.status(handle)
     assert report.status.value == "FAILED" and report.reason == "cancelled"
 
@@ -239,7 +219,7 @@ def test_deferrable_collects_a_quick_job_before_deferring(local_conn, watch_cloc
         kinetic_conn_id="kinetic_local",
         deferrable=True,
     )
-    assert quick.execute({"ti": TI()}) == 5
+    assert quick.execute({"ti": FakeTI()}) == 5
 
     slow = KineticRunOperator(
         task_id="t",
@@ -248,7 +228,7 @@ def test_deferrable_collects_a_quick_job_before_deferring(local_conn, watch_cloc
         kinetic_conn_id="kinetic_local",
         deferrable=True,
     )
-    ti = TI()
+    ti = FakeTI()
     start = watch_clock.now
     with pytest.raises(TaskDeferred) as deferred:
         slow.execute({"ti": ti})
@@ -292,7 +272,7 @@ def test_resumed_task_takes_the_final_state_from_the_event(local_conn):
     op = KineticRunOperator(
         task_id="t", python_callable=sleepy, op_args=[0, 0], kinetic_conn_id="kinetic_local"
     )
-    ti = TI()
+    ti = FakeTI()
     assert op.execute_complete({"ti": ti}, event=event) == 11
 
     # An error event is no final answer: the job itself is asked (still running: wait).
@@ -301,5 +281,5 @@ def test_resumed_task_takes_the_final_state_from_the_event(local_conn):
     )
     error = {"status": "error", "message": "x", "handle": running.to_dict(), "attempt": 0}
     with pytest.raises(TaskDeferred):
-        op.execute_complete({"ti": TI()}, event=error)
+        op.execute_complete({"ti": FakeTI()}, event=error)
     backend.cancel(running)

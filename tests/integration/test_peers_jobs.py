@@ -29,7 +29,8 @@ from tests.integration.test_gke_dags import JOBS, PODS, Kubelet, ago, pod_status
 
 LOGICAL = pendulum.datetime(2026, 11, 20, tz="UTC")
 CHILDREN = 3
-api, google_token, connections = gke.api, gke.google_token, gke.connections
+google_token, connections = gke.google_token, gke.connections
+pytestmark = pytest.mark.k8s_api(threaded=True)  # dag.test() calls it synchronously
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +141,7 @@ class ConcurrentKubelet(Kubelet):
 def test_batch_peers_on_the_gke_backend(
     load_dag,
     connections,  # noqa: F811
-    api,  # noqa: F811
+    api,
     work: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -10,7 +10,6 @@ runner signs nothing)."""
 
 from __future__ import annotations
 
-import json
 import pickle
 from pathlib import Path
 
@@ -22,7 +21,8 @@ from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import result_key, signing_configured
 from airflow_provider_kinetic.exceptions import KineticJobFailed
-from tests.integration.test_operator_lifecycle import TI
+from tests.fixtures.fake_ti import FakeTI
+from tests.fixtures.local_conn import set_local_conn
 
 CONN = "kn_downgrade"
 
@@ -43,10 +43,7 @@ class Boom:
 
 @pytest.fixture
 def conn(monkeypatch, tmp_path) -> str:
-    extra = {"backend": "local", "root": str(tmp_path / "kinetic")}
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{CONN.upper()}", json.dumps({"conn_type": "kinetic", "extra": extra})
-    )
+    set_local_conn(monkeypatch, tmp_path / "kinetic", CONN)
     return CONN
 
 
@@ -60,7 +57,7 @@ def test_a_handle_saying_unsigned_does_not_turn_verification_off(conn, tmp_path:
     assert signing_configured()  # the suite's deployment has a secret
     op = KineticRunOperator(task_id="t", python_callable=double, op_args=[21],
                             kinetic_conn_id=conn, wait_for_completion=False)  # fmt: skip
-    handle = op.execute({"ti": TI()})
+    handle = op.execute({"ti": FakeTI()})
     job_id = handle["job_id"]
     # The normal, signed path: the handle as the operator pushed it.
     assert handle["result_auth"] == "hmac-sha256"

@@ -22,7 +22,6 @@ from tests.fixtures.k8s_double import (
     K8sDouble,
     by_code_under_test,
     forget_log_cursors,
-    running_double,
 )
 from tests.fixtures.triggerer import (
     FakeClock,
@@ -37,13 +36,6 @@ from tests.fixtures.triggerer import (
 POLL_S = 5.0
 JOBS = "/apis/batch/v1/namespaces/{ns}/jobs"
 PODS = "/api/v1/namespaces/{ns}/pods"
-
-
-@pytest.fixture
-async def api() -> Any:
-    forget_log_cursors()  # each test starts as a new triggerer process would
-    async with running_double() as double:
-        yield double
 
 
 @pytest.fixture

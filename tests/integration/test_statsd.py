@@ -10,7 +10,6 @@ run's Data is a data cache hit.  Names carry Airflow's ``statsd_prefix`` (``airf
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -21,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.local_conn import conn_env, local_extra
 
 REPO = Path(__file__).resolve().parents[2]
 SLEEP_S = 1.0
@@ -147,12 +148,11 @@ def test_a_dag_run_sends_kinetic_metrics_with_tags(airflow_home, receiver, tmp_p
     dag_path.write_text(DAG_FILE)
     script = tmp_path / "run_dag.py"
     script.write_text(RUNNER)
-    conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": str(tmp_path / "k")}}
     env = {
         **os.environ,
+        **conn_env("kinetic_statsd", local_extra(tmp_path / "k")),
         "PYTHONPATH": str(REPO),
         "KINETIC_STATSD_DATA": str(data),
-        "AIRFLOW_CONN_KINETIC_STATSD": json.dumps(conn),
         "AIRFLOW__METRICS__STATSD_ON": "True",
         "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
         "AIRFLOW__METRICS__STATSD_PORT": str(receiver.port),

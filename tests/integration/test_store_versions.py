@@ -15,6 +15,7 @@ from airflow_provider_kinetic.cli.__main__ import main
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data.value import Data
 from airflow_provider_kinetic.core.keys.pins import pin_values
+from tests.fixtures.local_conn import local_extra, set_local_conn
 
 CONN = "kn_store_versions"
 KEY = "models/churn"
@@ -25,12 +26,9 @@ PINNER = {"dag_id": "score", "run_id": "manual__1", "task_id": "predict", "map_i
 @pytest.fixture
 def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> KineticConfig:
     """A local kinetic connection, as the CLI and ``store`` find it (the environment)."""
-    extra = {"backend": "local", "root": str(tmp_path / "root")}
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{CONN.upper()}", json.dumps({"conn_type": "kinetic", "extra": extra})
-    )
+    root = set_local_conn(monkeypatch, tmp_path / "root", CONN)
     monkeypatch.setenv("KINETIC_STATCACHE_DIR", str(tmp_path / "statcache"))
-    return KineticConfig(**extra)
+    return KineticConfig(**local_extra(root))
 
 
 def put(tmp_path: Path, key: str, text: str) -> dict[str, Any]:

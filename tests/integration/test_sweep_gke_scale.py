@@ -14,6 +14,8 @@ import json
 import os
 from typing import Any
 
+import pytest
+
 from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
 from airflow_provider_kinetic.core.jobs.signing import RESULT_KEY_ENV, sign, signature_key
 from airflow_provider_kinetic.core.storage import store_for_uri
@@ -22,11 +24,12 @@ from tests.fixtures.k8s_double import by_code_under_test
 from tests.integration.test_gke_dags import (  # noqa: F401 - fixtures
     JOBS,
     Kubelet,
-    api,
     connections,
     google_token,
     run_dag,
 )
+
+pytestmark = pytest.mark.k8s_api(threaded=True)  # dag.test() calls it synchronously
 
 TOTAL = int(os.environ.get("KINETIC_TEST_SWEEP_N", "1000"))
 
@@ -67,7 +70,7 @@ class ResultKubelet(Kubelet):
 def test_a_1000_input_deferrable_sweep_resumes_its_worker_once(
     load_dag,
     connections,  # noqa: F811 - the fixture
-    api,  # noqa: F811 - the fixture
+    api,
     capfd,
 ) -> None:
     assert os.environ.get("STORAGE_EMULATOR_HOST")

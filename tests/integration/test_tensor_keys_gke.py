@@ -19,7 +19,8 @@ pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 
 # The GKE DAG tests' fixtures: the API double, the faked Google token, the connections.
-api, google_token, connections = gke.api, gke.google_token, gke.connections
+google_token, connections = gke.google_token, gke.connections
+pytestmark = pytest.mark.k8s_api(threaded=True)  # dag.test() calls it synchronously
 
 
 @requires_fake_gcs

@@ -24,6 +24,8 @@ from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
 from tests.fixtures import preempting
 from tests.fixtures.airflow_env import task_states, xcoms
+from tests.fixtures.fake_ti import FakeTI
+from tests.fixtures.local_conn import set_conn
 from tests.fixtures.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,8 +34,8 @@ LOGICAL = pendulum.datetime(2026, 11, 22, tz="UTC")
 TASK = textwrap.dedent(
     """
     import json, sys
-    from datetime import UTC, datetime
     from airflow_provider_kinetic import KineticRunOperator
+    from tests.fixtures.fake_ti import FakeTI
 
     def work(marker, seconds):
         import os, time
@@ -45,28 +47,13 @@ TASK = textwrap.dedent(
         time.sleep(max(seconds, 0))
         return {"answer": 99}
 
-    class TI:
-        dag_id, task_id, run_id, map_index = "d", "t", "manual__1", -1
-        def __init__(self, try_number):
-            self.try_number, self.start_date, self.xcom = try_number, datetime.now(UTC), {}
-        def xcom_push(self, key, value):
-            self.xcom[key] = value
-            print("XCOM", key, json.dumps(value), flush=True)
-
     marker, seconds, try_number = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
     op = KineticRunOperator(task_id="t", python_callable=work, op_args=[marker, seconds],
                             kinetic_conn_id="kinetic_local", poll_interval=0.1)
-    print("RESULT", json.dumps(op.execute({"ti": TI(try_number)})), flush=True)
+    ti = FakeTI(try_number=try_number, echo=True)
+    print("RESULT", json.dumps(op.execute({"ti": ti})), flush=True)
     """
 )
-
-
-@pytest.fixture
-def local_conn(monkeypatch, tmp_path) -> Path:
-    root = tmp_path / "kinetic"
-    conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": str(root)}}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_LOCAL", json.dumps(conn))
-    return root
 
 
 def start_try(tmp_path: Path, marker: Path, seconds: float, try_number: int) -> subprocess.Popen:
@@ -190,8 +177,7 @@ def test_results_that_do_not_fit_xcom_travel_by_reference(load_dag, airflow_home
 def preempt_conn(monkeypatch, tmp_path) -> Path:
     preempting.register()
     root = tmp_path / "preempt"
-    conn = {"conn_type": "kinetic", "extra": {"backend": "preempting", "root": str(root)}}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_PREEMPT", json.dumps(conn))
+    set_conn(monkeypatch, "kinetic_preempt", {"backend": "preempting", "root": str(root)})
     yield root
     preempting.unregister()
 
@@ -221,7 +207,6 @@ def test_preemption_is_retried_without_an_airflow_retry(load_dag, preempt_conn, 
 
 def test_artifacts_are_deleted_once_delivered_and_kept_with_cleanup_never(tmp_path, local_conn):
     from airflow_provider_kinetic import KineticRunOperator
-    from tests.integration.test_operator_lifecycle import TI
 
     def answer() -> int:
         import os
@@ -238,8 +223,7 @@ def test_artifacts_are_deleted_once_delivered_and_kept_with_cleanup_never(tmp_pa
             task_id=f"t-{cleanup}", python_callable=answer, kinetic_conn_id="kinetic_local",
             poll_interval=0.1, cleanup=cleanup,
         )  # fmt: skip
-        ti = TI()
-        ti.task_id = op.task_id
+        ti = FakeTI(task_id=op.task_id)
         assert op.execute({"ti": ti}) == 7
         handle = JobHandle.from_dict(ti.xcom["kinetic_job"])
         left = store.list(f"{handle.job_id}/")

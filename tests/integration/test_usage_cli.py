@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR, LocalBackend
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs import history, usage
 from airflow_provider_kinetic.core.jobs.checkpoint import read_started, started_key
@@ -25,6 +25,7 @@ from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
 from tests.fixtures.cli import run_cli
+from tests.fixtures.local_conn import cancel_jobs, set_local_conn
 from tests.fixtures.waiting import ended, wait_for
 
 CONN = "kn_usage"
@@ -39,18 +40,10 @@ def add(a: int, b: int) -> int:
 @pytest.fixture
 def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KineticConfig]:
     root = tmp_path / "kinetic"
-    extra = {"backend": "local", "root": str(root)}
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{CONN.upper()}", json.dumps({"conn_type": "kinetic", "extra": extra})
-    )
+    set_local_conn(monkeypatch, root, CONN)
     monkeypatch.delenv("AIRFLOW__KINETIC__PRICE_TABLE", raising=False)
-    config = KineticConfig(backend="local", root=str(root))
-    yield config
-    backend = LocalBackend(config.bucket_name)  # never leave a job process behind
-    jobs = root / STATE_DIR
-    for jdir in jobs.iterdir() if jobs.is_dir() else []:
-        backend.cancel(JobHandle(job_id=jdir.name, backend="local", bucket_name=str(root)))
-        backend.release(JobHandle(job_id=jdir.name, backend="local", bucket_name=str(root)))
+    yield KineticConfig(backend="local", root=str(root))
+    cancel_jobs(root, release=True)  # never leave a job process behind
 
 
 def cli(

@@ -5,8 +5,6 @@ a step is given up only while the store shows its runner never started."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import yaml
 
@@ -24,6 +22,7 @@ from airflow_provider_kinetic.core.spec.handles import (
 )
 from airflow_provider_kinetic.core.storage.local import LocalStore
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
+from tests.fixtures.local_conn import set_conn
 
 IDENTITY = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 1}
 
@@ -37,10 +36,7 @@ def gke(monkeypatch):
     def make(**more):
         extras = {"backend": "gke", "bucket": "bkt", "project": "proj", "zone": "us-east5-a",
                   "cluster": "c1", "image": "img:1", **more}  # fmt: skip
-        monkeypatch.setenv(
-            "AIRFLOW_CONN_KN_CAP", json.dumps({"conn_type": "kinetic", "extra": extras})
-        )
-        return "kn_cap"
+        return set_conn(monkeypatch, "kn_cap", extras)
 
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")  # any upload fails
     return make

@@ -3,13 +3,11 @@ and what is allowed.  Connections are real Airflow connections (``AIRFLOW_CONN_*
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from airflow.providers.common.compat.sdk import AirflowNotFoundException
@@ -26,15 +24,9 @@ from airflow_provider_kinetic.hooks.kinetic import (
     KineticHook,
     config_from_extras,
 )
+from tests.fixtures.local_conn import set_conn
 
 GKE = {"backend": "gke", "project": "proj", "zone": "z", "cluster": "c1"}
-
-
-def connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, extra: Any) -> str:
-    """A real Airflow connection from an env var; ``extra`` as given (dict or raw text)."""
-    body = {"conn_type": "kinetic", "extra": extra}
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(body))
-    return conn_id
 
 
 def train(x: int = 0) -> int:
@@ -54,7 +46,7 @@ def train(x: int = 0) -> int:
 )
 def test_extras_that_are_not_a_json_object_are_an_error(monkeypatch, extra, says):
     """They used to read as {} -- the local backend, running training on the worker."""
-    conn_id = connection(monkeypatch, "kn_bad_json", extra)
+    conn_id = set_conn(monkeypatch, "kn_bad_json", extra)
     with pytest.raises(KineticConfigError, match=f"connection 'kn_bad_json' {says}") as info:
         KineticHook(conn_id).get_config()
     assert extra[:20] in str(info.value)  # shows what it read
@@ -68,7 +60,7 @@ def test_extras_in_a_connection_uri_are_checked_too(monkeypatch):
 
 
 def test_endpoint_extra_that_is_not_json(monkeypatch):
-    conn_id = connection(monkeypatch, "kn_ep", {**GKE, "bucket": "jobs-1", "endpoint": "10.0.0.1"})
+    conn_id = set_conn(monkeypatch, "kn_ep", {**GKE, "bucket": "jobs-1", "endpoint": "10.0.0.1"})
     with pytest.raises(KineticConfigError, match="extra 'endpoint' of connection 'kn_ep'"):
         KineticHook(conn_id).get_config()
 
@@ -77,7 +69,7 @@ def test_endpoint_extra_that_is_not_json(monkeypatch):
 
 
 def test_unknown_extra_names_the_closest_known_one(monkeypatch, tmp_path):
-    conn_id = connection(monkeypatch, "kn_typo", {**GKE, "bukcet": "my-jobs"})
+    conn_id = set_conn(monkeypatch, "kn_typo", {**GKE, "bukcet": "my-jobs"})
     with pytest.raises(KineticConfigError) as info:
         KineticHook(conn_id).get_config()
     message = str(info.value)
@@ -195,7 +187,7 @@ def test_fallback_can_be_forbidden(monkeypatch, tmp_path, value):
 
 def test_forbidding_the_fallback_leaves_a_real_default_alone(monkeypatch, tmp_path):
     monkeypatch.setenv("AIRFLOW__KINETIC__ALLOW_LOCAL_FALLBACK", "False")
-    connection(monkeypatch, "kinetic_default", {"root": str(tmp_path / "r")})
+    set_conn(monkeypatch, "kinetic_default", {"root": str(tmp_path / "r")})
     assert KineticHook().get_config().bucket_name == str(tmp_path / "r")
 
 
@@ -282,14 +274,14 @@ def unwritable_dir(tmp_path: Path) -> Iterator[Path]:
 
 def test_a_missing_root_is_created(monkeypatch, tmp_path):
     root = tmp_path / "not" / "yet" / "there"
-    conn_id = connection(monkeypatch, "kn_new_root", {"root": str(root)})
+    conn_id = set_conn(monkeypatch, "kn_new_root", {"root": str(root)})
     config = KineticHook(conn_id).get_config()
     assert root.is_dir() and config.bucket_name == str(root)
     assert os.listdir(root) == []  # the write probe is gone
 
 
 def test_a_root_that_cannot_be_written_is_an_error(monkeypatch, unwritable_dir):
-    conn_id = connection(monkeypatch, "kn_ro_root", {"root": str(unwritable_dir)})
+    conn_id = set_conn(monkeypatch, "kn_ro_root", {"root": str(unwritable_dir)})
     with pytest.raises(KineticConfigError) as info:
         KineticHook(conn_id).get_config()
     message = str(info.value)
@@ -327,13 +319,13 @@ def test_the_operator_fails_before_any_upload(monkeypatch, tmp_path):
     """A bad bucket on a GKE connection: the error is the config's, not a failed upload
     (any GCS request would go to a closed port) and nothing of the input was read."""
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")
-    conn_id = connection(monkeypatch, "kn_op", {**GKE, "bucket": "Jobs"})
+    conn_id = set_conn(monkeypatch, "kn_op", {**GKE, "bucket": "Jobs"})
     op = KineticRunOperator(
         task_id="t", python_callable=train, accelerator="cpu", kinetic_conn_id=conn_id
     )
     with pytest.raises(KineticConfigError, match="invalid GCS bucket name 'Jobs'"):
         op.execute({})
-    conn_id = connection(monkeypatch, "kn_op2", {"root": str(tmp_path / "r"), "imgae": "x"})
+    conn_id = set_conn(monkeypatch, "kn_op2", {"root": str(tmp_path / "r"), "imgae": "x"})
     op = KineticRunOperator(
         task_id="t", python_callable=train, accelerator="cpu", kinetic_conn_id=conn_id
     )

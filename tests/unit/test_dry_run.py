@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from airflow_provider_kinetic import Data, KineticRunOperator
+from tests.fixtures.local_conn import set_conn
 
 
 def train(data: str) -> int:
@@ -29,9 +30,7 @@ def gke_conn(monkeypatch, tmp_path):
         "cluster": "c1",
         "image": "us-docker.pkg.dev/p/r/base:tpu",
     }
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_KINETIC_DRY", json.dumps({"conn_type": "kinetic", "extra": extras})
-    )
+    set_conn(monkeypatch, "kinetic_dry", extras)
     return extras
 
 
@@ -72,21 +71,8 @@ def test_dry_run_manifest_without_credentials(gke_conn, tmp_path, capsys, accele
 
 
 def test_dry_run_rejects_multi_host_on_gke(monkeypatch):
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_KINETIC_GKE",
-        json.dumps(
-            {
-                "conn_type": "kinetic",
-                "extra": {
-                    "backend": "gke",
-                    "bucket": "bkt-1",
-                    "project": "p",
-                    "zone": "z",
-                    "cluster": "c",
-                },
-            }
-        ),
-    )
+    extras = {"backend": "gke", "bucket": "bkt-1", "project": "p", "zone": "z", "cluster": "c"}
+    set_conn(monkeypatch, "kinetic_gke", extras)
     op = KineticRunOperator(
         task_id="t", python_callable=train, accelerator="tpu-v6e-2x4", kinetic_conn_id="kinetic_gke"
     )

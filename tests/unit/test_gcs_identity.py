@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.gcp.gcs_auth import storage_client
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
+from tests.fixtures.local_conn import set_conn
 
 EMAIL = "kinetic-jobs@proj.iam.gserviceaccount.com"
 
@@ -34,9 +35,7 @@ def gcp_conn(monkeypatch) -> str:
     monkeypatch.setenv("AIRFLOW_CONN_KN_GCP", json.dumps(conn))
     extras = {"backend": "gke", "bucket": "kn-jobs", "project": "proj", "zone": "z",
               "cluster": "c", "gcp_conn_id": "kn_gcp"}  # fmt: skip
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_KN_TARGET", json.dumps({"conn_type": "kinetic", "extra": extras})
-    )
+    set_conn(monkeypatch, "kn_target", extras)
     monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
     return "kn_target"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -14,6 +13,7 @@ from airflow_provider_kinetic.hooks.kinetic import (
     config_from_extras,
     config_to_json,
 )
+from tests.fixtures.local_conn import set_conn
 
 
 def test_ui_strings_are_typed():
@@ -67,9 +67,7 @@ def test_missing_named_connection_is_an_error(monkeypatch):
 
 
 def test_named_connection(monkeypatch, tmp_path):
-    conn = {"conn_type": "kinetic", "extra": {"root": str(tmp_path / "r")}}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_X", json.dumps(conn))
-    hook = KineticHook("kinetic_x")
+    hook = KineticHook(set_conn(monkeypatch, "kinetic_x", {"root": str(tmp_path / "r")}))
     assert hook.get_store().uri("a") == f"file://{tmp_path}/r/a"
     ok, message = hook.test_connection()
     assert ok and f"store file://{tmp_path}/r works" in message

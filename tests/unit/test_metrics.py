@@ -34,6 +34,7 @@ from airflow_provider_kinetic.core.spec.handles import (
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment import metrics as airflow_metrics
 from airflow_provider_kinetic.operators.usage import send_metrics
+from tests.fixtures.fake_ti import FakeTI
 from tests.fixtures.records import batch_state, handle
 
 
@@ -367,16 +368,13 @@ def test_the_airflow_sink_takes_the_running_task_and_drops_metrics_outside_one(m
 def test_task_tags_come_from_the_operator(monkeypatch):
     from airflow.sdk.definitions._internal import contextmanager as ctx
 
-    class TI:
-        dag_id, task_id = "d", "t"
-
     class Task:
         _backend = LocalBackend("/nonexistent")
 
         def accelerator_spec(self) -> str:
             return "gpu-l4:spot"
 
-    monkeypatch.setattr(ctx, "_CURRENT_CONTEXT", [{"ti": TI(), "task": Task()}])
+    monkeypatch.setattr(ctx, "_CURRENT_CONTEXT", [{"ti": FakeTI(), "task": Task()}])
     assert airflow_metrics._task_tags() == {
         "dag_id": "d",
         "task_id": "t",

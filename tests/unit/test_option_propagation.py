@@ -9,7 +9,6 @@ checks the option in the child's spec or payload.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from airflow_provider_kinetic.core.jobs.submit import plan_job
 from airflow_provider_kinetic.core.spec.pod import JobSpec
 from airflow_provider_kinetic.deployment.signing import deployment_secret
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
+from tests.fixtures.local_conn import set_conn
 
 #: Handles planned so far (the newest last): what a job carries beside its spec.
 _HANDLES: list[Any] = []
@@ -40,7 +40,7 @@ def conn(monkeypatch) -> str:
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")  # any upload fails
     extras = {"backend": "auto", "bucket": "bkt", "project": "p", "zone": "z", "cluster": "c",
               "namespace": "ns-opt", "image": "img:1", "service_account": "sa-opt"}  # fmt: skip
-    monkeypatch.setenv("AIRFLOW_CONN_KN_OPT", json.dumps({"conn_type": "kinetic", "extra": extras}))
+    set_conn(monkeypatch, "kn_opt", extras)
     monkeypatch.setenv("KN_OPT_SECRET_FREE", "forwarded")
     return "kn_opt"
 
