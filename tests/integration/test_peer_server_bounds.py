@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -22,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_kinetic.core.keys.peer import bundle as peerbundle
+from airflow_provider_kinetic.core.keys.peer import fetch as peerfetch
 from airflow_provider_kinetic.core.keys.peer import serve as peerserve
 from airflow_provider_kinetic.core.keys.peer.registry import peer_token
 from tests.fixtures.waiting import wait_for
@@ -169,3 +172,32 @@ def test_a_kept_alive_connection_left_idle_is_closed(weights) -> None:
         wait_for("the connection's thread ended", lambda: server.stats.open == 0)
     finally:
         server.close()
+
+
+def test_a_getter_at_a_busy_peer_waits_its_turn_and_gets_everything(tmp_path: Path) -> None:
+    """A cap of one connection per address against a getter's four parallel reads:
+    the refused ones are told "busy" and ask again, none gives up on the peer."""
+    src = tmp_path / "src"
+    src.mkdir()
+    sizes = [peerbundle.BUNDLE_FILE_MAX + 1] * 3 + [1000] * (2 * peerbundle.BUNDLE_FILES)
+    listed = []
+    for i, size in enumerate(sizes):
+        (src / f"f{i:03d}.bin").write_bytes(os.urandom(size))
+        listed.append([f"f{i:03d}.bin", size])
+    limits = peerserve.Limits(header_s=NEVER_S, idle_s=NEVER_S, per_address=1, total=1)
+    server = peerserve.PeerServer(TOKEN, limits=limits)
+    try:
+        ready = {rel: (str(src / rel), "") for rel, _ in listed}
+        server.add(peerserve.Root("v1", "dir", "", [(r, n) for r, n in listed], ready=ready))
+        base = tmp_path / "copy"
+        base.mkdir()
+        got = peerfetch.pull_peer(
+            server.address, "v1", TOKEN, str(base), listed, lambda *_: None, 60.0
+        )
+        assert server.stats.refused > 0  # the getter was turned away at least once
+        assert server.stats.peak == 1
+    finally:
+        server.close()
+    assert got == sum(sizes)
+    for rel, _ in listed:
+        assert (base / rel).read_bytes() == (src / rel).read_bytes()
