@@ -201,3 +201,33 @@ def test_a_getter_at_a_busy_peer_waits_its_turn_and_gets_everything(tmp_path: Pa
     assert got == sum(sizes)
     for rel, _ in listed:
         assert (base / rel).read_bytes() == (src / rel).read_bytes()
+
+
+def test_the_total_cap_holds_across_addresses(weights) -> None:
+    limits = peerserve.Limits(header_s=NEVER_S, idle_s=NEVER_S, per_address=4, total=6)
+    threads_before = threading.active_count()
+    server = _server(weights, limits)
+    host, port = server.address.rsplit(":", 1)
+    held: list[socket.socket] = []
+    try:
+        for source in ("127.0.0.1", "127.0.0.3"):  # 4 each: under per_address, over total
+            for _ in range(4):
+                held.append(
+                    socket.create_connection(
+                        (host, int(port)), timeout=EOF_DEADLINE_S, source_address=(source, 0)
+                    )
+                )
+        wait_for(
+            "all admitted or refused",
+            lambda: server.stats.open + server.stats.refused == 8,
+            detail=lambda: server.stats,
+        )
+        assert (server.stats.open, server.stats.refused) == (6, 2)
+        assert threading.active_count() <= threads_before + 1 + 6
+        for s in held[6:]:
+            assert _until_eof(s).startswith(b"HTTP/1.1 503")
+    finally:
+        for s in held:
+            s.close()
+        server.close()
+    wait_for("the server's threads ended", lambda: threading.active_count() <= threads_before)
