@@ -154,7 +154,12 @@ def test_a_dead_or_stalled_parent_is_left_for_the_store(store, peers, tmp_path) 
     # A live parent that never gets any file: it answers "not yet" forever (a stall).
     stuck = peerserve.PeerServer(TOKEN)
     try:
-        stuck.add(peerserve.Root(version, "dir", "", [("README", 8)], state=RECEIVING))
+        # The version's true list (a list that is not the version's is a lie, refused
+        # before any stall could show).
+        files = sorted(
+            (p.relative_to(src).as_posix(), p.stat().st_size) for p in src.rglob("*") if p.is_file()
+        )
+        stuck.add(peerserve.Root(version, "dir", "", files, state=RECEIVING))
         registry.register(board, Peer("stuck", stuck.address, version, state=RECEIVING))
         # Positions 0 (dead) and 1 (stuck); at fanout 1 getter 2 reads from 1, then 0.
         proc = peers.start("late", "bcast", "models/stall", str(tmp_path / "d"), "1", "1")

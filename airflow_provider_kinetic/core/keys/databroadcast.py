@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_kinetic.core.data.hashing.treehash import content_hash
@@ -74,12 +75,28 @@ def wanted(ref: dict[str, Any]) -> tuple[ObjectStore, str, BroadcastWindow] | No
 
 
 def get_data(
-    ref: dict[str, Any], target: str, store: ObjectStore, digest: str, window: BroadcastWindow
+    ref: dict[str, Any],
+    target: str,
+    store: ObjectStore,
+    digest: str,
+    window: BroadcastWindow,
+    report: Callable[[Broadcast], None] | None = None,
 ) -> str:
     """Fetch the data-cache entry ``digest`` into ``target`` by broadcast, verified;
-    returns the path the function gets (a file ref's one file, else ``target``)."""
+    returns the path the function gets (a file ref's one file, else ``target``).
+    ``report`` is shown the broadcast once done (where its bytes came from)."""
     v = Version(version=digest, epoch=0.0, size=0, files=0, kind="dir")
-    cast = Broadcast(store, v, window.group_id or f"data@{digest}", window, f"data {digest[:12]}")
+
+    def hashed(tmp: str) -> str:
+        """What the content hash covers: a file ref's one file, else the tree."""
+        names = [rel for rel, _ in cast.server.roots[digest].expected]
+        one = not ref.get("is_dir") and len(names) == 1
+        return os.path.join(tmp, names[0]) if one else tmp
+
+    # No ``expected``: a Data has no record of its files but the store's listing,
+    # which a child reads before it trusts a parent's list.
+    group = window.group_id or f"data@{digest}"
+    cast = Broadcast(store, v, group, window, f"data {digest[:12]}", target=hashed)
     target = os.path.abspath(target)
     tmp = f"{target}.{secrets.token_hex(6)}.kinetic-bcast"
     os.makedirs(tmp)
@@ -93,7 +110,8 @@ def get_data(
         got = content_hash(checked, ref["uri"], None, cast.digests.lookup).hexdigest
         if got != digest:
             raise KeyVerifyError(
-                f"data {ref['uri']}: the broadcast copy hashes to {got}, not to {digest}; not used"
+                f"data {ref['uri']}: the broadcast copy from {cast.source()} hashes to {got}, "
+                f"not to {digest}; not used"
             )
         os.rename(tmp, target)
     except BaseException:
@@ -101,6 +119,8 @@ def get_data(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     cast.placed(target)
+    if report is not None:
+        report(cast)
     log.info(
         "data %s: %d file(s) by broadcast from %s, verified",
         digest[:12],

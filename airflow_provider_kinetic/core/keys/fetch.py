@@ -95,11 +95,13 @@ def place_version(
     receive: Callable[[str], None],
     placed: Callable[[str], None] | None = None,
     digests: FileDigests | None = None,
+    source: Callable[[], str] | None = None,
 ) -> dict[str, Any]:
     """``receive(tmp)`` fills a temporary directory beside ``dest`` (from the store,
     or from peers: ``joblocal.py``, ``broadcast.py``); the tree is verified against
     ``v`` (``digests``: what ``receive`` hashed on the way) and renamed into place;
-    ``placed(path)`` is told where it went."""
+    ``placed(path)`` is told where it went.  ``source()`` names where the bytes came
+    from, for the error when they do not hash to the version (default: the store)."""
     path = os.path.abspath(os.fspath(dest))
     check_dest(os.fspath(dest), overwrite)
     if v.kind == "file" and os.path.isdir(path) and not os.path.islink(path):
@@ -114,7 +116,7 @@ def place_version(
         if v.kind == "dir":
             for rel in v.empty_dirs:
                 os.makedirs(os.path.join(tmp, *rel.split("/")), exist_ok=True)
-        _verify(key, v, tmp, digests)
+        _verify(key, v, tmp, digests, source() if source is not None else "the store")
         _place(os.path.join(tmp, v.name) if v.kind == "file" else tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -125,7 +127,9 @@ def place_version(
     return row
 
 
-def _verify(key: str, v: Version, tmp: str, digests: FileDigests | None = None) -> None:
+def _verify(
+    key: str, v: Version, tmp: str, digests: FileDigests | None = None, source: str = "the store"
+) -> None:
     """Hash what arrived exactly as ``put`` hashed its source."""
     target = os.path.join(tmp, v.name) if v.kind == "file" else tmp
     known = digests.lookup if digests is not None else None
@@ -135,8 +139,9 @@ def _verify(key: str, v: Version, tmp: str, digests: FileDigests | None = None) 
         got = f"unreadable ({exc})"
     if got != v.version:
         raise KeyVerifyError(
-            f"key {key!r} version {v.version}: the content read from the store hashes to "
-            f"{got}, not to the version (a corrupted or partial blob); nothing was written"
+            f"key {key!r} version {v.version}: the content read from {source} hashes to "
+            f"{got}, not to the version (a corrupted, partial or false copy); nothing was "
+            "written"
         )
 
 

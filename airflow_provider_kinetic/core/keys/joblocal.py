@@ -212,7 +212,9 @@ def get_local(
             def receive(tmp: str, p: Peer = peer, m: dict[str, Any] = manifest) -> None:
                 pull_peer(p.address, p.version, token, tmp, m["files"], _ignore, LOCAL_STALL_S)
 
-            row = place_version(key, v, dest, overwrite, receive)
+            row = place_version(
+                key, v, dest, overwrite, receive, source=lambda a=peer.address: f"peer {a}"
+            )
         except PeerForbidden as exc:
             log.warning("local key %s: %s; skipping it", key, exc)
             tried.append(str(exc))

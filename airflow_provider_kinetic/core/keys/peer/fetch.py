@@ -31,6 +31,7 @@ from typing import Any, BinaryIO
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.keys.peer import bundle as peerbundle
 from airflow_provider_kinetic.core.keys.peer.serve import (
+    BUSY_HEADER,
     CHUNK,
     DIGEST_HEADER,
     HOLD_HEADER,
@@ -62,6 +63,21 @@ class PeerNotServing(PeerUnavailable):
 
 class PeerForbidden(PeerUnavailable):
     """The peer answered 403: our token is not its scope's."""
+
+
+class PeerBusy(PeerUnavailable):
+    """The peer is at its connection cap (503 ``X-Kinetic-Busy``): ask again soon."""
+
+
+class PeerLied(PeerUnavailable):
+    """The peer sent what cannot be the content: a list that is not the version's, a
+    body longer or shorter than its file, bytes that do not hash to the version.
+    Nothing more is read from it; the message names the peer and what was wrong."""
+
+
+#: A busy peer is asked again after this, doubled per refusal up to ``BUSY_MAX_S``.
+BUSY_S = 0.05
+BUSY_MAX_S = 1.0
 
 
 class _Conn(http.client.HTTPConnection):
@@ -100,6 +116,8 @@ def peer_manifest(address: str, version: str, token: str, timeout: float) -> dic
         raise PeerUnavailable(f"peer {address}: {exc}") from exc
     if resp.status == 403:
         raise PeerForbidden(f"peer {address} refused our token (403)")
+    if resp.status == 503 and resp.getheader(BUSY_HEADER):
+        raise PeerBusy(f"peer {address} is at its connection cap (503)")
     if resp.status == 404:
         raise PeerNotServing(f"peer {address} does not serve {version[:12]} (404)")
     if resp.status != 200:
@@ -192,12 +210,25 @@ class _PeerPull:
         self.parent_seen: str | None = None
         #: Told of every chunk received (a parent's children see it as progress).
         self.on_bytes: Callable[[int], None] = lambda _n: None
+        #: Refusals in a row at the peer's connection cap (the next wait doubles).
+        self.busy = 0
 
     def conn(self) -> http.client.HTTPConnection:
         c = getattr(self.local, "conn", None)
         if c is None:  # reads wait out a held request, plus the stall allowance
             c = self.local.conn = _conn(self.address, self.stall_s + HOLD_S)
         return c
+
+    def done(self, task: Callable[..., int], *args: Any) -> int:
+        """Run one task, then close this thread's connection: a connection kept
+        open while its thread waits for nothing would hold one of the peer's
+        per-address slots (``serve.Limits``) that another reader is waiting for."""
+        try:
+            return task(*args)
+        finally:
+            conn, self.local.conn = getattr(self.local, "conn", None), None
+            if conn is not None:
+                conn.close()
 
     def parent_progress(self, received: str | None) -> None:
         """A parent whose own copy grew since we last asked is not stalled."""
@@ -227,16 +258,43 @@ class _PeerPull:
     def stalled(self) -> bool:
         return self.failed.is_set() or time.monotonic() - self.progress > self.stall_s
 
+    def was_busy(self, resp: http.client.HTTPResponse) -> bool:
+        """A 503 from the peer's connection cap: wait a little (the peer closed this
+        connection; the next request opens another).  Busy for ``stall_s`` is a stall."""
+        if resp.status != 503 or not resp.getheader(BUSY_HEADER):
+            self.busy = 0
+            return False
+        resp.read()
+        self.local.conn = None
+        self.busy += 1
+        time.sleep(min(BUSY_MAX_S, BUSY_S * 2 ** min(self.busy, 8)))
+        return True
+
+    def lied(self, what: str) -> PeerLied:
+        """The peer sent what cannot be the content: nothing more is read from it."""
+        self.failed.set()
+        conn, self.local.conn = getattr(self.local, "conn", None), None
+        if conn is not None:
+            conn.close()
+        return PeerLied(f"peer {self.address} {what}")
+
     def one(self, entry: list[Any], on_file: OnFile) -> int:
         rel, size = entry[0], int(entry[1])
         url = f"/v/{self.version}/f/{urllib.parse.quote(rel)}"
         while not self.stalled():
             resp = self._ask("GET", url)
+            if self.was_busy(resp):
+                continue
             if resp.status == 503:  # the parent is still receiving it
                 resp.read()
                 self.parent_progress(resp.getheader(RECEIVED_HEADER))
                 continue
             self._refused(resp, rel)
+            if resp.length != size:  # checked before a byte of it is read
+                raise self.lied(
+                    f"sent {rel} as {resp.length if resp.length is not None else 'an unbounded'}"
+                    f" byte body where the list has {size} bytes: not read"
+                )
             self._receive(resp, rel, size, resp.getheader(DIGEST_HEADER, ""), on_file)
             self._end(resp)
             return size
@@ -251,6 +309,8 @@ class _PeerPull:
                 raise self.stall()
             body = json.dumps({"files": [e[0] for e in todo]}).encode()
             resp = self._ask("POST", f"/v/{self.version}/bundle", body)
+            if self.was_busy(resp):
+                continue
             self._refused(resp, todo[0][0])
             while todo:
                 try:
@@ -264,11 +324,15 @@ class _PeerPull:
                     self.parent_progress(str(head.get("received")))
                     break
                 rel, size = todo[0][0], int(todo[0][1])
-                if stop is not None or head.get("rel") != rel or head.get("size") != size:
+                if stop is not None:
                     self.failed.set()
                     raise PeerUnavailable(
-                        f"peer {self.address} answered {stop or head!r} where {rel} "
+                        f"peer {self.address} answered {stop!r} where {rel} "
                         f"({size} bytes) was asked in a bundle"
+                    )
+                if head.get("rel") != rel or head.get("size") != size:
+                    raise self.lied(
+                        f"sent {head!r} where {rel} ({size} bytes) was asked in a bundle"
                     )
                 self._receive(resp, rel, size, str(head.get("digest", "")), on_file)
                 todo.pop(0)
@@ -282,8 +346,22 @@ class _PeerPull:
         headers = {TOKEN_HEADER: self.token, HOLD_HEADER: self.hold()}
         try:
             c = self.conn()
-            c.request(method, url, body=body, headers=headers)
-            return c.getresponse()
+            reused = c.sock is not None
+            try:
+                c.request(method, url, body=body, headers=headers)
+                return c.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                if not reused:
+                    # A peer at its cap answers "busy" and closes before our request
+                    # is sent: its answer is still there to read.
+                    if (resp := _answer_anyway(c)) is not None:
+                        return resp
+                    raise
+                # A kept-alive connection the peer closed while it sat idle (its
+                # ``header_s``): asked again once, on a new one.
+                c.close()
+                c.request(method, url, body=body, headers=headers)
+                return c.getresponse()
         except TimeoutError as exc:
             raise self.stall() from exc
         except OSError as exc:
@@ -301,16 +379,14 @@ class _PeerPull:
         )
 
     def _end(self, resp: http.client.HTTPResponse) -> None:
-        """Read what is left of a response; anything beyond what was asked for
-        means the connection can no longer be trusted to line up."""
+        """The response is over once its listed bytes are read: anything the peer
+        says is left is not read (it would be bytes beyond the file's size)."""
+        if resp.length:
+            raise self.lied(f"had {resp.length} bytes more to send than listed: not read")
         try:
-            extra = resp.read()
+            resp.read()  # nothing left: marks the response done (the connection is reused)
         except (OSError, http.client.HTTPException) as exc:
             raise self.broken(OSError(str(exc)), "a response's end: ") from exc
-        if extra:
-            self.local.conn = None
-            self.failed.set()
-            raise PeerUnavailable(f"peer {self.address} sent {len(extra)} bytes more than listed")
 
     def _receive(
         self, resp: http.client.HTTPResponse, rel: str, size: int, sent: str, on_file: OnFile
@@ -327,12 +403,10 @@ class _PeerPull:
                     got += len(chunk)
                     self.progress = time.monotonic()
                     self.on_bytes(len(chunk))
-            if got != size or h.hexdigest() != sent:
-                self.failed.set()
-                raise PeerUnavailable(
-                    f"peer {self.address}: {rel} arrived with {got} of {size} bytes or a "
-                    "digest other than the peer's: not kept"
-                )
+            if got != size:  # the connection ended early (a parent that died)
+                raise self.broken(OSError(f"{got} of {size} bytes arrived"), f"{rel}: ")
+            if h.hexdigest() != sent:
+                raise self.lied(f"sent {rel} with a digest other than the peer's: not kept")
             kept(part, path, rel, h, self.digests)
         except TimeoutError as exc:
             raise self.stall() from exc
@@ -344,6 +418,14 @@ class _PeerPull:
             if os.path.exists(part):
                 os.unlink(part)
         on_file(rel, path, h.hexdigest())
+
+
+def _answer_anyway(c: http.client.HTTPConnection) -> http.client.HTTPResponse | None:
+    """The response the peer sent before it closed, if any (our send failed)."""
+    try:
+        return c.getresponse()
+    except (OSError, http.client.HTTPException):
+        return None
 
 
 def pull_peer(
@@ -365,8 +447,8 @@ def pull_peer(
         pull.on_bytes = on_bytes
     bundles, singles = peerbundle.plan(files)
     with ThreadPoolExecutor(WORKERS, thread_name_prefix="kinetic-peer-get") as pool:
-        futures = [pool.submit(pull.bundle, b, on_file) for b in bundles]
-        futures += [pool.submit(pull.one, f, on_file) for f in singles]
+        futures = [pool.submit(pull.done, pull.bundle, b, on_file) for b in bundles]
+        futures += [pool.submit(pull.done, pull.one, f, on_file) for f in singles]
         total, error = 0, None
         for fut in futures:
             try:
