@@ -121,14 +121,6 @@ def _ref(
     return ref
 
 
-def describe_failure(exc: BaseException) -> str:
-    """``Type: message`` of a job's failure; the remote type when the exception could
-    not be rebuilt here (``RemoteFunctionError.remote_type``, already in its message)."""
-    if getattr(exc, "remote_type", None):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
-
-
 def push_value(operator: Any, context: Mapping[str, Any], value: Any) -> None:
     """Push the task's value to XCom now, before its job's artifacts are deleted and its
     record says "delivered": a value Airflow refuses fails the task here, with the

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,23 +23,8 @@ from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
+from tests.fixtures.task_instance import TI, StateStore
 from tests.fixtures.waiting import DEADLINE_S, wait_for
-
-
-class TI:
-    dag_id, task_id, run_id, map_index, try_number = "d", "t", "manual__1", -1, 1
-
-    def __init__(self) -> None:
-        self.xcom: dict[str, Any] = {}
-        self.start_date = datetime.now(UTC)
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcom[key] = value
-
-
-class StateStore(dict):
-    def set(self, key: str, value: Any) -> None:
-        self[key] = json.loads(json.dumps(value))
 
 
 def sleepy(seconds: float, value: int) -> int:
@@ -72,7 +56,7 @@ def local_conn(monkeypatch, tmp_path) -> Path:
 
 
 class WatchClock:
-    """The operator's monotonic clock (``operators.run``, ``operators.run_sync``), moved
+    """The operator's monotonic clock (``operators.task_try``), moved
     only by its waits on the job: each ``LocalBackend.wait(seconds)`` waits on the job
     for real, then moves the clock on by ``seconds``.  It starts once the job has
     printed "started", whatever the machine's load."""
@@ -89,7 +73,7 @@ class WatchClock:
 
 @pytest.fixture
 def watch_clock(monkeypatch) -> WatchClock:
-    from airflow_provider_kinetic.operators import run, run_sync
+    from airflow_provider_kinetic.operators import task_try
 
     clock, real_wait = WatchClock(), LocalBackend.wait
 
@@ -98,8 +82,7 @@ def watch_clock(monkeypatch) -> WatchClock:
         real_wait(backend, handles, seconds)
         clock.now += seconds
 
-    monkeypatch.setattr(run, "time", clock)
-    monkeypatch.setattr(run_sync, "time", clock)
+    monkeypatch.setattr(task_try, "time", clock)
     monkeypatch.setattr(LocalBackend, "wait", wait)
     return clock
 
