@@ -16,9 +16,7 @@ from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.registry import backend_class
-from airflow_provider_kinetic.core.jobs import history
-from airflow_provider_kinetic.core.jobs.cleanup import ALWAYS
-from airflow_provider_kinetic.core.jobs.finish import finish_job
+from airflow_provider_kinetic.core.jobs.cleanup import release
 from airflow_provider_kinetic.core.jobs.results import collect
 from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC
 from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
@@ -88,18 +86,12 @@ class AttachedJob:
         request_cancel(self.store, self.backend, self.handle)
 
     def cleanup(self) -> int:
-        """Finish the ended job as its task would with ``cleanup="always"`` (its log
-        kept in the history, its cluster object and ``{job_id}/`` artifacts deleted);
-        how many artifact objects went."""
-        store = self.store
-        # A job its task finished already: its backend state is gone, its history knows.
-        report = history.settled(store, self.job_id, self.status())
-        if not report.status.is_terminal:
+        """Delete the finished job's cluster object and its ``{job_id}/`` artifacts."""
+        if not self.status().status.is_terminal:
             raise RuntimeError(f"kinetic job {self.job_id} is still running: cancel it first")
-        done = finish_job(
-            store, self.backend, self.handle, report, mode=ALWAYS, result_key=None, read_value=False
-        )
-        return done.removed
+        self.backend.cancel(self.handle)
+        release(self.store, self.backend, [self.handle])  # its log kept in the history
+        return self.store.delete_prefix(f"{self.job_id}/")
 
     def __repr__(self) -> str:
         return f"AttachedJob({self.job_id!r}, backend={self.handle.backend!r})"

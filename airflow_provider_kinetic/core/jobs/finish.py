@@ -1,5 +1,8 @@
-"""Finishing one ended job, the same from the operator's try, the job sensor and
-``attach`` (``core.batch.finish`` is a batch's; ``core.jobs.cleanup`` is the policy).
+"""Finishing one ended job, the same from the operator's try and the job sensor
+(``core.batch.finish`` is a batch's; ``core.jobs.cleanup`` is the policy).
+
+``attach(job).cleanup()`` is not a finish: ``jobs cleanup`` deletes with it what
+retention says, batch children included, which have no history entry of their own.
 
 One order, whoever finishes the job:
 
