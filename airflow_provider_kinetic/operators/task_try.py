@@ -3,39 +3,26 @@
 ``TaskTry.open`` is called once per execution segment: in ``execute``, and again in
 ``execute_complete`` after a deferral.  It takes the connection's config, store and
 backend, the task's identity, the deployment secret, and the task's record (read
-once: the try keeps it current as it writes it).  Its methods are the try's steps:
-
-* ``plan``, ``look_back``: this try's job, and what an earlier try's job means for it
-  (``core.jobs.taskrecord``: adopt it, collect it, or submit anew);
-* ``start``, ``submit``, ``publish``: the job recorded before it is created, its XComs;
-* ``wait``: polling in the worker with the job's log shown live, following the jobs
-  that take over from an ended one (``next_job``: capacity steps, preemption
-  re-submits);
-* ``finish``: ``core.jobs.finish`` (the same as the job sensor's), then what needs
-  Airflow: the task's usage, its output key and asset event;
-* ``write_record``: the task's record.
-
-Every try keeps a record of its job in the store (Airflow 3.3's task state store as
-a fallback), written *before* the job is created, so a later try finds the job
-instead of running it twice.  The record also counts the task's preemption
-re-submits (``preemption_retries``), which do not use the task's Airflow ``retries``.
+once, ``operators.task_record``: the try keeps it current as it writes it).  Its
+methods are the try's steps: plan and look back (``core.jobs.taskrecord``: adopt,
+collect or submit anew), start / submit / publish, wait (``operators.job_wait``)
+following the jobs that take over from an ended one (capacity steps, preemption
+re-submits), finish (``core.jobs.finish``, as the job sensor's, then what needs
+Airflow), and the record's writes.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
-from airflow_provider_kinetic.core.backends.k8s.status import REASON_NOT_ADMITTED
 from airflow_provider_kinetic.core.catalog.capacity import chain_for, parse_capacity
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.cleanup import after_job
 from airflow_provider_kinetic.core.jobs.fallback import describe_step, next_step
 from airflow_provider_kinetic.core.jobs.finish import finish_job
-from airflow_provider_kinetic.core.jobs.polling import StoreOutage, poll_delays
 from airflow_provider_kinetic.core.jobs.results import is_preemption
 from airflow_provider_kinetic.core.jobs.submit import PlannedJob, plan_job, submit_planned
 from airflow_provider_kinetic.core.jobs.taskrecord import (
@@ -44,25 +31,15 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
     Step,
     TaskRecord,
     decide_job,
-    read_record,
-    record_key,
-    request_cancel,
     supersede_record,
     write_record,
 )
-from airflow_provider_kinetic.core.jobs.usage import note_admitted
-from airflow_provider_kinetic.core.spec.handles import (
-    JobHandle,
-    JobStatus,
-    StatusReport,
-    new_job_id,
-)
-from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
-from airflow_provider_kinetic.deployment.connection import store_outage_window_s
+from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport, new_job_id
+from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key
-from airflow_provider_kinetic.exceptions import KineticJobCancelled, KineticJobFailed
+from airflow_provider_kinetic.exceptions import KineticJobFailed
 from airflow_provider_kinetic.links import job_links
-from airflow_provider_kinetic.operators import assets, keyio
+from airflow_provider_kinetic.operators import assets, job_wait, keyio
 from airflow_provider_kinetic.operators.capacity import request_fields as capacity_fields
 from airflow_provider_kinetic.operators.common import (
     XCOM_JOB,
@@ -72,6 +49,14 @@ from airflow_provider_kinetic.operators.common import (
     push_value,
     task_identity,
     xcom_value,
+)
+from airflow_provider_kinetic.operators.task_record import (
+    load_record,
+    next_record,
+    note_in_state_store,
+    preemptions_of,
+    restore_record,
+    stored_record,
 )
 from airflow_provider_kinetic.operators.usage import report_usage
 
@@ -84,31 +69,6 @@ class Earlier:
     step: Step
     job: JobHandle | None
     report: StatusReport | None
-
-
-@dataclass
-class Watched:
-    """Where a wait ended: on ``handle`` (a later capacity step's job, or a re-submit,
-    when the first one was taken over), with its final ``report`` (None: the wait gave
-    up and the task defers), its log shown up to ``offset``."""
-
-    handle: JobHandle
-    report: StatusReport | None
-    offset: int
-
-
-@dataclass
-class StoredRecord:
-    """The task's record as stored (its sealed bytes), its task state store entry and
-    the record the try held: what a rejected submit puts back."""
-
-    sealed: bytes | None
-    state_entry: Any
-    record: TaskRecord | None
-
-
-def preemptions_of(record: TaskRecord | None) -> int:
-    return record.preemptions if record is not None and record.kind == "job" else 0
 
 
 @dataclass
@@ -142,9 +102,7 @@ class TaskTry:
         backend = op.hook.get_backend(backend_kind or config.backend_kind(op.accelerator_spec()))
         identity = task_identity(context)
         secret = deployment_secret()
-        record = read_record(store, identity, secret)
-        if record is None:
-            record = _state_store_record(context)
+        record = load_record(store, identity, secret, context)
         return cls(op, context, config, store, backend, identity, secret, record)
 
     @property
@@ -175,16 +133,21 @@ class TaskTry:
             self.log.info("kinetic: earlier try found: %s -> %s", why, step.value)
             if step is Step.SUBMIT and old is not None:  # keep the old record for history
                 supersede_record(self.store, self.identity, record, self.secret)
-                # Cancelled or ended, and never collected: the failure rule of the policy.
-                after_job(
-                    self.store,
-                    self.backend,
-                    [old],
-                    succeeded=False,
-                    mode=self.op.cleanup,
-                    log_=self.log,
-                )
+                self.retire(old)  # cancelled or ended, and never collected
         return Earlier(step, old, report)
+
+    def retire(self, handle: JobHandle, archive_logs: bool | None = None) -> None:
+        """The failure rule of the cleanup policy, for a job this try does not collect
+        (superseded, a capacity step given up, preempted)."""
+        after_job(
+            self.store,
+            self.backend,
+            [handle],
+            succeeded=False,
+            mode=self.op.cleanup,
+            log_=self.log,
+            archive_logs=archive_logs,
+        )
 
     # ---- submitting, adopting, publishing ----------------------------------------------
     def start(self, earlier: Earlier, planned: PlannedJob) -> JobHandle:
@@ -234,13 +197,14 @@ class TaskTry:
             namespace=self.config.namespace,
             k8s_name=self.backend.object_name(job_id),
         )
-        before = self._stored_record()
+        before = stored_record(self.store, self.identity, self.context, self.record)
         self.write_record(provisional)
         try:
             submit_planned(planned, self.backend, self.store)
         except Exception:
             if not self._job_exists(planned.handle):
-                self._restore_record(before)
+                restore_record(self.store, self.identity, self.context, before, self.log)
+                self.record = before.record
             raise
         return planned.handle
 
@@ -252,36 +216,6 @@ class TaskTry:
         except Exception as exc:  # noqa: BLE001 - cannot tell: keep the record
             self.log.warning("cannot tell whether job %s exists: %s", handle.job_id, exc)
             return True
-
-    def _stored_record(self) -> StoredRecord:
-        try:
-            sealed: bytes | None = self.store.read_bytes(record_key(self.identity))
-        except ObjectNotFound:
-            sealed = None
-        state = self.context.get("task_state_store")
-        try:
-            previous = state.get(XCOM_JOB) if state is not None else None
-        except Exception:  # noqa: BLE001 - an unreadable state store holds nothing of ours
-            previous = None
-        return StoredRecord(sealed, previous, self.record)
-
-    def _restore_record(self, before: StoredRecord) -> None:
-        """Put back what ``_stored_record`` saw (nothing: no record at all)."""
-        key = record_key(self.identity)
-        if before.sealed is None:
-            self.store.delete(key)
-        else:
-            self.store.write_bytes(key, before.sealed, content_type="application/json")
-        self.record = before.record
-        state = self.context.get("task_state_store")
-        try:
-            if state is not None and before.state_entry is not None:
-                state.set(XCOM_JOB, before.state_entry)
-            elif state is not None:
-                state.delete(XCOM_JOB)
-        except Exception as exc:  # noqa: BLE001 - the store record is what counts
-            self.log.warning("could not reset the task state store: %s", exc)
-        self.log.info("kinetic: the submit was rejected; the task's record is as it was")
 
     def publish(self, handle: JobHandle) -> None:
         """XComs a person or a downstream task needs while the job runs."""
@@ -301,65 +235,28 @@ class TaskTry:
     # ---- waiting in the worker ---------------------------------------------------------
     def wait(
         self, handle: JobHandle, deadline: float | None, give_up_after: float | None = None
-    ) -> Watched:
+    ) -> job_wait.Watched:
         """Poll until the job ends and no job takes over from it (``next_job``), or,
         with ``give_up_after`` (seconds, from each job's start of the wait), until then."""
         while True:
-            give_up = None if give_up_after is None else time.monotonic() + give_up_after
-            report, offset = self.poll(handle, deadline, give_up)
-            if report is None:
-                return Watched(handle, None, offset)
-            new = self.next_job(handle, report)
+            watched = job_wait.poll_job(
+                self.backend,
+                self.store,
+                handle,
+                poll_interval=self.op.poll_interval,
+                log=self.log,
+                deadline=deadline,
+                give_up_after=give_up_after,
+            )
+            if watched.report is None:
+                return watched
+            new = self.next_job(handle, watched.report)
             if new is None:
-                return Watched(handle, report, offset)
+                return watched
             handle = new
 
-    def poll(
-        self, handle: JobHandle, deadline: float | None, give_up: float | None = None
-    ) -> tuple[StatusReport | None, int]:
-        """Poll until the job ends (its report) or, with ``give_up`` (a monotonic
-        time), until then (``None``: the caller defers); the log offset shown so far."""
-        offset, last, admitting = 0, None, False
-        delays = poll_delays(self.op.poll_interval, self.backend.first_poll_s)
-        outage = StoreOutage(store_outage_window_s())
-        while True:
-            try:
-                report = self.backend.status(handle)
-            except OSError as exc:  # the store cannot be read: no answer about the job
-                delay = outage.failed(exc)  # re-raised once the window has passed
-                self.log.warning("kinetic job %s: %s", handle.job_id, outage.describe(exc, delay))
-                time.sleep(delay)
-                continue
-            outage.recovered()
-            offset = self.show_logs(handle, offset)
-            if report.describe() != last:
-                self.log.info("kinetic job %s: %s", handle.job_id, report.describe())
-                if admitting and report.reason != REASON_NOT_ADMITTED:  # Kueue let it in
-                    note_admitted(self.store, handle.job_id, time.time())
-                admitting = report.reason == REASON_NOT_ADMITTED
-                last = report.describe()
-                if report.status is JobStatus.RUNNING:
-                    history.update(self.store, handle.job_id, report.status.value, report.reason)
-            if report.status.is_terminal:
-                return report, offset
-            if give_up is not None and time.monotonic() >= give_up:
-                return None, offset
-            if deadline is not None and time.time() >= deadline:
-                request_cancel(self.store, self.backend, handle)
-                raise KineticJobCancelled(
-                    f"kinetic job {handle.job_id} cancelled at the task's execution_timeout",
-                    job_id=handle.job_id,
-                )
-            delay = next(delays)
-            if give_up is not None:
-                delay = max(0.0, min(delay, give_up - time.monotonic()))
-            self.backend.wait([handle], delay)
-
     def show_logs(self, handle: JobHandle, offset: int) -> int:
-        text, new_offset = self.backend.read_logs(handle, offset)
-        for line in text.splitlines():
-            self.log.info("[%s] %s", handle.job_id, line)
-        return new_offset
+        return job_wait.show_logs(self.backend, handle, offset, self.log)
 
     # ---- jobs that take over from an ended one -----------------------------------------
     def next_job(self, handle: JobHandle, report: StatusReport) -> JobHandle | None:
@@ -398,14 +295,7 @@ class TaskTry:
             self.store, handle.job_id, history.CANCELLED, f"{report.reason}: {report.message}"
         )
         self.backend.cancel(handle)  # delete the Job that never ran (its pods never started)
-        after_job(
-            self.store,
-            self.backend,
-            [handle],
-            succeeded=False,
-            mode=self.op.cleanup,
-            log_=self.log,
-        )
+        self.retire(handle)
         new = self.submit(self.plan(step))
         self.write_record(new)
         self.publish(new)
@@ -437,15 +327,7 @@ class TaskTry:
             self.op.preemption_retries,
         )
         history.update(self.store, handle.job_id, "PREEMPTED", report.reason)
-        after_job(
-            self.store,
-            self.backend,
-            [handle],
-            succeeded=False,
-            mode=self.op.cleanup,
-            log_=self.log,
-            archive_logs=True,
-        )
+        self.retire(handle, archive_logs=True)
         self.backend.cancel(handle)  # delete what is left of it
         new = self.submit()
         self.write_record(new, preemptions=used + 1)
@@ -472,7 +354,9 @@ class TaskTry:
             checkpoints_of=self.identity,
             log_=self.log,
         )
-        self.report_usage(handle)
+        # The task's usage over every job its run had (the record's attempts).
+        attempts = self.record.attempts if self.record is not None else []
+        report_usage(self.op, self.context, self.store, attempts or [handle.job_id])
         if done.error is not None:
             raise KineticJobFailed(
                 f"kinetic job {handle.job_id} failed: {done.failure}", job_id=handle.job_id
@@ -492,55 +376,22 @@ class TaskTry:
         self.write_record(handle, delivered=True)
         return delivered
 
-    def report_usage(self, handle: JobHandle) -> None:
-        """The task's usage over every job its run had (the record's attempts)."""
-        record = self.record
-        attempts = record.attempts if record is not None and record.attempts else []
-        report_usage(self.op, self.context, self.store, attempts or [handle.job_id])
-
     # ---- the task's record -------------------------------------------------------------
     def write_record(
         self, handle: JobHandle, *, delivered: bool = False, preemptions: int | None = None
     ) -> None:
-        """The task's record: this try's job, how it waits, its work digest (this try's,
-        else the record's: a resumed deferred try has not planned)."""
-        old = self.record
-        if preemptions is None:
-            preemptions = preemptions_of(old)
-        work = self.work
-        if work is None and old is not None and old.job and old.job.job_id == handle.job_id:
-            work = old.work
-        attempts = list(old.attempts) if old is not None and old.kind == "job" else []
-        if handle.job_id not in attempts:
-            attempts.append(handle.job_id)
-        record = TaskRecord(
-            kind="job",
+        """The task's record: this try's job, how it waits, its work digest; while the
+        job is not delivered, the task state store names it too."""
+        record = next_record(
+            self.record,
+            handle,
             mode=DEFERRED if self.op.deferrable else SYNC,
             try_number=self.identity.get("try_number"),
-            handle=handle.to_dict(),
+            work=self.work,
             delivered=delivered,
             preemptions=preemptions,
-            work=work,
-            attempts=attempts,
         )
         write_record(self.store, self.identity, record, self.secret)
         self.record = record
-        state = self.context.get("task_state_store")
-        if state is not None and not delivered:
-            try:
-                state.set(XCOM_JOB, handle.to_dict())
-            except Exception as exc:  # noqa: BLE001 - the store record is what counts
-                self.log.warning("could not record the job in the task state store: %s", exc)
-
-
-def _state_store_record(context: Any) -> TaskRecord | None:
-    """The job Airflow 3.3's task state store holds for the task (a fallback for a
-    store that has no record)."""
-    state = context.get("task_state_store")
-    try:
-        previous = state.get(XCOM_JOB) if state is not None else None
-    except Exception:  # noqa: BLE001 - an unreadable state store means "nothing found"
-        previous = None
-    if isinstance(previous, dict) and previous.get("job_id"):
-        return TaskRecord(kind="job", mode=SYNC, handle=previous)
-    return None
+        if not delivered:
+            note_in_state_store(self.context, handle, self.log)

@@ -56,7 +56,7 @@ def local_conn(monkeypatch, tmp_path) -> Path:
 
 
 class WatchClock:
-    """The operator's monotonic clock (``operators.task_try``), moved
+    """The operator's monotonic clock (``operators.job_wait``), moved
     only by its waits on the job: each ``LocalBackend.wait(seconds)`` waits on the job
     for real, then moves the clock on by ``seconds``.  It starts once the job has
     printed "started", whatever the machine's load."""
@@ -73,7 +73,7 @@ class WatchClock:
 
 @pytest.fixture
 def watch_clock(monkeypatch) -> WatchClock:
-    from airflow_provider_kinetic.operators import task_try
+    from airflow_provider_kinetic.operators import job_wait
 
     clock, real_wait = WatchClock(), LocalBackend.wait
 
@@ -82,7 +82,7 @@ def watch_clock(monkeypatch) -> WatchClock:
         real_wait(backend, handles, seconds)
         clock.now += seconds
 
-    monkeypatch.setattr(task_try, "time", clock)
+    monkeypatch.setattr(job_wait, "time", clock)
     monkeypatch.setattr(LocalBackend, "wait", wait)
     return clock
 
