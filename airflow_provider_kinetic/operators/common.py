@@ -18,7 +18,10 @@ from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
 from airflow_provider_kinetic.core.jobs.cleanup import policy as cleanup_policy
 from airflow_provider_kinetic.core.jobs.pack import DEFAULT_MAX_PAYLOAD_MB
 from airflow_provider_kinetic.core.jobs.request import JobRequest, capture_env, plan_for_request
-from airflow_provider_kinetic.core.jobs.resultref import REF_KEY, is_result_ref, make_result_ref
+from airflow_provider_kinetic.core.jobs.resultref import REF_KEY, make_result_ref
+from airflow_provider_kinetic.core.jobs.resultref import (
+    result_ref_uris as result_ref_uris,  # the map operator's and the batch sensor's
+)
 from airflow_provider_kinetic.core.runtime.context import DEFAULT_MAX_CONTEXT_MB, check_patterns
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, check_image_setting
 from airflow_provider_kinetic.core.runtime.requirements import check_spec as check_requirements
@@ -118,14 +121,6 @@ def _ref(
     return ref
 
 
-def describe_failure(exc: BaseException) -> str:
-    """``Type: message`` of a job's failure; the remote type when the exception could
-    not be rebuilt here (``RemoteFunctionError.remote_type``, already in its message)."""
-    if getattr(exc, "remote_type", None):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
-
-
 def push_value(operator: Any, context: Mapping[str, Any], value: Any) -> None:
     """Push the task's value to XCom now, before its job's artifacts are deleted and its
     record says "delivered": a value Airflow refuses fails the task here, with the
@@ -133,22 +128,6 @@ def push_value(operator: Any, context: Mapping[str, Any], value: Any) -> None:
     pushes the returned value again afterwards (same value, same key)."""
     if getattr(operator, "do_xcom_push", True):
         context["ti"].xcom_push(key=XCOM_RETURN_KEY, value=value)
-
-
-def result_ref_uris(delivered: Any) -> set[str]:
-    """URIs of the results that references in ``delivered`` point at: cleanup keeps
-    those jobs' artifacts (their value lives only there)."""
-    return {ref[REF_KEY] for ref in _refs(delivered)}
-
-
-def _refs(value: Any) -> list[dict[str, Any]]:
-    if is_result_ref(value):
-        return [value]
-    if isinstance(value, list):
-        return [r for v in value for r in _refs(v)]
-    if isinstance(value, dict):  # multiple_outputs: references key by key
-        return [r for v in value.values() for r in _refs(v)]
-    return []
 
 
 def directory_uri(uri: str | None) -> str | None:

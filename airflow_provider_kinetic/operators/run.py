@@ -2,54 +2,64 @@
 
 The operator translates Airflow concepts (templates, XCom, defer, retries, kill)
 into ``core`` calls and holds no protocol logic of its own.  This module holds its
-arguments and ``execute`` (which decides, per try, whether to submit, adopt or
-collect); the rest lives in its bases, one concern each:
-
-* ``run_tries``: submitting, publishing and recording a try's job, preemption;
-* ``run_sync``: waiting in the worker (polling, the live log) and finishing;
-* ``run_deferred``: deferring to the triggerer and ``execute_complete``.
+arguments, ``execute`` (one try: submit or adopt, wait, finish), the sync and the
+deferred wait side by side, and ``execute_complete``; the try's steps are
+``operators.task_try.TaskTry``'s methods.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from functools import cached_property
+from typing import Any, NoReturn
 
-from airflow_provider_kinetic.core.backends.base import Backend
+from airflow.providers.common.compat.sdk import AirflowException
+
 from airflow_provider_kinetic.core.backends.k8s.manifests import to_yaml
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.catalog.capacity import DEFAULT_CAPACITY_WAIT_S
-from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S
-from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY, after_job
+from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
 from airflow_provider_kinetic.core.jobs.fallback import describe_step
-from airflow_provider_kinetic.core.jobs.submit import PlannedJob, plan_job
-from airflow_provider_kinetic.core.jobs.taskrecord import (
-    Step,
-    decide_job,
-    request_cancel,
-    supersede_record,
-)
-from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport
+from airflow_provider_kinetic.core.jobs.submit import plan_job
+from airflow_provider_kinetic.core.jobs.taskrecord import Step, request_cancel
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectStore
-from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key
-from airflow_provider_kinetic.hooks.kinetic import KineticHook
+from airflow_provider_kinetic.deployment.signing import deployment_secret
+from airflow_provider_kinetic.exceptions import KineticJobCancelled
+from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.links import KineticJobLink, KineticLogsLink, KineticOutputLink
 from airflow_provider_kinetic.operators import assets, keyio
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
     DEFAULT_DEFERRABLE,
+    KineticOperatorBase,
     deadline,
     defer_grace_s,
-    directory_uri,
+    defer_timeout,
     rendered_as,
-    task_identity,
 )
-from airflow_provider_kinetic.operators.run_deferred import RunDeferredWait
+from airflow_provider_kinetic.operators.task_try import TaskTry
+from airflow_provider_kinetic.triggers.job import KineticJobTrigger
 
 
-class KineticRunOperator(RunDeferredWait):
+def event_report(event: dict[str, Any]) -> StatusReport | None:
+    """The job's final report as the trigger's event carries it, or ``None`` when the
+    event is no final answer: ``timeout`` or ``error`` (the job may still run), or
+    ``NOT_FOUND`` (the job was not seen: read once more before the task acts on it).
+
+    A job that succeeded or failed stays so, so the resumed task does not read its
+    status again (on GKE that read is a Job read and a pod list)."""
+    try:
+        status = JobStatus(event.get("status"))
+    except ValueError:
+        return None
+    if status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+        return None
+    return StatusReport(status, event.get("reason"), str(event.get("message") or ""))
+
+
+class KineticRunOperator(KineticOperatorBase):
     """Run ``python_callable(*op_args, **op_kwargs)`` on a kinetic backend.
 
     The callable and its arguments are cloudpickled (DAG-file code by value), any
@@ -137,6 +147,11 @@ class KineticRunOperator(RunDeferredWait):
     template_fields_renderers = {"op_args": "py", "op_kwargs": "py"}
     ui_color = "#e8f0fe"
     operator_extra_links = (KineticJobLink(), KineticLogsLink(), KineticOutputLink())
+    #: Trigger errors while the job still runs that re-defer before the job is cancelled.
+    MAX_REDEFER_ATTEMPTS = 3
+    #: Link key -> URL pushed in this execution segment (``links._XComLink``); None in
+    #: a resumed segment (Airflow's end-of-segment push then reads XCom).
+    published_links: dict[str, str] | None = None
 
     def __init__(
         self,
@@ -198,9 +213,7 @@ class KineticRunOperator(RunDeferredWait):
         self.op_kwargs = op_kwargs
         self.preemption_retries = preemption_retries
         self.wait_for_completion = wait_for_completion
-        self._handle: JobHandle | None = None
-        self._backend: Backend | None = None
-        self._store: ObjectStore | None = None
+        self._try: TaskTry | None = None  # this execution segment's try
         assets.setup(
             self,
             user_outlets=bool(kwargs.get("outlets")),
@@ -211,95 +224,122 @@ class KineticRunOperator(RunDeferredWait):
         rendered_as("op_args", self.op_args, list | tuple, "a list or tuple")
         return tuple(self.op_args or ())
 
+    @cached_property
+    def hook(self) -> KineticHook:
+        return KineticHook(self.kinetic_conn_id)
+
+    @property
+    def _store(self) -> ObjectStore | None:
+        """The store this segment's try uses (the lineage reads the task's record there)."""
+        return self._try.store if self._try is not None else None
+
     # ---- execute ----------------------------------------------------------------
     def execute(self, context: Any) -> Any:
         self.published_links = {}  # none yet: a failure before the job exists has none
-        hook = KineticHook(self.kinetic_conn_id)
-        config = hook.get_config()
-        store = hook.get_store()
-        backend = hook.get_backend(config.backend_kind(self.accelerator_spec()))
-        self._backend, self._store = backend, store
+        run = self._try = TaskTry.open(self, context)
         keyio.check_output_key(self.output_key, self.task_id, rendered=True)
-        planned = self._plan(context, config, store)  # bad input fails here, before anything
+        planned = run.plan()  # bad input fails here, before anything
         if self.output_asset and planned.handle.output_dir:  # rendered or default: pre-job
             assets.asset_uri(planned.handle.output_dir, f"task {self.task_id!r}: output dir")
-        record = self._read_record(context, store)
-        step, old, report, why = decide_job(record, backend, store, result_key, planned.work)
-        if record is not None:
-            self.log.info("kinetic: earlier try found: %s -> %s", why, step.value)
-            if step is Step.SUBMIT and old is not None:  # keep the old record for history
-                supersede_record(store, task_identity(context), record, deployment_secret())
-                # Cancelled or ended, and never collected: the failure rule of the policy.
-                after_job(store, backend, [old], succeeded=False, mode=self.cleanup, log_=self.log)
+        earlier = run.look_back(planned)
         if not self.wait_for_completion:
-            return self._submit_only(context, config, backend, store, step, old, planned)
-        if step is Step.COLLECT:
-            assert old is not None and report is not None
-            self._publish(context, old)
-            return self._finish(context, store, backend, old, report, 0)
-        if step is Step.ADOPT:
-            assert old is not None
-            self.log.info("adopting still-%s kinetic job %s", report.status.value, old.job_id)
-            handle = old
-        else:
-            handle = self._submit(context, config, backend, store, planned)
-        self._write_record(context, store, handle, preemptions=self._preemptions(record))
-        self._publish(context, handle)
+            return run.submit_only(earlier, planned)
+        if earlier.step is Step.COLLECT:
+            assert earlier.job is not None and earlier.report is not None
+            run.publish(earlier.job)
+            return run.finish(earlier.job, earlier.report, 0)
+        handle = run.start(earlier, planned)
         deadline_ts = deadline(context, self.execution_timeout)
-        while True:
-            # Deferrable: a job that ends within a moment (local backend) is collected
-            # here; deferring it would make Airflow race the worker's own exit report
-            # against the trigger's event (apache/airflow#66374) and costs a round trip.
-            grace = defer_grace_s() if backend.first_poll_s is not None else 0.0
-            give_up = time.monotonic() + grace if self.deferrable else None
-            report, offset = self._wait(backend, handle, deadline_ts, give_up)
-            if report is None:
-                return self._defer(config, handle, deadline_ts, attempt=0, log_offset=offset)
-            fallback = self._next_capacity(context, config, backend, store, handle, report)
-            if fallback is not None:
-                handle = fallback
-                continue
-            if not self._preempted(context, store, handle, report):
-                return self._finish(context, store, backend, handle, report, offset)
-            handle = self._resubmit_preempted(context, config, backend, store, handle, report)
+        if self.deferrable:
+            return self._wait_deferred(run, handle, deadline_ts)
+        return self._wait_sync(run, handle, deadline_ts)
 
-    def _finish(
+    def _wait_sync(self, run: TaskTry, handle: JobHandle, deadline_ts: float | None) -> Any:
+        """Poll in the worker, the job's log shown live, until it ends; finish it."""
+        watched = run.wait(handle, deadline_ts)
+        assert watched.report is not None
+        return run.finish(watched.handle, watched.report, watched.offset)
+
+    def _wait_deferred(self, run: TaskTry, handle: JobHandle, deadline_ts: float | None) -> Any:
+        """Hand the job to the triggerer; ``execute_complete`` resumes after it.
+
+        A job that ends within a moment (local backend) is finished here: deferring it
+        would make Airflow race the worker's own exit report against the trigger's
+        event (apache/airflow#66374) and costs a round trip."""
+        grace = defer_grace_s() if run.backend.first_poll_s is not None else 0.0
+        watched = run.wait(handle, deadline_ts, give_up_after=grace)
+        if watched.report is None:
+            self._defer(run, watched.handle, deadline_ts, attempt=0, log_offset=watched.offset)
+        return run.finish(watched.handle, watched.report, watched.offset)
+
+    def _defer(
         self,
-        context: Any,
-        store: ObjectStore,
-        backend: Backend,
+        run: TaskTry,
         handle: JobHandle,
-        report: StatusReport,
-        offset: int,
-    ) -> Any:
-        """Collect (``run_sync``), then the output dir's asset event: on every path
-        that delivers a value (this worker, a resumed deferral, a later try)."""
-        value = super()._finish(context, store, backend, handle, report, offset)
-        keyio.put_output_key(self, context, store, handle)  # succeeded: super() raised else
-        if handle.output_dir:
-            out = directory_uri(handle.output_dir) or handle.output_dir
-            assets.emit(self, context, out, assets.job_extra(handle, value, out))
-        return value
+        deadline_ts: float | None,
+        attempt: int,
+        log_offset: int = 0,
+    ) -> NoReturn:
+        self.defer(
+            trigger=KineticJobTrigger(
+                handle=handle.to_dict(),
+                config=config_to_json(run.config),
+                poll_interval=self.poll_interval,
+                deadline=deadline_ts,
+                attempt=attempt,
+                log_offset=log_offset,
+            ),
+            method_name="execute_complete",
+            timeout=defer_timeout(deadline_ts, self.poll_interval),
+        )
+        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
 
-    def _submit_only(
-        self,
-        context: Any,
-        config: KineticConfig,
-        backend: Backend,
-        store: ObjectStore,
-        step: Step,
-        old: JobHandle | None,
-        planned: PlannedJob,
-    ) -> dict[str, Any]:
-        """Submit now, wait later: the handle is the task's value.  A retry after a
-        worker died returns the job it had submitted; a clear submits a new one."""
-        handle = old if step is not Step.SUBMIT and old is not None else None
-        if handle is None:
-            handle = self._submit(context, config, backend, store, planned)
-        self._publish(context, handle)
-        self._write_record(context, store, handle, delivered=True)
-        self._handle = None  # nobody waits here: on_kill must not cancel it
-        return handle.to_dict()
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
+        """Resume after the trigger: the job's final state from its event (re-read only
+        when the event has none), the rest of its log, finish.
+
+        A trigger *error* while the job still runs re-defers (up to
+        ``MAX_REDEFER_ATTEMPTS``); a timeout, or errors beyond that, cancel the job.
+        A job taken over (a capacity step's, a preempted one) is waited for in turn.
+        """
+        if not event or "handle" not in event:
+            raise AirflowException(f"kinetic trigger returned no usable event: {event!r}")
+        handle = JobHandle.from_dict(event["handle"])
+        run = self._try = TaskTry.open(self, context, handle.backend)
+        run.handle = handle
+        report = event_report(event)
+        if report is None:  # no final answer from the trigger: ask the job itself
+            report = run.backend.status(handle)
+        self.log.info(
+            "kinetic job %s resumed: trigger said %s, job is %s",
+            handle.job_id,
+            event.get("status"),
+            report.describe(),
+        )
+        # The trigger showed the job's log up to here while the task was deferred.
+        offset = int(event.get("log_offset") or 0)
+        if report.status.is_terminal:
+            new = run.next_job(handle, report)
+            if new is not None:
+                return self._defer(run, new, event.get("deadline"), 0)
+            return run.finish(handle, report, offset)
+        attempt = int(event.get("attempt") or 0) + 1
+        if event.get("status") == "error" and attempt <= self.MAX_REDEFER_ATTEMPTS:
+            self.log.warning(
+                "trigger error (%s); waiting again (%d/%d)",
+                event.get("message"),
+                attempt,
+                self.MAX_REDEFER_ATTEMPTS,
+            )
+            return self._defer(run, handle, event.get("deadline"), attempt, offset)
+        why = event.get("message") or event.get("status")
+        request_cancel(run.store, run.backend, handle)
+        run.show_logs(handle, offset)
+        raise KineticJobCancelled(
+            f"kinetic job {handle.job_id} cancelled: trigger ended with "
+            f"{event.get('status')} ({why}) while the job was {report.status.value}",
+            job_id=handle.job_id,
+        )
 
     def dry_run(self) -> dict[str, Any]:
         """The manifest this operator would submit, printed as YAML; creates nothing.
@@ -308,7 +348,7 @@ class KineticRunOperator(RunDeferredWait):
         nothing and needs no cluster credentials.  Templates are used as they stand.
         Secrets (the result key) appear as references, never as values.
         """
-        config = KineticHook(self.kinetic_conn_id).get_config()
+        config = self.hook.get_config()
         store = config.store()  # a dry run needs no credentials
         identity = {"dag_id": self.dag_id, "task_id": self.task_id, "run_id": "dry_run"}
         request = self.build_request(identity, store.uri)
@@ -332,6 +372,7 @@ class KineticRunOperator(RunDeferredWait):
 
     def on_kill(self) -> None:
         """Cancel the job this try started (and only while it is unfinished)."""
-        if self._handle is not None and self._backend is not None:
-            self.log.info("task killed: cancelling kinetic job %s", self._handle.job_id)
-            request_cancel(self._store, self._backend, self._handle)
+        run = self._try
+        if run is not None and run.handle is not None:
+            self.log.info("task killed: cancelling kinetic job %s", run.handle.job_id)
+            request_cancel(run.store, run.backend, run.handle)

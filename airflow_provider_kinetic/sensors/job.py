@@ -12,23 +12,18 @@ from typing import Any
 from airflow.providers.common.compat.sdk import BaseSensorOperator, PokeReturnValue, conf
 
 from airflow_provider_kinetic.core.jobs import history
-from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY, after_job
+from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
 from airflow_provider_kinetic.core.jobs.cleanup import policy as cleanup_policy
-from airflow_provider_kinetic.core.jobs.results import collect_with_blob
+from airflow_provider_kinetic.core.jobs.finish import finish_job
 from airflow_provider_kinetic.core.spec.handles import (
     InvalidHandleError,
     JobHandle,
-    JobStatus,
     parse_rendered,
 )
 from airflow_provider_kinetic.deployment.signing import result_key
 from airflow_provider_kinetic.exceptions import KineticJobFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
-from airflow_provider_kinetic.operators.common import (
-    describe_failure,
-    result_ref_uris,
-    xcom_value,
-)
+from airflow_provider_kinetic.operators.common import xcom_value
 from airflow_provider_kinetic.operators.lineage import KineticJobSensorLineage
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
 
@@ -88,72 +83,37 @@ class KineticJobSensor(KineticJobSensorLineage, BaseSensorOperator):
         handle = self._handle()
         hook = KineticHook(self.kinetic_conn_id)
         backend = hook.get_backend(handle.backend)
+        store = hook.get_store()
         report = backend.status(handle)
         # Collected already (by the task that submitted it, say), its backend state
         # released: the store's history says how it ended.
-        report = history.settled(hook.get_store(), handle.job_id, report)
+        report = history.settled(store, handle.job_id, report)
         self.log.info("kinetic job %s: %s", handle.job_id, report.describe())
-        if report.status is JobStatus.SUCCEEDED:
-            # A result that cannot be read (the store, a key) raises here and leaves
-            # the job as it is: a retry of this sensor collects it.
-            value = self._result(hook, handle) if self.return_result else None
-            history.update(hook.get_store(), handle.job_id, report.status.value, report.reason)
-            self._cleanup(hook, backend, handle, True, result_ref_uris(value))
-            return PokeReturnValue(True, value) if self.return_result else True
-        if report.status.is_terminal:
-            try:
-                # A failed job: its own error (with the remote traceback) when it has one.
-                if self.return_result:
-                    self._result(hook, handle, report.status, report.reason)
-                raise KineticJobFailed(
-                    f"kinetic job {handle.job_id} {report.describe()}", job_id=handle.job_id
-                )
-            except KineticJobFailed as exc:
-                history.update(hook.get_store(), handle.job_id, report.status.value, str(exc))
-                self._cleanup(hook, backend, handle, False, set())
-                raise
-        return False
-
-    def _cleanup(
-        self, hook: KineticHook, backend: Any, handle: JobHandle, ok: bool, kept: set[str]
-    ) -> None:
-        """The policy of ``core.jobs.cleanup``, as the submitting operator applies it:
-        its log archived, then its Job / LeaderWorkerSet deleted (a LeaderWorkerSet has
-        no TTL: nobody else would), its artifacts by policy."""
-        after_job(
-            hook.get_store(),
+        if not report.status.is_terminal:
+            return False
+        # The same finish as the submitting operator's (``core.jobs.finish``): a result
+        # that cannot be read (the store, a key) leaves the job's artifacts as they
+        # are, so a retry of this sensor collects it.
+        done = finish_job(
+            store,
             backend,
-            [handle],
-            succeeded=ok,
+            handle,
+            report,
             mode=self.cleanup,
-            kept_uris=kept,
+            result_key=result_key(handle),
+            read_value=self.return_result,
+            deliver=lambda value, blob: xcom_value(value, store, handle.job_id, blob, self.log),
             log_=self.log,
-            archive_logs=True,
         )
-        try:
-            backend.cancel(handle)  # an ended job: deletes what is left of it
-        except Exception as exc:  # noqa: BLE001 - the outcome stands
-            self.log.warning("could not delete job %s: %s", handle.job_id, exc)
-
-    def _result(
-        self,
-        hook: KineticHook,
-        handle: JobHandle,
-        status: JobStatus = JobStatus.SUCCEEDED,
-        reason: str | None = None,
-    ) -> Any:
-        """The job's value (verified; a reference when it does not fit XCom)."""
-        store = hook.get_store()
-        try:
-            value, blob = collect_with_blob(
-                store, handle.job_id, status, reason, result_key=result_key(handle)
-            )
-        except Exception as exc:
+        if done.error is not None:  # a failed job: its own error, with the remote traceback
             raise KineticJobFailed(
-                f"kinetic job {handle.job_id} failed: {describe_failure(exc)}",
-                job_id=handle.job_id,
-            ) from exc
-        return xcom_value(value, store, handle.job_id, blob, self.log)
+                f"kinetic job {handle.job_id} failed: {done.failure}", job_id=handle.job_id
+            ) from done.error
+        if not done.succeeded:
+            raise KineticJobFailed(
+                f"kinetic job {handle.job_id} {report.describe()}", job_id=handle.job_id
+            )
+        return PokeReturnValue(True, done.value) if self.return_result else True
 
     def execute(self, context: Any) -> Any:
         if not self.deferrable:

@@ -6,7 +6,6 @@ task state store are small stand-ins (no scheduler here).
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from typing import Any
@@ -22,13 +21,8 @@ from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
-from tests.fixtures.fake_ti import FakeTI
+from tests.fixtures.fake_ti import FakeTI, StateStore
 from tests.fixtures.waiting import DEADLINE_S, wait_for
-
-
-class StateStore(dict):
-    def set(self, key: str, value: Any) -> None:
-        self[key] = json.loads(json.dumps(value))
 
 
 def sleepy(seconds: float, value: int) -> int:
@@ -52,7 +46,7 @@ def held(release: str, value: int) -> int:
 
 
 class WatchClock:
-    """The operator's monotonic clock (``operators.run``, ``operators.run_sync``), moved
+    """The operator's monotonic clock (``operators.job_wait``), moved
     only by its waits on the job: each ``LocalBackend.wait(seconds)`` waits on the job
     for real, then moves the clock on by ``seconds``.  It starts once the job has
     printed "started", whatever the machine's load."""
@@ -69,7 +63,7 @@ class WatchClock:
 
 @pytest.fixture
 def watch_clock(monkeypatch) -> WatchClock:
-    from airflow_provider_kinetic.operators import run, run_sync
+    from airflow_provider_kinetic.operators import job_wait
 
     clock, real_wait = WatchClock(), LocalBackend.wait
 
@@ -78,8 +72,7 @@ def watch_clock(monkeypatch) -> WatchClock:
         real_wait(backend, handles, seconds)
         clock.now += seconds
 
-    monkeypatch.setattr(run, "time", clock)
-    monkeypatch.setattr(run_sync, "time", clock)
+    monkeypatch.setattr(job_wait, "time", clock)
     monkeypatch.setattr(LocalBackend, "wait", wait)
     return clock
 

@@ -19,6 +19,7 @@ from airflow_provider_kinetic.core.backends.k8s.gke import KubernetesApiError
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.catalog.accelerators import InvalidAcceleratorError
+from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.payload import (
     RemoteFunctionError,
     UnpicklableArgumentError,
@@ -29,7 +30,9 @@ from airflow_provider_kinetic.core.jobs.signing import sign
 from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectNotFound, PreconditionFailed
 from airflow_provider_kinetic.deployment.signing import result_key, result_key_for_job
+from airflow_provider_kinetic.operators.task_try import TaskTry
 from tests.fixtures import records
+from tests.fixtures.fake_ti import FakeTI
 
 
 @pytest.mark.parametrize(
@@ -71,10 +74,12 @@ def test_failed_job_raises_kinetic_job_failed_with_the_remote_cause(tmp_path):
     store.write_bytes("job-00000001/result.pkl", blob)
     op = KineticRunOperator(task_id="t", python_callable=len)
     backend = Quiet(str(tmp_path))
+    config = KineticConfig(backend="local", root=str(tmp_path))
+    run = TaskTry(op, {"ti": FakeTI()}, config, store, backend, {}, b"k" * 32, None)
     with pytest.raises(
         KineticJobFailed, match="job-00000001 failed: ZeroDivisionError: x/0"
     ) as info:
-        op._finish({}, store, backend, handle, StatusReport(JobStatus.FAILED, "exit code 1"), 0)
+        run.finish(handle, StatusReport(JobStatus.FAILED, "exit code 1"), 0)
     assert info.value.job_id == "job-00000001"
     assert isinstance(info.value.__cause__, ZeroDivisionError)
     assert "Remote traceback:\ntb" in info.value.__cause__.__notes__

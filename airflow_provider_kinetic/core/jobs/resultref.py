@@ -50,6 +50,23 @@ def is_result_ref(obj: Any) -> bool:
     )
 
 
+def result_ref_uris(delivered: Any) -> set[str]:
+    """URIs of the results that references in ``delivered`` (a task's value as XCom
+    holds it) point at: cleanup keeps those jobs' artifacts (their value lives only
+    there)."""
+    return {ref[REF_KEY] for ref in _refs(delivered)}
+
+
+def _refs(value: Any) -> list[dict[str, Any]]:
+    if is_result_ref(value):
+        return [value]
+    if isinstance(value, list):
+        return [r for v in value for r in _refs(v)]
+    if isinstance(value, dict):  # multiple_outputs: references key by key
+        return [r for v in value.values() for r in _refs(v)]
+    return []
+
+
 def load_result(ref: dict[str, Any]) -> Any:
     """The object a reference stands for (from a plain Python task, or the runner)."""
     return _select(ref, _load_whole(ref))

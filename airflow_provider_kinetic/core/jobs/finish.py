@@ -1,0 +1,167 @@
+"""Finishing one ended job, the same from the operator's try and the job sensor
+(``core.batch.finish`` is a batch's; ``core.jobs.cleanup`` is the policy).
+
+``attach(job).cleanup()`` is not a finish: ``jobs cleanup`` deletes with it what
+retention says, batch children included, which have no history entry of their own.
+
+One order, whoever finishes the job:
+
+1. its result is read and verified (unless the caller does not want its value);
+2. the value is delivered (``deliver``: the caller's XCom push and task record),
+   before anything of the job is deleted;
+3. its history entry says how it ended (CANCELLED when someone asked for that);
+4. the cleanup policy: usage recorded, log archived, backend state released,
+   artifacts by policy (a result an XCom reference points at is kept);
+5. its Job / LeaderWorkerSet is deleted, whatever the outcome (a LeaderWorkerSet
+   has no TTL; a failed job may hold a stuck pod);
+6. with ``checkpoints_of`` (a task's identity): the task's checkpoints, once its
+   value is delivered and the policy deletes a succeeded job's artifacts.
+
+A job that succeeded but whose result cannot be read (the store, a key) keeps its
+artifacts and history says "not collected": a retry collects it, nothing runs twice.
+Whatever needs Airflow (the XCom push, the task's usage line) is the caller's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.checkpoint import remove_checkpoints
+from airflow_provider_kinetic.core.jobs.cleanup import after_job, deletes
+from airflow_provider_kinetic.core.jobs.resultref import result_ref_uris
+from airflow_provider_kinetic.core.jobs.results import collect_with_blob
+from airflow_provider_kinetic.core.jobs.taskrecord import cancel_requested
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
+from airflow_provider_kinetic.core.storage import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """``Type: message`` of a job's failure; the remote type when the exception could
+    not be rebuilt here (``RemoteFunctionError.remote_type``, already in its message)."""
+    if getattr(exc, "remote_type", None):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+@dataclass
+class FinishedJob:
+    """How a job was finished."""
+
+    handle: JobHandle
+    report: StatusReport
+    #: What was delivered (``deliver``'s answer; the value itself without one); None
+    #: when the value was not read or the job has none.
+    value: Any = None
+    #: Why the job has no value: its remote exception, or a result that could not be
+    #: read.  None: it succeeded, or its result was not read.
+    error: Exception | None = None
+    #: Whether its result was read (``read_value``).
+    read: bool = False
+    #: Artifact objects the policy deleted.
+    removed: int = 0
+
+    @property
+    def succeeded(self) -> bool:
+        """Its result says so (a job whose backend state is gone may have one); unread,
+        its status."""
+        if self.error is not None:
+            return False
+        return self.read or self.report.status is JobStatus.SUCCEEDED
+
+    @property
+    def failure(self) -> str | None:
+        """The error as history and the task's exception name it."""
+        return describe_failure(self.error) if self.error is not None else None
+
+
+def finish_job(
+    store: ObjectStore,
+    backend: Backend,
+    handle: JobHandle,
+    report: StatusReport,
+    *,
+    mode: str,
+    result_key: str | None,
+    read_value: bool = True,
+    deliver: Callable[[Any, bytes], Any] | None = None,
+    checkpoints_of: Mapping[str, Any] | None = None,
+    log_: Any = None,
+) -> FinishedJob:
+    """Finish an ended job (``report``: how it ended) in the order above.
+
+    ``mode``: the cleanup policy; ``result_key``: the job's result key;
+    ``read_value=False``: its result is not read (nobody wants the value); ``deliver``
+    (value, verified ``result.pkl`` bytes) -> what was delivered, called for a job
+    that succeeded before anything is deleted (if it raises, the job is left as it
+    is).  The job's failure is returned (``FinishedJob.error``), not raised: the
+    caller raises it its own way, after what it still has to do."""
+    logger = log_ or log
+    done = FinishedJob(handle, report, read=read_value)
+    value, blob = None, b""
+    if read_value:
+        try:
+            value, blob = collect_with_blob(
+                store, handle.job_id, report.status, report.reason, result_key=result_key
+            )
+        except Exception as exc:
+            done.error = exc
+            tb = next((n for n in getattr(exc, "__notes__", []) if n.startswith("Remote")), None)
+            logger.error(
+                "kinetic job %s failed: %s: %s%s",
+                handle.job_id,
+                type(exc).__name__,
+                exc,
+                "\n" + tb if tb else "",
+            )
+    if read_value and done.succeeded:
+        done.value = deliver(value, blob) if deliver is not None else value
+    try:  # its log archived before the Job (and its pods) go
+        _record_end(store, backend, done, mode, logger)
+    finally:
+        _delete_job(backend, handle, logger)
+    if checkpoints_of is not None and done.succeeded and deletes(mode, True):
+        try:  # done for good: nothing will resume from them
+            remove_checkpoints(store, checkpoints_of)
+        except Exception as exc:  # noqa: BLE001 - the value is delivered already
+            logger.warning("could not delete the task's checkpoints: %s", exc)
+    return done
+
+
+def _record_end(
+    store: ObjectStore, backend: Backend, done: FinishedJob, mode: str, logger: Any
+) -> None:
+    """History, then the cleanup policy.  A job that succeeded but whose result could
+    not be read is left exactly as it is: a retry collects it, nothing runs twice."""
+    handle, report, failure = done.handle, done.report, done.failure
+    state = report.status.value
+    if failure is not None and cancel_requested(store, handle):
+        state = history.CANCELLED  # stopped on purpose: not the function's failure
+    if failure is not None and report.status is JobStatus.SUCCEEDED:
+        history.update(store, handle.job_id, state, f"not collected: {failure}")
+        return
+    history.update(store, handle.job_id, state, failure or report.reason)
+    done.removed = after_job(
+        store,
+        backend,
+        [handle],
+        succeeded=done.succeeded,
+        mode=mode,
+        kept_uris=result_ref_uris(done.value),
+        log_=logger,
+        archive_logs=True,
+    )
+
+
+def _delete_job(backend: Backend, handle: JobHandle, logger: Any) -> None:
+    """The ended job's Job / LeaderWorkerSet goes now, whatever the outcome."""
+    try:
+        backend.cancel(handle)
+    except Exception as exc:  # noqa: BLE001 - keep the job's own outcome
+        logger.warning("could not delete job %s: %s", handle.job_id, exc)

@@ -1,0 +1,397 @@
+"""One try of a ``KineticRunOperator`` task: what it works with, and its steps.
+
+``TaskTry.open`` is called once per execution segment: in ``execute``, and again in
+``execute_complete`` after a deferral.  It takes the connection's config, store and
+backend, the task's identity, the deployment secret, and the task's record (read
+once, ``operators.task_record``: the try keeps it current as it writes it).  Its
+methods are the try's steps: plan and look back (``core.jobs.taskrecord``: adopt,
+collect or submit anew), start / submit / publish, wait (``operators.job_wait``)
+following the jobs that take over from an ended one (capacity steps, preemption
+re-submits), finish (``core.jobs.finish``, as the job sensor's, then what needs
+Airflow), and the record's writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.catalog.capacity import chain_for, parse_capacity
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.cleanup import after_job
+from airflow_provider_kinetic.core.jobs.fallback import describe_step, next_step
+from airflow_provider_kinetic.core.jobs.finish import finish_job
+from airflow_provider_kinetic.core.jobs.results import is_preemption
+from airflow_provider_kinetic.core.jobs.submit import PlannedJob, plan_job, submit_planned
+from airflow_provider_kinetic.core.jobs.taskrecord import (
+    DEFERRED,
+    SYNC,
+    Step,
+    TaskRecord,
+    decide_job,
+    supersede_record,
+    write_record,
+)
+from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport, new_job_id
+from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key
+from airflow_provider_kinetic.exceptions import KineticJobFailed
+from airflow_provider_kinetic.links import job_links
+from airflow_provider_kinetic.operators import assets, job_wait, keyio
+from airflow_provider_kinetic.operators.capacity import request_fields as capacity_fields
+from airflow_provider_kinetic.operators.common import (
+    XCOM_JOB,
+    XCOM_OUTPUT_DIR,
+    KineticOperatorBase,
+    directory_uri,
+    push_value,
+    task_identity,
+    xcom_value,
+)
+from airflow_provider_kinetic.operators.task_record import (
+    load_record,
+    next_record,
+    note_in_state_store,
+    preemptions_of,
+    restore_record,
+    stored_record,
+)
+from airflow_provider_kinetic.operators.usage import report_usage
+
+
+@dataclass
+class Earlier:
+    """What an earlier try's job means for this try (``decide_job``): submit anew,
+    adopt ``job`` (still running) or collect it (finished); ``report``: its status."""
+
+    step: Step
+    job: JobHandle | None
+    report: StatusReport | None
+
+
+@dataclass
+class TaskTry:
+    """One execution segment of a KineticRunOperator try (see the module)."""
+
+    #: The KineticRunOperator (its options and its log).
+    op: KineticOperatorBase
+    context: Any
+    config: KineticConfig
+    store: ObjectStore
+    backend: Backend
+    identity: dict[str, Any]
+    secret: bytes
+    #: The task's record: read once at ``open`` (the task state store's entry when
+    #: the store has none), then what this try last wrote.
+    record: TaskRecord | None
+    #: This try's work digest (``plan``); None until planned (a resumed segment has
+    #: not planned: the record's then).
+    work: str | None = None
+    #: The job this try waits for (``on_kill`` cancels it); None once it is finished,
+    #: or when nobody waits for it.
+    handle: JobHandle | None = None
+
+    @classmethod
+    def open(cls, op: Any, context: Any, backend_kind: str | None = None) -> TaskTry:
+        """The try's config, store, backend (``backend_kind``, else the one the
+        operator's accelerator runs on), identity, secret and record."""
+        config = op.hook.get_config()
+        store = op.hook.get_store()
+        backend = op.hook.get_backend(backend_kind or config.backend_kind(op.accelerator_spec()))
+        identity = task_identity(context)
+        secret = deployment_secret()
+        record = load_record(store, identity, secret, context)
+        return cls(op, context, config, store, backend, identity, secret, record)
+
+    @property
+    def log(self) -> Any:
+        return self.op.log
+
+    # ---- planning, and what an earlier try left ---------------------------------------
+    def plan(self, step: int = 0) -> PlannedJob:
+        """This try's job (for capacity step ``step``), validated and packed under a new
+        id; nothing uploaded or built.  Its work digest is what an earlier try's job is
+        compared with."""
+        request = self.op.build_request(self.identity, self.store.uri, self.context)
+        request, _, pins = keyio.pin_request(self.op, self.context, self.store, request)
+        self.op.resolve_image(request, self.config, self.store, build=False)
+        planned = plan_job(request, self.config, self.store, new_job_id(), self.secret, step)
+        self.work = planned.work
+        return keyio.with_pins(planned, pins)
+
+    def look_back(self, planned: PlannedJob) -> Earlier:
+        """What the task's record says of an earlier try's job.  One this try will not
+        use (it ended, was cancelled, or ran other work) keeps its record under
+        ``superseded/`` and gets the failure rule of the cleanup policy."""
+        record = self.record
+        step, old, report, why = decide_job(
+            record, self.backend, self.store, result_key, planned.work
+        )
+        if record is not None:
+            self.log.info("kinetic: earlier try found: %s -> %s", why, step.value)
+            if step is Step.SUBMIT and old is not None:  # keep the old record for history
+                supersede_record(self.store, self.identity, record, self.secret)
+                self.retire(old)  # cancelled or ended, and never collected
+        return Earlier(step, old, report)
+
+    def retire(self, handle: JobHandle, archive_logs: bool | None = None) -> None:
+        """The failure rule of the cleanup policy, for a job this try does not collect
+        (superseded, a capacity step given up, preempted)."""
+        after_job(
+            self.store,
+            self.backend,
+            [handle],
+            succeeded=False,
+            mode=self.op.cleanup,
+            log_=self.log,
+            archive_logs=archive_logs,
+        )
+
+    # ---- submitting, adopting, publishing ----------------------------------------------
+    def start(self, earlier: Earlier, planned: PlannedJob) -> JobHandle:
+        """The job this try waits for: the earlier try's, adopted, or ``planned``
+        submitted; recorded and published."""
+        if earlier.step is Step.ADOPT:
+            assert earlier.job is not None and earlier.report is not None
+            status = earlier.report.status.value
+            self.log.info("adopting still-%s kinetic job %s", status, earlier.job.job_id)
+            handle = earlier.job
+        else:
+            handle = self.submit(planned)
+        self.write_record(handle)
+        self.publish(handle)
+        return handle
+
+    def submit_only(self, earlier: Earlier, planned: PlannedJob) -> dict[str, Any]:
+        """Submit now, wait later: the handle is the task's value.  A retry after a
+        worker died returns the job it had submitted; a clear submits a new one."""
+        handle = earlier.job if earlier.step is not Step.SUBMIT else None
+        if handle is None:
+            handle = self.submit(planned)
+        self.publish(handle)
+        self.write_record(handle, delivered=True)
+        self.handle = None  # nobody waits here: on_kill must not cancel it
+        return handle.to_dict()
+
+    def submit(self, planned: PlannedJob | None = None) -> JobHandle:
+        """Submit a planned job (a new plan when none is given), recording its id
+        *before* it is created: a worker that dies in between leaves a record a retry
+        can follow (and never a second job).  A missing bundled image is built first.
+        A submit that is rejected (an upload, a requirements venv, the create call) and
+        leaves no job puts the task's record back as it was: no record names a job
+        that was never submitted, so the next try is the try it would have been."""
+        planned = planned or self.plan()
+        if planned.image is not None:
+            # Cloud Build and Artifact Registry clients: imported only to submit.
+            from airflow_provider_kinetic.gcp.image_build import prepare_image
+
+            prepare_image(planned.image, self.config, self.store)  # before any upload
+            self.log.info("kinetic: %s", planned.image.describe())
+        job_id = planned.spec.job_id
+        provisional = JobHandle(
+            job_id=job_id,
+            backend=self.backend.name,
+            bucket_name=self.store.bucket,
+            namespace=self.config.namespace,
+            k8s_name=self.backend.object_name(job_id),
+        )
+        before = stored_record(self.store, self.identity, self.context, self.record)
+        self.write_record(provisional)
+        try:
+            submit_planned(planned, self.backend, self.store)
+        except Exception:
+            if not self._job_exists(planned.handle):
+                restore_record(self.store, self.identity, self.context, before, self.log)
+                self.record = before.record
+            raise
+        return planned.handle
+
+    def _job_exists(self, handle: JobHandle) -> bool:
+        """Whether a job whose submit raised exists after all (unknown counts as yes:
+        then its record stays, so no later try runs it a second time)."""
+        try:
+            return self.backend.exists(handle)
+        except Exception as exc:  # noqa: BLE001 - cannot tell: keep the record
+            self.log.warning("cannot tell whether job %s exists: %s", handle.job_id, exc)
+            return True
+
+    def publish(self, handle: JobHandle) -> None:
+        """XComs a person or a downstream task needs while the job runs."""
+        self.handle = handle
+        ti = self.context["ti"]
+        ti.xcom_push(key=XCOM_JOB, value=handle.to_dict())
+        ti.xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(handle.output_dir))
+        keyio.push_pins(self.context, handle)
+        self.op.published_links = job_links(handle, self.op.kinetic_conn_id)
+        for key, url in self.op.published_links.items():
+            ti.xcom_push(key=key, value=url)
+        self.log.info("kinetic job %s: output dir %s", handle.job_id, handle.output_dir)
+        if handle.capacity:
+            what = parse_capacity(handle.capacity).describe
+            self.log.info("kinetic job %s asks for capacity: %s", handle.job_id, what)
+
+    # ---- waiting in the worker ---------------------------------------------------------
+    def wait(
+        self, handle: JobHandle, deadline: float | None, give_up_after: float | None = None
+    ) -> job_wait.Watched:
+        """Poll until the job ends and no job takes over from it (``next_job``), or,
+        with ``give_up_after`` (seconds, from each job's start of the wait), until then."""
+        while True:
+            watched = job_wait.poll_job(
+                self.backend,
+                self.store,
+                handle,
+                poll_interval=self.op.poll_interval,
+                log=self.log,
+                deadline=deadline,
+                give_up_after=give_up_after,
+            )
+            if watched.report is None:
+                return watched
+            new = self.next_job(handle, watched.report)
+            if new is None:
+                return watched
+            handle = new
+
+    def show_logs(self, handle: JobHandle, offset: int) -> int:
+        return job_wait.show_logs(self.backend, handle, offset, self.log)
+
+    # ---- jobs that take over from an ended one -----------------------------------------
+    def next_job(self, handle: JobHandle, report: StatusReport) -> JobHandle | None:
+        """The job that takes over from ``handle``, which ended with ``report``: the
+        next capacity step's, or a preempted job's re-submit; None: finish this one."""
+        new = self.next_capacity(handle, report)
+        if new is None and self.preempted(handle, report):
+            new = self.resubmit_preempted(handle, report)
+        return new
+
+    def capacity_chain(self) -> list[str]:
+        """The task's capacity steps as rendered (the connection's default when the
+        task names none): the same chain the task's jobs were planned with."""
+        op = self.op
+        fields = capacity_fields(
+            op.capacity, op.capacity_wait, op.priority_class, op.max_run_duration
+        )
+        chain = chain_for(fields["capacity"], op.accelerator_spec(), self.config.capacity)
+        return [str(step) for step in chain]
+
+    def next_capacity(self, handle: JobHandle, report: StatusReport) -> JobHandle | None:
+        """The job of the next capacity step, when ``handle``'s step found no capacity
+        and nothing of it ever started (``core.jobs.fallback``); None otherwise."""
+        chain = self.capacity_chain()
+        step = next_step(chain, handle, report, self.store)
+        if step is None:
+            return None
+        self.log.warning(
+            "kinetic job %s: giving up %s: %s; trying %s",
+            handle.job_id,
+            describe_step(chain, step - 1),
+            report.message,
+            describe_step(chain, step),
+        )
+        history.update(
+            self.store, handle.job_id, history.CANCELLED, f"{report.reason}: {report.message}"
+        )
+        self.backend.cancel(handle)  # delete the Job that never ran (its pods never started)
+        self.retire(handle)
+        new = self.submit(self.plan(step))
+        self.write_record(new)
+        self.publish(new)
+        return new
+
+    def preempted(self, handle: JobHandle, report: StatusReport) -> bool:
+        """A platform kill (spot reclaim, eviction) with budget left for this task."""
+        if not is_preemption(report, self.store, handle):
+            return False
+        if preemptions_of(self.record) >= self.op.preemption_retries:
+            self.log.warning(
+                "kinetic job %s was preempted (%s) and the task's %d preemption retries are "
+                "used up",
+                handle.job_id,
+                report.describe(),
+                self.op.preemption_retries,
+            )
+            return False
+        return True
+
+    def resubmit_preempted(self, handle: JobHandle, report: StatusReport) -> JobHandle:
+        used = preemptions_of(self.record)
+        self.log.warning(
+            "kinetic job %s was preempted (%s): submitting it again (preemption retry %d/%d; "
+            "the task's Airflow retries are not used)",
+            handle.job_id,
+            report.describe(),
+            used + 1,
+            self.op.preemption_retries,
+        )
+        history.update(self.store, handle.job_id, "PREEMPTED", report.reason)
+        self.retire(handle, archive_logs=True)
+        self.backend.cancel(handle)  # delete what is left of it
+        new = self.submit()
+        self.write_record(new, preemptions=used + 1)
+        self.publish(new)
+        return new
+
+    # ---- finishing ---------------------------------------------------------------------
+    def finish(self, handle: JobHandle, report: StatusReport, offset: int) -> Any:
+        """The rest of the job's log, then ``core.jobs.finish`` (its value to XCom and
+        the record "delivered" before anything is deleted), the task's usage; on
+        success its output key and the output dir's asset event.  On every path that
+        delivers a value (this worker, a resumed deferral, a later try)."""
+        self.show_logs(handle, offset)
+        self.log.info("kinetic job %s finished: %s", handle.job_id, report.describe())
+        self.handle = None  # done: on_kill must not touch a finished job
+        done = finish_job(
+            self.store,
+            self.backend,
+            handle,
+            report,
+            mode=self.op.cleanup,
+            result_key=result_key(handle),
+            deliver=lambda value, blob: self.deliver(handle, value, blob),
+            checkpoints_of=self.identity,
+            log_=self.log,
+        )
+        # The task's usage over every job its run had (the record's attempts).
+        attempts = self.record.attempts if self.record is not None else []
+        report_usage(self.op, self.context, self.store, attempts or [handle.job_id])
+        if done.error is not None:
+            raise KineticJobFailed(
+                f"kinetic job {handle.job_id} failed: {done.failure}", job_id=handle.job_id
+            ) from done.error
+        keyio.put_output_key(self.op, self.context, self.store, handle)
+        if handle.output_dir:
+            out = directory_uri(handle.output_dir) or handle.output_dir
+            assets.emit(self.op, self.context, out, assets.job_extra(handle, done.value, out))
+        return done.value
+
+    def deliver(self, handle: JobHandle, value: Any, blob: bytes) -> Any:
+        """The value as XCom holds it (a reference when it does not fit), pushed now,
+        and the record "delivered": Airflow has it before anything is deleted."""
+        multiple = bool(getattr(self.op, "multiple_outputs", False))
+        delivered = xcom_value(value, self.store, handle.job_id, blob, self.log, multiple)
+        push_value(self.op, self.context, delivered)
+        self.write_record(handle, delivered=True)
+        return delivered
+
+    # ---- the task's record -------------------------------------------------------------
+    def write_record(
+        self, handle: JobHandle, *, delivered: bool = False, preemptions: int | None = None
+    ) -> None:
+        """The task's record: this try's job, how it waits, its work digest; while the
+        job is not delivered, the task state store names it too."""
+        record = next_record(
+            self.record,
+            handle,
+            mode=DEFERRED if self.op.deferrable else SYNC,
+            try_number=self.identity.get("try_number"),
+            work=self.work,
+            delivered=delivered,
+            preemptions=preemptions,
+        )
+        write_record(self.store, self.identity, record, self.secret)
+        self.record = record
+        if not delivered:
+            note_in_state_store(self.context, handle, self.log)
