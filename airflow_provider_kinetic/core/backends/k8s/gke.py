@@ -74,9 +74,8 @@ class GkeBackend(PlanDriver, StatusReads, Backend):
     needs_cluster = True
     #: The console's word for this backend's object kind (``console_url``).
     console_kind = "job"
-    #: The kind and ``app`` label of the object each job is (``_handle_ownership``).
+    #: The kind of the object each job is (named in ownership conflicts).
     owned_kind = "Job"
-    owner_app = "kinetic"
     #: The deployment's signing secret (bytes or a keyring), set by the Airflow layer:
     #: objects are created with its owner token and proven ours by it
     #: (``k8s/ownership.py``); ``None``: the labels alone prove ownership.
@@ -270,10 +269,11 @@ class GkeBackend(PlanDriver, StatusReads, Backend):
         return Ownership(kind, ns, name, labels, tokens_for(self.owner_secret, ns, name))
 
     def _handle_ownership(self, handle: JobHandle) -> Ownership:
-        """What a handle's object must carry to be its job's: its ``app`` and ``job-id``
-        labels and, with the deployment secret, the owner token."""
+        """What a handle's object must carry to be its job's: its ``job-id`` label and,
+        with the deployment secret, the owner token.  (Not ``app``: a task's extra
+        labels may replace it, ``core/spec/pod.py``.)"""
         ns, name = self.where(handle)
-        labels = {"app": self.owner_app, "job-id": handle.job_id}
+        labels = {"job-id": handle.job_id}
         return Ownership(self.owned_kind, ns, name, labels, tokens_for(self.owner_secret, ns, name))
 
     def _owned_plan(self, ownership: Ownership) -> Plan[Proof]:

@@ -5,7 +5,7 @@ the labels built from a spec (``app``, ``job-id``, the Airflow identity): anyone
 can create Jobs in the namespace can make an object that carries them.  So an object
 is taken as ours only when
 
-* it carries the labels that were sent with the create (or, for a handle, ``app`` and
+* it carries the labels that were sent with the create (or, for a handle, its
   ``job-id``), and
 * when the backend has the deployment's secret (``GkeBackend.owner_secret``), its
   :data:`OWNER_LABEL` is :func:`owner_token` of the secret, the namespace and the name:

@@ -40,7 +40,6 @@ class PathwaysBackend(GkeBackend):
     name = "pathways"
     console_kind = "leaderworkerset"
     owned_kind = "LeaderWorkerSet"
-    owner_app = "kinetic-pathways"
 
     @classmethod
     def preflight(cls, accelerator: Accelerator, requested: str | None = None) -> None:
