@@ -280,3 +280,13 @@ async def test_a_create_that_never_happened_removes_its_secret(api: K8sDouble, m
     assert await read(api, SECRET_PATH) is None
     (delete,) = sent(api, "DELETE", SECRET_PATH)
     assert json.loads(delete.body)["preconditions"]["uid"]
+
+
+async def test_cancel_deletes_our_job_whose_extra_labels_replace_app(api: K8sDouble) -> None:
+    """A task's extra labels may set ``app``: the job is still proven ours (job-id + token)."""
+    spec = make_spec()
+    spec.labels["app"] = "team-x"  # as SpecInputs.extra_labels={"app": "team-x"} builds it
+    backend = backend_of(api)
+    await asyncio.to_thread(backend.submit, spec)
+    await asyncio.to_thread(backend.cancel, HANDLE)
+    assert len(sent(api, "DELETE", JOB_PATH)) == 1 and await read(api, JOB_PATH) is None
