@@ -31,6 +31,7 @@ from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.backends.local.slots import resolve_max_jobs
 from airflow_provider_kinetic.core.config import KineticConfig, KineticConfigError
 from airflow_provider_kinetic.deployment.connection import CONF_SECTION
+from airflow_provider_kinetic.deployment.signing import deployment_secret
 
 
 def backend_for(config: KineticConfig, kind: str | None = None) -> Backend:
@@ -52,6 +53,9 @@ def backend_for(config: KineticConfig, kind: str | None = None) -> Backend:
         return backend
     backend = cls.from_config(config, cluster_client_factory(config, kind))
     backend.retry_policy = k8s_retry_policy()
+    # Objects are created with an owner token of the deployment secret, and only
+    # objects that carry it are adopted or deleted (core/backends/k8s/ownership.py).
+    backend.owner_secret = deployment_secret()
     return backend
 
 

@@ -32,6 +32,7 @@ import pytest
 
 from airflow_provider_kinetic.core.backends.k8s import status as ks
 from airflow_provider_kinetic.core.backends.k8s.manifests import job_manifest
+from airflow_provider_kinetic.core.backends.k8s.ownership import owner_token, stamp
 from airflow_provider_kinetic.core.backends.local.backend import RUNNER_MODULE
 from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.jobs import history
@@ -262,7 +263,8 @@ def expected_job(bucket: str, job_id: str, dr: Any, task_id: str) -> dict[str, A
             },
         )
     )
-    return to_json(job_manifest(spec))
+    # Created with the owner token of the deployment secret (core/backends/k8s/ownership.py).
+    return to_json(stamp(job_manifest(spec), owner_token(deployment_secret(), NS, spec.name)))
 
 
 @pytest.mark.parametrize("mode", MODES)

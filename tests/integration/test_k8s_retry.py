@@ -341,7 +341,8 @@ async def test_a_409_for_someone_elses_object_after_a_5xx_is_a_conflict(api: K8s
     with pytest.raises(KubernetesApiError) as info:
         await asyncio.to_thread(backend.submit, make_spec())
     assert info.value.status == 409
-    assert len(sent(api, "POST", JOBS)) == 2 and len(sent(api, "GET", JOB_PATH)) == 1
+    # The retry read it back (not adopted); the submit read it again to name the conflict.
+    assert len(sent(api, "POST", JOBS)) == 2 and len(sent(api, "GET", JOB_PATH)) == 2
 
 
 async def test_a_429_then_409_is_a_conflict(api: K8sDouble) -> None:
@@ -351,7 +352,9 @@ async def test_a_429_then_409_is_a_conflict(api: K8sDouble) -> None:
     api.fail("POST", JOBS, 429)
     with pytest.raises(KubernetesApiError) as info:
         await backend._arun(backend._submit_plan(make_spec()))
-    assert info.value.status == 409 and sent(api, "GET", JOB_PATH) == []
+    # No read-back by the retry (nothing can have been created); one by the submit, which
+    # names the conflict (and would adopt only an object its owner token proves ours).
+    assert info.value.status == 409 and len(sent(api, "GET", JOB_PATH)) == 1
 
 
 def test_policy_rejects_nonsense() -> None:

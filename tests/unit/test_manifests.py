@@ -380,8 +380,9 @@ def test_secret_is_created_first_then_owned_by_the_job_and_removed_if_creation_f
     # The Job cannot be created: its Secret is deleted again and the error names the Job.
     plan = backend._submit_plan(spec)
     next(plan)
-    plan.send(Reply(201, b"{}"))
+    plan.send(Reply(201, b'{"metadata": {"uid": "s-1"}}'))
     delete = plan.send(Reply(403, b'{"message": "forbidden"}'))
     assert delete.method == "delete_namespaced_secret"
+    assert delete.kwargs["body"]["preconditions"] == {"uid": "s-1"}  # only the one it made
     with pytest.raises(KubernetesApiError, match="creating Job ns/kinetic-job-0000feed: HTTP 403"):
         plan.send(Reply(200, b"{}"))

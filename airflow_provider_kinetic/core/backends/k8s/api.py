@@ -107,10 +107,18 @@ class PlanDriver:
         self._lock = threading.Lock()
 
     def _run(self, plan: Plan[T]) -> T:
+        """Send the plan's calls in turn; a call that fails without an answer (its
+        connection lost on every attempt) raises inside the plan, at its ``yield``, so a
+        plan can tell what that call may have done (a create may have happened)."""
         try:
             call = next(plan)
             while True:
-                call = plan.send(self._send(call))
+                try:
+                    reply = self._send(call)
+                except Exception as exc:  # noqa: BLE001 - handed to the plan, re-raised there
+                    call = plan.throw(exc)
+                    continue
+                call = plan.send(reply)
         except StopIteration as stop:
             return stop.value
 
@@ -147,7 +155,11 @@ class PlanDriver:
         try:
             call = next(plan)
             while True:
-                reply, client = await self._asend(call, client, shared)
+                try:
+                    reply, client = await self._asend(call, client, shared)
+                except Exception as exc:  # noqa: BLE001 - handed to the plan (see _run)
+                    call = plan.throw(exc)
+                    continue
                 call = plan.send(reply)
         except StopIteration as stop:
             return stop.value

@@ -12,7 +12,10 @@ connection) may have happened; when its retry answers 409 AlreadyExists, the obj
 read back (:func:`_readback` derives the read from the create) and, if it carries the
 labels that were sent, it is taken as created (its body is the answer, as a 201 would
 have been).  Admission may add labels of its own; an object missing one of ours is
-someone else's of the same name, and the 409 stands.  A 429 means the create was
+someone else's of the same name, and the 409 stands.  The labels sent include the
+owner token (``kinetic-owner``, :mod:`~airflow_provider_kinetic.core.backends.k8s.ownership`)
+when the backend has the deployment secret, so a look-alike with copied labels is not
+taken as ours.  A 429 means the create was
 throttled before it happened, so it alone does not call for a read-back.
 """
 

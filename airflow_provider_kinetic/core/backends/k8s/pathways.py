@@ -13,8 +13,8 @@ from typing import Any
 
 from airflow_provider_kinetic.core.backends.k8s import capacity as k8s_capacity
 from airflow_provider_kinetic.core.backends.k8s import status as k8s_status
-from airflow_provider_kinetic.core.backends.k8s.api import Call, Plan, items, json_or_none
-from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend, KubernetesApiError
+from airflow_provider_kinetic.core.backends.k8s.api import Call, Plan, Reply, items, json_or_none
+from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend
 from airflow_provider_kinetic.core.backends.k8s.manifests import (
     LWS_DEFAULT_VERSION,
     LWS_GROUP,
@@ -23,6 +23,7 @@ from airflow_provider_kinetic.core.backends.k8s.manifests import (
     lws_manifest,
     lws_name,
 )
+from airflow_provider_kinetic.core.backends.k8s.ownership import Ownership, delete_options
 from airflow_provider_kinetic.core.catalog.accelerators import Accelerator
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.spec.pod import JobSpec
@@ -38,6 +39,7 @@ class PathwaysBackend(GkeBackend):
 
     name = "pathways"
     console_kind = "leaderworkerset"
+    owned_kind = "LeaderWorkerSet"
 
     @classmethod
     def preflight(cls, accelerator: Accelerator, requested: str | None = None) -> None:
@@ -73,12 +75,11 @@ class PathwaysBackend(GkeBackend):
 
     def _submit_plan(self, spec: JobSpec) -> Plan[None]:
         version = yield from self._version_plan()
-        body = lws_manifest(spec, f"{LWS_GROUP}/{version}")
-        name = body["metadata"]["name"]
+        body = self._stamped(lws_manifest(spec, f"{LWS_GROUP}/{version}"))
         create = self._custom(
             "create_namespaced_custom_object", LWS_GROUP, version, spec.namespace, LWS_PLURAL, body
         )
-        yield from self._with_secrets(spec, create, f"LeaderWorkerSet {spec.namespace}/{name}")
+        yield from self._with_secrets(spec, create, self._ownership_of(self.owned_kind, body))
 
     def _owner_plan(self, ns: str, name: str) -> Plan[dict[str, Any] | None]:
         version = yield from self._version_plan()
@@ -159,17 +160,18 @@ class PathwaysBackend(GkeBackend):
         reply = yield Call("CoreV1Api", "read_namespaced_pod", (leader_pod_name(name), ns))
         return json_or_none(reply, f"reading the leader pod of {name}")
 
-    def _cancel_plan(self, handle: JobHandle) -> Plan[None]:
-        ns, name = self.where(handle)
+    def _delete_plan(self, ownership: Ownership, uid: str | None) -> Plan[Reply]:
+        """Delete the LeaderWorkerSet (foreground) if it still has ``uid``."""
         version = yield from self._version_plan()
-        reply = yield self._custom(
-            "delete_namespaced_custom_object",
-            LWS_GROUP,
-            version,
-            ns,
-            LWS_PLURAL,
-            name,
-            propagation_policy="Foreground",
+        return (
+            yield self._custom(
+                "delete_namespaced_custom_object",
+                LWS_GROUP,
+                version,
+                ownership.namespace,
+                LWS_PLURAL,
+                ownership.name,
+                body=delete_options(uid),
+                propagation_policy="Foreground",
+            )
         )
-        if not reply.ok and reply.status != 404:
-            raise KubernetesApiError(f"deleting LeaderWorkerSet {ns}/{name}", reply)
