@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import UTC
 from typing import Any
 
 from airflow_provider_kinetic.core.jobs.request import JobRequest
@@ -22,7 +23,12 @@ from airflow_provider_kinetic.core.jobs.submit import PlannedJob
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.names import KeyNameError, check_key
 from airflow_provider_kinetic.core.keys.pins import pin_values
-from airflow_provider_kinetic.core.keys.publish import publish_output
+from airflow_provider_kinetic.core.keys.publish import (
+    NEWEST_LOGICAL_DATE,
+    check_policy,
+    publish_output,
+)
+from airflow_provider_kinetic.core.keys.records import LOGICAL_DATE
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.keys import keep_versions
@@ -112,10 +118,15 @@ def put_output_key(
     key = check_output_key(getattr(operator, "output_key", None), operator.task_id, True)
     if key is None or not handle.output_dir:
         return None
+    policy = check_policy(getattr(operator, "output_key_policy", NEWEST_LOGICAL_DATE))
     identity = task_identity(context)
     who = {k: identity.get(k) for k in _WHO}
     who["job_id"] = handle.job_id
-    row = publish_output(KeyStore(store, keep=keep_versions()), key, handle.output_dir, who)
+    when = logical_date(context)
+    if when is not None:
+        who[LOGICAL_DATE] = when
+    keys = KeyStore(store, keep=keep_versions())
+    row = publish_output(keys, key, handle.output_dir, who, policy)
     operator.log.info(
         "kinetic: output_key %s -> version %s (%d files, %d bytes, by %s)%s",
         key,
@@ -125,7 +136,34 @@ def put_output_key(
         "/".join(str(who[k]) for k in _WHO),
         "" if row["new"] else ": this content was already the key's version, no new version",
     )
+    if row.get("aside"):
+        operator.log.warning(
+            "kinetic: output_key %s: version %s kept aside, the key not moved: %s "
+            "(output_key_policy=%r: keys move forward; it is stored and listed, "
+            "kinetic://%s@%s reads it; output_key_policy='last_finisher' moves the key "
+            "to whichever run finishes last)",
+            key,
+            row["version"][:12],
+            row["aside"],
+            policy,
+            key,
+            row["version"][:12],
+        )
     context["ti"].xcom_push(key=XCOM_OUTPUT_KEY, value=row)
-    if row["new"]:
+    if row["new"] and not row.get("aside"):
         assets.emit_key(operator, context, key, row)
     return row
+
+
+def logical_date(context: Mapping[str, Any]) -> str | None:
+    """The run's logical date in UTC ISO 8601 (None: a run without one, Airflow 3's
+    manual runs may have none)."""
+    when = context.get("logical_date")
+    if when is None:
+        dag_run = context.get("dag_run")
+        when = getattr(dag_run, "logical_date", None)
+    if when is None or not hasattr(when, "astimezone"):
+        return None
+    if getattr(when, "tzinfo", None) is None:
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).isoformat()

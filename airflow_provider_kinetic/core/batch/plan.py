@@ -34,8 +34,12 @@ from airflow_provider_kinetic.core.jobs.request import (
     plan_for_request,
     validate_data,
 )
-from airflow_provider_kinetic.core.jobs.submit import template_for, use_default_capacity
-from airflow_provider_kinetic.core.jobs.work import template_options, work_digest
+from airflow_provider_kinetic.core.jobs.submit import (
+    checkpoint_slots,
+    template_for,
+    use_default_capacity,
+)
+from airflow_provider_kinetic.core.jobs.work import template_options, unsure, work_digest
 from airflow_provider_kinetic.core.spec.handles import new_group_id, utc_now_iso
 from airflow_provider_kinetic.core.storage import ObjectStore
 
@@ -157,9 +161,17 @@ def plan_batch(
                 call=packed.call_sha256,
                 options=options,
                 inputs=child_inputs,
+                func=request.func,
+                by_value_roots=request.by_value_roots,
             )
-        except Exception as exc:  # noqa: BLE001 - an odd input: compare nothing, as before
-            log.warning("cannot fingerprint the batch inputs (%s)", exc)
+        except Exception as exc:  # noqa: BLE001 - an odd input: other work than any other
+            log.warning(
+                "cannot fingerprint the batch inputs (%s); it counts as new work: a later "
+                "try will not resume this batch",
+                exc,
+            )
+            work = unsure(type(exc).__name__)
+    checkpoint_slots(template, work, request.checkpoint_restore)
     state = BatchState(
         group_id=group_id,
         group_name=group_name or request.func_name,

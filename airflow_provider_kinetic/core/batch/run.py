@@ -30,6 +30,7 @@ from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data import cache as datacache
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.fallback import describe_step, next_step
+from airflow_provider_kinetic.core.jobs.outputs import start_empty
 from airflow_provider_kinetic.core.jobs.results import is_preemption
 from airflow_provider_kinetic.core.jobs.submit import adopted, create_job, make_private
 from airflow_provider_kinetic.core.jobs.taskrecord import succeeded_result
@@ -53,6 +54,7 @@ def start_batch(
 ) -> None:
     """Upload data and shared objects (content-addressed: present = skipped), manifest."""
     datacache.upload_all(store, local)
+    start_empty(store, state.template.output_dir, f"batch {state.group_id}")  # a new batch
     for key, blob in objects.items():
         if key.startswith((PAYLOAD_CACHE, CONTEXT_CACHE)) and store.exists(key):
             log.info("shared object %s already in the store", store.uri(key))
@@ -131,6 +133,8 @@ def launch(
         handle = state.template.handle(config, store, spec, index, step=state.steps.get(index, 0))
         try:
             if not (probe and adopted(store, backend, spec, handle)):
+                if launch_no > 1:  # the input's earlier job left its files there
+                    start_empty(store, state.template.output_uri(index), f"inputs[{index}]")
                 create_job(store, backend, spec, handle)
         except Exception as exc:  # noqa: BLE001 - recorded per index, never retried
             state.queue.pop(0)

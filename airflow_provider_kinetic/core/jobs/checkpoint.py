@@ -8,12 +8,23 @@ stable per *task run* (dag id, run id, task id, map index: never the try number)
 for a batch child, per input index (children of one batch never share one)::
 
     checkpoints/tasks/{dag}/{run}/{task}/{map_index}/   the task's checkpoints (cleanup)
+        work/{work}/                                    one work's slots (the default,
+                                                        ``checkpoint_restore="same_work"``)
         job/                                            a single job's slot
         inputs/{index}/                                 batch child ``index``'s slot
             host-{h}/                                   one host's files (multi-host: each)
                 attempts/{n:06d}                        one marker per attempt that started
                 manifest.json                           the last published snapshot
                 files/{attempt}-{sync}/{path}           file contents (runner/checkpoint.py)
+
+Checkpoints key on the work (``core.jobs.work``): with ``checkpoint_restore=
+"same_work"`` (the default) the slots sit under ``work/{work}/``, ``{work}`` the first
+32 hex digits of SHA-256 of the task's work digest, so a try that runs other work (the
+function fixed, the inputs changed: a new batch) starts from an empty directory and
+never restores another work's files; a preempted job of the same work, or a plain
+retry, finds them.  ``checkpoint_restore="any"`` keeps one slot per task run whatever
+the work (the layout of earlier versions, so their checkpoints are found): for a fix
+that should go on from the old work's files.
 
 A job without Airflow ids (plain Python) gets ``checkpoints/jobs/{job_id}/job/``: its
 files persist only across restarts of that one job.  The two top-level kinds differ in
@@ -29,6 +40,7 @@ reads it with :func:`read_started`).  Airflow-free, imports only spec and storag
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping
@@ -47,6 +59,10 @@ CHECKPOINT_DIR_ENV = "KINETIC_CHECKPOINT_DIR"
 #: What the function reads: 1, 2, ... the attempts of this task run that started.
 ATTEMPT_ENV = "KINETIC_ATTEMPT"
 DEFAULT_SYNC_S = 60.0
+#: ``checkpoint_restore``: restore only a checkpoint of the same work, or any.
+RESTORE_SAME_WORK = "same_work"
+RESTORE_ANY = "any"
+RESTORE_CHOICES = (RESTORE_SAME_WORK, RESTORE_ANY)
 
 ROOT = "checkpoints"
 SINGLE_SLOT = "job"
@@ -68,13 +84,33 @@ def task_checkpoints_key(identity: Mapping[str, Any]) -> str:
     return f"{ROOT}/tasks/{task_key(identity)}/"
 
 
-def checkpoint_key(identity: Mapping[str, Any], job_id: str, index: int | None = None) -> str:
-    """The slot of one job (``index``: a batch child's input index), ending in ``/``."""
-    base = (
-        task_checkpoints_key(identity)
-        if has_task_ids(identity)
-        else f"{ROOT}/jobs/{key_part(job_id)}/"
-    )
+def validate_restore(value: Any) -> str:
+    """``checkpoint_restore`` as given; a ValueError naming it and the allowed values."""
+    if value not in RESTORE_CHOICES:
+        allowed = " or ".join(repr(c) for c in RESTORE_CHOICES)
+        raise ValueError(f"checkpoint_restore must be {allowed}, got {value!r}")
+    return str(value)
+
+
+def work_slot(work: str | None, restore: str = RESTORE_SAME_WORK) -> str | None:
+    """The work segment of a task's slots: None (one slot per task run) for ``any``
+    or when the work is not known (a template of an earlier version)."""
+    if validate_restore(restore) == RESTORE_ANY or not work:
+        return None
+    return hashlib.sha256(work.encode()).hexdigest()[:32]
+
+
+def checkpoint_key(
+    identity: Mapping[str, Any], job_id: str, index: int | None = None, work: str | None = None
+) -> str:
+    """The slot of one job (``index``: a batch child's input index; ``work``: the
+    :func:`work_slot` segment), ending in ``/``."""
+    if has_task_ids(identity):
+        base = task_checkpoints_key(identity)
+        if work:
+            base += f"work/{key_part(work)}/"
+    else:
+        base = f"{ROOT}/jobs/{key_part(job_id)}/"
     return base + (SINGLE_SLOT if index is None else f"inputs/{int(index)}") + "/"
 
 
@@ -115,10 +151,12 @@ def checkpoint_env(
     job_id: str,
     index: int | None = None,
     sync_s: float = DEFAULT_SYNC_S,
+    work: str | None = None,
 ) -> dict[str, str]:
-    """The env a job needs to checkpoint: its slot's URI, and the interval when not
-    the default (the runner's default is the same constant)."""
-    env = {CHECKPOINT_URI_ENV: store.uri(checkpoint_key(identity, job_id, index))}
+    """The env a job needs to checkpoint: its slot's URI (``work``: see
+    :func:`work_slot`), and the interval when not the default (the runner's default
+    is the same constant)."""
+    env = {CHECKPOINT_URI_ENV: store.uri(checkpoint_key(identity, job_id, index, work))}
     if validate_sync_s(sync_s) != DEFAULT_SYNC_S:
         env[SYNC_S_ENV] = repr(float(sync_s))
     return env

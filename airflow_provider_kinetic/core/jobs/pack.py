@@ -29,7 +29,7 @@ from airflow_provider_kinetic.core.jobs.payload import (
     replace_data,
 )
 from airflow_provider_kinetic.core.jobs.request import JobRequest, validate_data, validate_volumes
-from airflow_provider_kinetic.core.jobs.work import call_digest
+from airflow_provider_kinetic.core.jobs.work import call_digest, unsure
 from airflow_provider_kinetic.core.keys import resolve as _key_resolver  # noqa: F401 - installs kinetic://
 from airflow_provider_kinetic.core.runtime import context as job_context
 from airflow_provider_kinetic.core.storage import ObjectStore
@@ -53,8 +53,8 @@ class PackedJob:
     payload: bytes
     context: bytes
     fuse: list[FuseMount]
-    #: ``core.jobs.work.call_digest`` of the call (None: it could not be computed,
-    #: and a later try then compares nothing: the rule of earlier versions).
+    #: ``core.jobs.work.call_digest`` of the call (``unsure-...`` when it could not
+    #: be computed: equal to no other try's, so never adopted).
     call_sha256: str | None = None
     #: Data-cache entries the job reads (local Data and ``kinetic://`` keys): its
     #: handle and history entry name them, so ``data gc`` keeps them meanwhile.
@@ -169,12 +169,16 @@ def check_payload_size(payload: bytes, args: tuple, kwargs: dict, max_mb: float 
 
 def _call_digest(
     request: JobRequest, args: tuple, kwargs: dict, volumes: list[dict], env: dict[str, str]
-) -> str | None:
+) -> str:
     try:
-        return call_digest(request.func, args, kwargs, volumes, env)
-    except Exception as exc:  # noqa: BLE001 - an odd value: compare nothing, run as before
-        log.warning("cannot fingerprint this call (%s); later tries adopt its job as is", exc)
-        return None
+        return call_digest(request.func, args, kwargs, volumes, env, request.by_value_roots)
+    except Exception as exc:  # noqa: BLE001 - an odd value: other work than any other try's
+        log.warning(
+            "cannot fingerprint this call (%s); it counts as new work: a later try "
+            "will not adopt its job",
+            exc,
+        )
+        return unsure(f"{type(exc).__name__}")
 
 
 def build_context(request: JobRequest, excludes: list[str], local: list[Data]) -> bytes:

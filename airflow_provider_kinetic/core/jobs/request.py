@@ -23,7 +23,12 @@ from airflow_provider_kinetic.core.catalog.capacity import (
 )
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.mounts import FUSE_ROOT, check_mount_paths
-from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S, validate_sync_s
+from airflow_provider_kinetic.core.jobs.checkpoint import (
+    DEFAULT_SYNC_S,
+    RESTORE_SAME_WORK,
+    validate_restore,
+    validate_sync_s,
+)
 from airflow_provider_kinetic.core.jobs.payload import underlying
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, plan_image
 
@@ -97,12 +102,16 @@ class JobRequest:
     #: Seconds between the runner's syncs of ``KINETIC_CHECKPOINT_DIR`` to the store
     #: (``core.jobs.checkpoint``); it also syncs on SIGTERM and at exit.
     checkpoint_sync_s: float = DEFAULT_SYNC_S
+    #: Which checkpoint a job restores (``core.jobs.checkpoint``): ``"same_work"``
+    #: only one its own work wrote; ``"any"``: the task run's, whatever work wrote it.
+    checkpoint_restore: str = RESTORE_SAME_WORK
 
     def __post_init__(self) -> None:
         # One name is a list of one (a templated "{{ var.value.key_name }}" renders to a
         # string); iterating a string would forward single characters.
         self.capture_env_vars = names_option(self.capture_env_vars, "capture_env_vars") or None
         self.checkpoint_sync_s = validate_sync_s(self.checkpoint_sync_s)
+        self.checkpoint_restore = validate_restore(self.checkpoint_restore)
 
     @property
     def accelerator_spec(self) -> str:

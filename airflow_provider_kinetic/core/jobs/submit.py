@@ -15,7 +15,9 @@ from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import cache as datacache
 from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.checkpoint import has_task_ids, work_slot
 from airflow_provider_kinetic.core.jobs.history import DATA_HASHES
+from airflow_provider_kinetic.core.jobs.outputs import start_empty
 from airflow_provider_kinetic.core.jobs.pack import PackedJob, prepare
 from airflow_provider_kinetic.core.jobs.request import (
     JobRequest,
@@ -132,6 +134,26 @@ def template_for(
     )
 
 
+def checkpoint_slots(template: JobTemplate, work: str | None, restore: str) -> None:
+    """Key ``template``'s checkpoint slots on ``work`` (``restore="same_work"``) or on
+    the task run alone (``"any"``), and say which in the log."""
+    template.checkpoint_work = work_slot(work, restore)
+    if not has_task_ids(template.identity):
+        return
+    if template.checkpoint_work:
+        log.info(
+            "checkpoints: restored only from this work's (work %s; checkpoint_restore="
+            "'same_work'): a try of other work starts from an empty KINETIC_CHECKPOINT_DIR",
+            template.checkpoint_work[:12],
+        )
+    else:
+        log.info(
+            "checkpoints: one slot per task run (checkpoint_restore=%r): a try restores "
+            "the last checkpoint of this task run, whatever work wrote it",
+            restore,
+        )
+
+
 def use_default_capacity(request: JobRequest, config: KineticConfig) -> None:
     """A request that names no capacity gets the connection's (``capacity`` extra);
     either is checked against the accelerator here, before anything is packed."""
@@ -188,11 +210,12 @@ def plan_job(
         image=image,
         requirements_uri=store.uri(artifact_key(job_id, "requirements.txt")),
     )
-    spec = template.spec(config, store, job_id, signing_secret=signing_secret, step=step)
     work = None
     if packed.call_sha256 is not None:
         options = template_options(template, request.capture_env_vars)
         work = work_digest(call=packed.call_sha256, options=options)
+    checkpoint_slots(template, work, request.checkpoint_restore)
+    spec = template.spec(config, store, job_id, signing_secret=signing_secret, step=step)
     handle = template.handle(config, store, spec, step=step)
     if packed.data_hashes:  # what the job reads: data gc keeps it while the job is known
         handle = replace(handle, extra={**handle.extra, DATA_HASHES: packed.data_hashes})
@@ -231,6 +254,7 @@ def submit_planned(planned: PlannedJob, backend: Backend, store: ObjectStore) ->
         key = artifact_key(job_id, "requirements.txt")
         store.write_bytes(key, planned.image.requirements.text.encode())
         make_private(store, key)
+    start_empty(store, planned.template.output_dir, f"job {job_id}")
     create_job(store, backend, planned.spec, planned.handle)
     log.info("submitted %s (%s) on backend %s", job_id, planned.spec.name, backend.name)
     history.job_submitted(

@@ -96,6 +96,9 @@ class JobTemplate:
     requirements_uri: str | None = None
     #: Seconds between checkpoint syncs (``KINETIC_CHECKPOINT_SYNC_S`` when not 60).
     checkpoint_sync_s: float = DEFAULT_SYNC_S
+    #: The work segment of the checkpoint slots (``core.jobs.checkpoint.work_slot``):
+    #: set once the work digest is known; None: one slot per task run (``"any"``).
+    checkpoint_work: str | None = None
     #: The capacity steps (``core.capacity``, text form), tried in order; a job is made
     #: for one step (``spec(step=)``).  Spot is a step here, not part of ``accelerator``.
     capacity: list[str] = field(default_factory=lambda: [DEFAULT_CAPACITY])
@@ -135,8 +138,12 @@ class JobTemplate:
         env[SCOPE_ENV] = self.group_id or job_id
         if self.result_auth == AUTH_HMAC:
             secrets[TOKEN_ENV] = peer_token(signing_secret, env[SCOPE_ENV])
-        # The checkpoint slot: per task run, and per input for a batch child.
-        env.update(checkpoint_env(store, self.identity, job_id, index, self.checkpoint_sync_s))
+        # The checkpoint slot: per task run and work, and per input for a batch child.
+        env.update(
+            checkpoint_env(
+                store, self.identity, job_id, index, self.checkpoint_sync_s, self.checkpoint_work
+            )
+        )
         labels = dict(self.labels)
         if index is not None:
             env[GROUP_INDEX_ENV] = str(index)

@@ -8,18 +8,27 @@ is kept for history, and the new work starts.
 
 The digest covers:
 
-- the code: the callable's own code (bytecode, constants, names, defaults, closure
-  values) and, transitively, the user code it reaches through its globals (functions
-  and classes of the DAG file or of modules outside the Python installation, and the
-  plain values it reads there) — what the payload pickles by value;
+- the code, *as the payload ships it*: the call is serialised by a pickler derived
+  from cloudpickle's own (:class:`_DigestPickler`), so whatever cloudpickle carries
+  by value is digested by value, and whatever it carries by reference (installed
+  libraries: the image's business, covered by the options) by name.  By value means:
+  a function's code object with its nested code objects, constants and names, its
+  defaults, closure cells, ``__dict__`` (a ``functools.wraps`` decorator's
+  ``__wrapped__``) and the globals it reads (functions, classes, constants, modules
+  registered by value, recursively); a class's whole dict (methods, class
+  attributes, properties, nested classes); a module of the DAG's project registered
+  by value: its whole namespace.  Only what does not change what runs is left out:
+  file names, line numbers and line tables (an edit above a function moves it);
+  cloudpickle's per-process class tracker ids; the order of sets;
 - the call: the arguments (Data as their refs, so local data by content hash),
-  volumes and env, serialised so that equal values give equal bytes in any process
-  (sets are sorted; classes and functions are named, their code being hashed above)
-  — never the payload's pickle, whose bytes carry the client's versions and
-  per-process ids;
+  volumes and env, through the same pickler (sets sorted, every string written in
+  full, never as a back-reference whose presence depends on interning);
 - the options that change what runs or where: backend, accelerator, image,
   requirements, resources, FUSE mounts, labels, output dir, captured env names;
 - for a batch, every child's input.
+
+Where the call cannot be digested (a value no pickler takes), the digest is unique
+to this try (``unsure-...``): a later try never adopts work it cannot compare.
 
 Not covered, on purpose: the try number, job and group ids, the signing key and the
 encrypted env (they change every try without changing the work), and the rest of the
@@ -29,162 +38,172 @@ must not cancel a running job that still computes the same thing.
 
 from __future__ import annotations
 
-import functools
+import contextlib
+import enum
 import hashlib
 import io
+import itertools
 import json
-import pickle
-import sys
 import types
-from collections.abc import Callable, Iterable
+import typing
+import uuid
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-#: Types reduced to their names: equal code -> equal bytes (their code is hashed apart).
-_NAMED = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType)
+import cloudpickle
+from cloudpickle import cloudpickle as _cp
+
+#: Module globals a by-value module's namespace holds that say where it was loaded
+#: from, not what it does (and the builtins cloudpickle leaves out too).
+_MODULE_PLUMBING = frozenset(
+    {"__builtins__", "__loader__", "__spec__", "__cached__", "__file__", "__path__"}
+)
+#: The prefix of a digest that could not be computed: never equal to another.
+UNSURE = "unsure-"
 
 
-class _StablePickler(pickle.Pickler):
-    """A pickler for digests only (never read back): sets sorted, code by name."""
+def _digest_only(*_: Any) -> None:  # pragma: no cover - digest bytes are never loaded
+    """The constructor named in digest pickles (never called: they are never read)."""
 
-    def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, _NAMED) and not _importable(obj):
-            # A class or function defined in the DAG file (or a lambda, a local one):
-            # its name stands for it (the code a task reaches is hashed by code_digest).
-            module = getattr(obj, "__module__", None) or getattr(obj, "__name__", "")
-            name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", repr(obj))
-            return str, (f"<{type(obj).__name__} {module}.{name}>",)
-        return NotImplemented  # importable classes and functions: by reference, as usual
+
+class _DigestPickler(cloudpickle.Pickler):
+    """cloudpickle's pickler, made deterministic, for digests only (never read back).
+
+    It decides by value / by reference exactly as the payload's pickler does (the
+    same registrations must be in force: :func:`digesting`), and writes by-value code
+    without what varies between processes or with an edit elsewhere in the file.
+    """
 
     def persistent_id(self, obj: Any) -> Any:
-        # Sets iterate in hash order, which varies between processes for strings; pickle
-        # saves sets without asking reducer_override, but asks this for every object.
-        if type(obj) in (set, frozenset):
-            return type(obj).__name__, tuple(sorted(stable_bytes(x) for x in obj))
+        kind = type(obj)
+        if kind is str:
+            # Strings in full: pickle writes an identical *object* seen twice as a
+            # memo reference, and which equal strings are one object (interning)
+            # differs between processes.
+            return b"s" + obj.encode("utf-8", "surrogatepass")
+        if kind is set or kind is frozenset:  # hash order varies between processes
+            return kind.__name__, tuple(sorted(stable_bytes(x) for x in obj))
         return None
 
-
-def _importable(obj: Any) -> bool:
-    """Whether pickle saves ``obj`` by its import path (module + qualified name)."""
-    if isinstance(obj, types.ModuleType):
-        return obj.__name__ in sys.modules
-    module = sys.modules.get(getattr(obj, "__module__", None) or "")
-    target: Any = module
-    for part in (getattr(obj, "__qualname__", None) or "<>").split("."):
-        target = getattr(target, part, None)
-    return module is not None and target is obj
-
-
-def stable_bytes(value: Any) -> bytes:
-    """``value`` serialised for a digest (see the module docstring)."""
-    buf = io.BytesIO()
-    _StablePickler(buf, protocol=5).dump(value)
-    return buf.getvalue()
-
-
-def code_digest(func: Callable[..., Any]) -> str:
-    """SHA-256 of a callable's code and the user code it reaches (see the module
-    docstring).  ``functools.partial`` and bound methods hash what they wrap."""
-    h = hashlib.sha256()
-    _digest_code(func, h, set())
-    return h.hexdigest()
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, types.CodeType):
+            return _digest_only, ("code",), _code_facts(obj)
+        if isinstance(obj, types.FunctionType) and not _cp._should_pickle_by_reference(obj):
+            return _digest_only, ("function",), _function_facts(obj)
+        if isinstance(obj, type) and _class_by_value(obj):
+            return _digest_only, ("class",), _class_facts(obj)
+        if isinstance(obj, types.ModuleType) and not _cp._should_pickle_by_reference(obj):
+            names = sorted(k for k in vars(obj) if k not in _MODULE_PLUMBING)
+            return _digest_only, ("module", obj.__name__), [(k, vars(obj)[k]) for k in names]
+        if isinstance(obj, typing.TypeVar) and not _cp._should_pickle_by_reference(
+            obj, name=obj.__name__
+        ):
+            facts = (obj.__bound__, obj.__constraints__, obj.__covariant__, obj.__contravariant__)
+            return _digest_only, ("typevar", obj.__name__), facts
+        return super().reducer_override(obj)
 
 
-def _digest_code(obj: Any, h: Any, seen: set[int]) -> None:
-    if id(obj) in seen:
-        return
-    seen.add(id(obj))
-    if isinstance(obj, type):  # a user class: its methods' code, class attributes
-        for name, value in sorted(vars(obj).items()):
-            if isinstance(value, staticmethod | classmethod):
-                value = value.__func__
-            if isinstance(value, types.FunctionType):
-                h.update(name.encode())
-                _digest_code(value, h, seen)
-        return
-    codes = list(_code_objects(obj))
-    for code in codes:
-        h.update(stable_bytes(_code_facts(code)))
-    h.update(stable_bytes(_bound_values(obj)))
-    namespace = getattr(_innermost(obj), "__globals__", None) or {}
-    for name in sorted({n for code in codes for n in _names(code)}):
-        if name not in namespace:
-            continue  # a builtin, an attribute name
-        value = namespace[name]
-        if isinstance(value, types.ModuleType):
-            continue
-        if isinstance(value, types.FunctionType | type):
-            if _user_code(value):
-                h.update(name.encode())
-                _digest_code(value, h, seen)
-            continue  # a library's: its name in the bytecode stands for it
-        try:  # a plain value the code reads (a constant of the DAG file)
-            h.update(name.encode() + stable_bytes(value))
-        except Exception:  # noqa: BLE001 - a value no pickler takes: its type, at least
-            h.update(name.encode() + type(value).__qualname__.encode())
-
-
-def _innermost(func: Any) -> Any:
-    while True:
-        inner = getattr(func, "func", None) or getattr(func, "__func__", None)
-        if inner is None or inner is func:
-            return func
-        func = inner
-
-
-def _names(code: types.CodeType) -> Iterable[str]:
-    yield from code.co_names
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            yield from _names(const)
-
-
-#: Where installed packages live: code elsewhere is the user's (the DAGs folder).
-_INSTALLED = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
-
-
-def _user_code(value: Any) -> bool:
-    """Code the payload carries by value: the DAG file's, or a module's outside the
-    Python installation (helpers next to the DAG)."""
-    module = sys.modules.get(getattr(value, "__module__", None) or "")
-    path = getattr(module, "__file__", None)
-    if module is None or module.__name__ == "__main__" or path is None:
-        return module is not None and module.__name__ != "builtins"
-    return not path.startswith(_INSTALLED) and "site-packages" not in path
-
-
-def _bound_values(func: Any) -> list[Any]:
-    """Values a callable carries besides its code: defaults, closure cells, a partial's
-    arguments, a callable object's attributes (recursively for what they wrap)."""
-    out: list[Any] = [getattr(func, "__defaults__", None), getattr(func, "__kwdefaults__", None)]
-    for cell in getattr(func, "__closure__", None) or ():
-        try:
-            out.append(cell.cell_contents)
-        except ValueError:  # an empty cell
-            out.append(None)
-    if isinstance(func, functools.partial):
-        out += [func.args, func.keywords, _bound_values(func.func)]
-    elif isinstance(func, types.MethodType):  # a bound method: its object's state
-        out.append(getattr(func.__self__, "__dict__", None))
-    elif not isinstance(func, types.FunctionType | types.BuiltinFunctionType):
-        out.append(getattr(func, "__dict__", None))  # a callable object
-    return out
-
-
-def _code_objects(func: Any) -> Iterable[types.CodeType]:
-    inner = getattr(func, "func", None) or getattr(func, "__func__", None)
-    if inner is not None and inner is not func:  # partial / bound method
-        yield from _code_objects(inner)
-    code = getattr(func, "__code__", None)
-    if code is None and not isinstance(func, types.FunctionType):
-        call = vars(type(func)).get("__call__")  # a callable object: its class's __call__
-        code = getattr(call, "__code__", None)
-    if code is not None:
-        yield code
+def _class_by_value(cls: type) -> bool:
+    if cls in _cp._BUILTIN_TYPE_NAMES or cls in (type(None), type(...), type(NotImplemented)):
+        return False
+    return not _cp._should_pickle_by_reference(cls)
 
 
 def _code_facts(code: types.CodeType) -> tuple:
-    consts = tuple(_code_facts(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
-    return (code.co_name, code.co_code, consts, code.co_names, code.co_varnames, code.co_freevars)
+    """What a code object runs: no file name, first line or line table (an edit above
+    the function moves it without changing it).  Nested code objects are among the
+    constants and go through the pickler again."""
+    return (
+        code.co_name,
+        getattr(code, "co_qualname", code.co_name),
+        code.co_argcount,
+        code.co_posonlyargcount,
+        code.co_kwonlyargcount,
+        code.co_flags,
+        code.co_code,
+        code.co_consts,
+        code.co_names,
+        code.co_varnames,
+        code.co_freevars,
+        code.co_cellvars,
+        getattr(code, "co_exceptiontable", b""),
+    )
+
+
+def _function_facts(func: types.FunctionType) -> tuple:
+    """What cloudpickle ships of a by-value function (``_function_getstate``), minus
+    the per-process parts: the globals its code reads, closure, defaults, dict."""
+    code = func.__code__
+    f_globals = {
+        k: func.__globals__[k] for k in _cp._extract_code_globals(code) if k in func.__globals__
+    }
+    closure = []
+    for cell in func.__closure__ or ():
+        try:
+            closure.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            closure.append("<empty cell>")
+    submodules = _cp._find_imported_submodules(code, itertools.chain(f_globals.values(), closure))
+    return (
+        code,
+        func.__name__,
+        func.__qualname__,
+        func.__module__,
+        func.__doc__,
+        func.__annotations__,
+        func.__defaults__,
+        func.__kwdefaults__,
+        closure,
+        f_globals,
+        dict(func.__dict__),  # functools.wraps: __wrapped__, the decorated function
+        sorted(m.__name__ for m in submodules),
+        func.__globals__.get("__package__"),
+    )
+
+
+def _class_facts(cls: type) -> tuple:
+    """A by-value class: its metaclass, name, bases and own dict (methods, class
+    attributes, properties, nested classes), an Enum's members by value."""
+    if issubclass(cls, enum.Enum):
+        clsdict, _ = _cp._enum_getstate(cls)
+        members: list[Any] = [(e.name, e.value) for e in cls]
+    else:
+        clsdict, _ = _cp._class_getstate(cls)
+        members = []
+    registry = clsdict.pop("_abc_impl", None)
+    if isinstance(registry, list):  # registered virtual subclasses, in a stable order
+        clsdict["_abc_impl"] = sorted(registry, key=lambda c: f"{c.__module__}.{c.__qualname__}")
+    return type(cls), cls.__name__, cls.__qualname__, cls.__bases__, clsdict, members
+
+
+@contextlib.contextmanager
+def digesting(func: Any, by_value_roots: list[str] | None) -> Iterator[None]:
+    """The by-value registrations the payload is pickled under (``payload.by_value``),
+    so the digest sees by value exactly what the payload carries by value."""
+    from airflow_provider_kinetic.core.jobs.payload import by_value
+
+    with by_value(func, list(by_value_roots or [])):
+        yield
+
+
+def stable_bytes(value: Any) -> bytes:
+    """``value`` serialised for a digest (see the module docstring): equal work gives
+    equal bytes in any process."""
+    buf = io.BytesIO()
+    _DigestPickler(buf, protocol=5).dump(value)
+    return buf.getvalue()
+
+
+def code_digest(func: Callable[..., Any], by_value_roots: list[str] | None = None) -> str:
+    """SHA-256 of a callable as the payload ships it (its code by value, see the module
+    docstring).  ``functools.partial`` and bound methods: what they wrap and carry."""
+    with digesting(func, by_value_roots):
+        return hashlib.sha256(stable_bytes(func)).hexdigest()
+
+
+def unsure(why: str) -> str:
+    """A digest equal to no other: for work that could not be digested (``why``)."""
+    return f"{UNSURE}{uuid.uuid4().hex} ({why})"
 
 
 def call_digest(
@@ -193,14 +212,16 @@ def call_digest(
     kwargs: dict[str, Any],
     volumes: list[dict[str, Any]],
     env_vars: dict[str, str],
+    by_value_roots: list[str] | None = None,
 ) -> str:
-    """SHA-256 of one call (Data already replaced by their refs)."""
+    """SHA-256 of one call (Data already replaced by their refs), pickled under the
+    payload's by-value registrations (``by_value_roots``: the DAGs folder)."""
     name = f"{getattr(func, '__module__', '')}.{getattr(func, '__qualname__', type(func).__name__)}"
     h = hashlib.sha256()
-    h.update(name.encode() + b"\0" + code_digest(func).encode())
-    h.update(
-        stable_bytes((tuple(args), dict(kwargs), list(volumes), dict(sorted(env_vars.items()))))
-    )
+    with digesting(func, by_value_roots):
+        h.update(name.encode() + b"\0" + hashlib.sha256(stable_bytes(func)).hexdigest().encode())
+        call = (tuple(args), dict(kwargs), list(volumes), dict(sorted(env_vars.items())))
+        h.update(stable_bytes(call))
     return h.hexdigest()
 
 
@@ -209,14 +230,25 @@ def work_digest(
     call: str,
     options: dict[str, Any],
     inputs: list[tuple[tuple, dict]] | None = None,
+    func: Any = None,
+    by_value_roots: list[str] | None = None,
 ) -> str:
-    """The one digest a task record keeps and a later try compares."""
-    doc = {
-        "call": call,
-        "options": options,
-        "inputs": hashlib.sha256(stable_bytes(inputs)).hexdigest() if inputs is not None else None,
-    }
+    """The one digest a task record keeps and a later try compares (``func`` and
+    ``by_value_roots``: the registrations a batch's ``inputs`` are pickled under).
+    An unsure call stays unsure: equal to nothing."""
+    if call.startswith(UNSURE):
+        return call
+    digest_inputs = None
+    if inputs is not None:
+        with digesting(func, by_value_roots) if func is not None else contextlib.nullcontext():
+            digest_inputs = hashlib.sha256(stable_bytes(inputs)).hexdigest()
+    doc = {"call": call, "options": options, "inputs": digest_inputs}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def is_sure(work: str | None) -> bool:
+    """Whether ``work`` is a digest a later try can match (not None, not unsure)."""
+    return bool(work) and not str(work).startswith(UNSURE)
 
 
 def template_options(template: Any, capture_names: Iterable[str] | None) -> dict[str, Any]:

@@ -38,7 +38,14 @@ from airflow_provider_kinetic.core.keys.names import (
     parse_ref,
     pointer_key,
 )
-from airflow_provider_kinetic.core.keys.records import DEFAULT_KEEP, KeyState, Version, iso
+from airflow_provider_kinetic.core.keys.records import (
+    DEFAULT_KEEP,
+    LOGICAL_DATE,
+    KeyState,
+    Version,
+    iso,
+    older_than_current,
+)
 from airflow_provider_kinetic.core.storage import ObjectStore, PreconditionFailed
 from airflow_provider_kinetic.core.storage.swap import ABSENT, read_versioned, swap
 
@@ -127,9 +134,21 @@ class KeyStore:
         return state, hits[0]
 
     # ---- writing ------------------------------------------------------------------
-    def put(self, key: str, src: str | os.PathLike[str], *, ttl: object = None) -> dict[str, Any]:
+    def put(
+        self,
+        key: str,
+        src: str | os.PathLike[str],
+        *,
+        ttl: object = None,
+        forward_only: bool = False,
+    ) -> dict[str, Any]:
         """Hash ``src`` (a file or directory) as ``Data`` does, upload what the data
-        cache lacks, and make it the key's current version."""
+        cache lacks, and make it the key's current version.
+
+        ``forward_only``: a version whose ``by["logical_date"]`` is earlier than the
+        current version's is kept aside instead (stored and listed, the key not
+        moved; decided inside the compare-and-swap, so two runs finishing together
+        cannot both win); the row then says ``aside`` with the reason."""
         check_key(key)
         ttl_s = parse_ttl(ttl)
         path = os.fspath(src)
@@ -151,12 +170,27 @@ class KeyStore:
             by=self.who(),
             put_id=secrets.token_hex(8),
         )
-        self._update(key, lambda st: _with_options(st.pushed(record), self.keep, ttl_s), record)
+        aside: list[str] = []
+
+        def change(state: KeyState) -> KeyState:
+            aside.clear()
+            if forward_only and older_than_current(state, record):
+                aside.append(
+                    f"its logical date {record.by.get(LOGICAL_DATE)} is before the current "
+                    f"version's ({state.current.by.get(LOGICAL_DATE)}, "
+                    f"{state.current.version[:12]})"
+                )
+                return _with_options(state.kept_aside(record), self.keep, ttl_s)
+            return _with_options(state.pushed(record), self.keep, ttl_s)
+
+        self._update(key, change, record)
         if not self.store.exists(marker_key(digest)):  # gc raced us: make it whole again
             log.warning("key %s: content %s was collected meanwhile; uploading again", key, digest)
             upload_data(self.store, Data(os.path.abspath(path)))
         row = record.row(key)
         row["uploaded"] = uploaded
+        if aside:
+            row["aside"] = aside[0]
         log.info(
             "put %s -> %s (%d files, %d bytes, %s)",
             key,

@@ -31,16 +31,40 @@ from airflow_provider_kinetic.core.storage import ObjectStore, file_uri_path, st
 
 _SAME_TASK = ("dag_id", "task_id", "run_id", "map_index")
 
+#: ``output_key_policy``: keys move forward in logical date (the default), or to
+#: whichever run finished last (the behaviour of earlier versions).
+NEWEST_LOGICAL_DATE = "newest_logical_date"
+LAST_FINISHER = "last_finisher"
+POLICIES = (NEWEST_LOGICAL_DATE, LAST_FINISHER)
+
+
+def check_policy(value: Any) -> str:
+    """``output_key_policy`` as given; a ValueError naming it and the allowed values."""
+    if value not in POLICIES:
+        allowed = " or ".join(repr(p) for p in POLICIES)
+        raise ValueError(f"output_key_policy must be {allowed}, got {value!r}")
+    return str(value)
+
 
 class OutputKeyError(KineticError, RuntimeError):
     """The job succeeded but its output dir cannot become the key's version."""
 
 
 def publish_output(
-    keys: KeyStore, key: str, output_uri: str, who: Mapping[str, Any]
+    keys: KeyStore,
+    key: str,
+    output_uri: str,
+    who: Mapping[str, Any],
+    policy: str = NEWEST_LOGICAL_DATE,
 ) -> dict[str, Any]:
     """Put the directory ``output_uri`` under ``key`` (see the module docstring);
-    the version's row with ``new`` (False: this content was there already)."""
+    the version's row with ``new`` (False: this content was there already).
+
+    ``policy`` ``newest_logical_date``: a version of an earlier logical date than the
+    key's current one (``who["logical_date"]``; a catchup or backfill run finishing
+    after a newer run) is kept aside, stored and listed, and the row says ``aside``
+    and why; ``last_finisher``: the key moves to every new version."""
+    forward_only = check_policy(policy) == NEWEST_LOGICAL_DATE
     tmp = tempfile.mkdtemp(prefix="kinetic-output-key-")
     try:
         path = _local_dir(keys.store, output_uri, tmp)
@@ -59,7 +83,8 @@ def publish_output(
                 row = v.row(key)
                 row["new"] = False
                 return row
-        row = KeyStore(keys.store, who=lambda: dict(who), keep=keys.keep).put(key, path)
+        writer = KeyStore(keys.store, who=lambda: dict(who), keep=keys.keep)
+        row = writer.put(key, path, forward_only=forward_only)
         row["new"] = True
         return row
     finally:

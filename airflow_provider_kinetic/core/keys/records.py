@@ -34,6 +34,31 @@ def user_at_host() -> dict[str, str]:
     return {"user": user, "host": socket.gethostname()}
 
 
+#: The ``by`` field of a version put by a task of a dated DAG run (``output_key``).
+LOGICAL_DATE = "logical_date"
+
+
+def parse_logical_date(value: Any) -> datetime | None:
+    """An ISO 8601 logical date as an aware datetime (naive: UTC); None if absent or
+    not a date (a record written by hand must not break a publish)."""
+    if not value:
+        return None
+    try:
+        when = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def older_than_current(state: KeyState | None, v: Version) -> bool:
+    """Whether ``v`` belongs to an earlier logical date than the key's current
+    version (both known): moving the key to it would move it backwards."""
+    if state is None or not state.versions:
+        return False
+    mine, current = v.logical_date, state.current.logical_date
+    return mine is not None and current is not None and mine < current
+
+
 @dataclass
 class Version:
     """One put: the content hash and what it covered, when, by whom."""
@@ -53,6 +78,13 @@ class Version:
     @property
     def time(self) -> str:
         return iso(self.epoch)
+
+    @property
+    def logical_date(self) -> datetime | None:
+        """The logical date of the DAG run whose task put it (``by["logical_date"]``,
+        ISO 8601: a field of ``by`` so records stay readable by every version); None
+        for a put outside a dated run."""
+        return parse_logical_date(self.by.get(LOGICAL_DATE))
 
     def row(self, key: str) -> dict[str, Any]:
         """The public form (``ls``, ``put``'s answer, the CLI's JSON)."""
@@ -98,6 +130,14 @@ class KeyState:
         the history cut to ``keep``."""
         rest = [old for old in self.versions if old.version != v.version]
         return KeyState(self.key, [v, *rest][: max(1, self.keep)], self.keep, self.ttl_s)
+
+    def kept_aside(self, v: Version) -> KeyState:
+        """This state with ``v`` kept (listed, resolvable by its hash) right after the
+        current version, which stays current; the history cut to ``keep`` (at least
+        2, so the version kept aside is kept)."""
+        rest = [old for old in self.versions[1:] if old.version != v.version]
+        versions = [self.current, v, *rest][: max(2, self.keep)]
+        return KeyState(self.key, versions, self.keep, self.ttl_s, self.renewed)
 
     def find(self, version: str) -> list[Version]:
         """Kept versions whose hash starts with ``version``."""
