@@ -15,6 +15,7 @@ Blobs are never deleted here: several keys, jobs and XComs may share one hash.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -38,14 +39,16 @@ from airflow_provider_kinetic.core.keys.names import (
     parse_ref,
     pointer_key,
 )
-from airflow_provider_kinetic.core.keys.records import DEFAULT_KEEP, KeyState, Version, iso
-from airflow_provider_kinetic.core.storage import ObjectStore, PreconditionFailed
+from airflow_provider_kinetic.core.keys.records import DEFAULT_KEEP, KeyState, Version, cut, iso
+from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore, PreconditionFailed
 from airflow_provider_kinetic.core.storage.swap import ABSENT, read_versioned, swap
 
 log = logging.getLogger(__name__)
 
 #: Swap attempts before giving up (each loss means another writer made progress).
 MAX_SWAPS = 200
+#: Where task instances' pin records live (``pins.py``): they hold the versions they name.
+PINS_PREFIX = "_airflow/keypins"
 TTL_FORM = "a duration such as '45s', '30m', '12h' or '7d' (or seconds as a number)"
 
 
@@ -126,6 +129,22 @@ class KeyStore:
             raise KeyNotFound(f"{version!r} {what} of key {key!r}; kept: {kept}")
         return state, hits[0]
 
+    def pinned_versions(self, key: str) -> frozenset[str]:
+        """Versions of ``key`` some task instance's pin record names (``pins.py``): a
+        retry or clear of that task reads them, so no put cuts them from the record."""
+        held = set()
+        for name in self.store.list(f"{PINS_PREFIX}/"):
+            if not name.endswith(".json"):
+                continue
+            try:
+                body = json.loads(self.store.read_bytes(name))
+            except (ObjectNotFound, ValueError):
+                continue
+            pins = body.get("pins") if isinstance(body, dict) else None
+            if isinstance(pins, dict) and isinstance(pins.get(key), str):
+                held.add(pins[key])
+        return frozenset(held)
+
     # ---- writing ------------------------------------------------------------------
     def put(self, key: str, src: str | os.PathLike[str], *, ttl: object = None) -> dict[str, Any]:
         """Hash ``src`` (a file or directory) as ``Data`` does, upload what the data
@@ -151,7 +170,14 @@ class KeyStore:
             by=self.who(),
             put_id=secrets.token_hex(8),
         )
-        self._update(key, lambda st: _with_options(st.pushed(record), self.keep, ttl_s), record)
+
+        def change(st: KeyState) -> KeyState:
+            keep = max(1, self.keep or st.keep)
+            over = len({v.version for v in st.versions} | {record.version}) > keep
+            held = self.pinned_versions(key) if over else frozenset()  # only when cutting
+            return _with_options(st.pushed(record, held), self.keep, ttl_s, held)
+
+        self._update(key, change, record)
         if not self.store.exists(marker_key(digest)):  # gc raced us: make it whole again
             log.warning("key %s: content %s was collected meanwhile; uploading again", key, digest)
             upload_data(self.store, Data(os.path.abspath(path)))
@@ -241,10 +267,12 @@ class KeyStore:
         raise KeyConflict(f"key {key!r}: its pointer kept moving ({MAX_SWAPS} tries); retry")
 
 
-def _with_options(state: KeyState, keep: int | None, ttl_s: float | None) -> KeyState:
+def _with_options(
+    state: KeyState, keep: int | None, ttl_s: float | None, held: frozenset[str] = frozenset()
+) -> KeyState:
     if keep is not None:
         state.keep = max(1, keep)
-        state.versions = state.versions[: state.keep]
+        state.versions = cut(state.versions, state.keep, held)
     if ttl_s is not None:
         state.ttl_s = ttl_s
     return state
