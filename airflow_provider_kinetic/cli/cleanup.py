@@ -10,9 +10,14 @@ with sizes, never silently:
   jobs that ended more than ``[kinetic] history_retention_days`` ago, and checkpoints
   (``core.jobs.checkpoint``) not written for ``failed_retention_days``.
 
-Artifacts that an XCom still needs (``cli.xcomrefs``: a handle a waiting sensor
-reads, a result reference of a recent run) are kept unless ``--force``.  History is
-deleted only by its own retention, never with artifacts.
+Nothing is deleted that something holds (``core.holds.decide``): a running job or
+batch (always), an XCom (``cli.xcomrefs``: a handle a waiting sensor reads, a result
+reference of a recent run) and a batch that failed as a whole within
+``failed_retention_days`` (its succeeded children: a retry resumes it) unless
+``--force``; each kept row says what holds it (``held_by``).  The retention and
+``--older-than`` forms also delete artifact dirs no job was made from (no
+``handle.json``, no history entry: a submit killed between upload and create), after
+an hour at least.  History is deleted only by its own retention, never with artifacts.
 """
 
 from __future__ import annotations
@@ -27,15 +32,32 @@ from airflow_provider_kinetic.attached import attach
 from airflow_provider_kinetic.cli import inventory, xcomrefs
 from airflow_provider_kinetic.cli.common import CliError, command, output_format
 from airflow_provider_kinetic.cli.output import emit, human_bytes
+from airflow_provider_kinetic.core.holds import (
+    ARTIFACTS,
+    BATCH,
+    CHECKPOINTS,
+    SUCCEEDED_CHILDREN,
+    Candidate,
+    Holder,
+    Holds,
+    Ref,
+    decide,
+    held_by_text,
+    store_holds,
+)
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.checkpoint import stale_checkpoints
 from airflow_provider_kinetic.core.jobs.cleanup import FAILED_RETENTION_DAYS, left_behind
 from airflow_provider_kinetic.core.spec.handles import StatusReport
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
+from airflow_provider_kinetic.core.storage.stat import stat_objects
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 
 DAY = 86400.0
-COLUMNS = ("what", "job_id", "state", "ended_at", "objects", "size", "action")
+COLUMNS = ("what", "job_id", "state", "ended_at", "objects", "size", "action", "held_by")
+#: An artifact dir with no ``handle.json`` younger than this may be a submit under way
+#: (its payload uploaded, its job about to be created), whatever ``--older-than`` says.
+ORPHAN_GRACE_S = 3600.0
 
 
 def retention_days(option: str, default: float) -> float:
@@ -46,7 +68,14 @@ def retention_days(option: str, default: float) -> float:
     return value
 
 
-def _row(what: str, job_id: str, entry: dict | None, left: dict, action: str) -> dict:
+def _row(
+    what: str,
+    job_id: str,
+    entry: dict | None,
+    left: dict,
+    action: str,
+    held: list[Holder] | None = None,
+) -> dict:
     return {
         "what": what,
         "job_id": job_id,
@@ -56,6 +85,7 @@ def _row(what: str, job_id: str, entry: dict | None, left: dict, action: str) ->
         "bytes": left["bytes"],
         "size": human_bytes(left["bytes"]),
         "action": action,
+        "held_by": [str(h) for h in held or ()],
     }
 
 
@@ -68,17 +98,41 @@ class Cleaner:
         self.store: ObjectStore = self.hook.get_store()
         self.now = time.time()
         keep_s = retention_days("history_retention_days", history.HISTORY_RETENTION_DAYS) * DAY
-        self.needed = xcomrefs.Needed() if args.force else xcomrefs.needed(keep_s, self.now)
+        self.failed_s = retention_days("failed_retention_days", FAILED_RETENTION_DAYS) * DAY
+        self.entries = history.entries(self.store)
+        # What still needs what (``core.holds``): the store's holders, and the XComs'
+        # unless ``--force``, which also lets go of what a failed batch keeps for a
+        # retry; a running job or batch holds its own whatever is asked.
+        self.holds = store_holds(self.store, self.now, self.failed_s, self.entries)
+        if args.force:
+            self.holds = Holds(
+                {
+                    ref: running
+                    for ref, holders in self.holds.by_ref.items()
+                    if (running := [h for h in holders if h.kind.startswith("running")])
+                }
+            )
+        else:
+            self.holds.merge(xcomrefs.needed(keep_s, self.now).holds())
         self.rows: list[dict[str, Any]] = []
 
+    def held(self, ref: Ref, within: tuple[Ref, ...] = ()) -> list[Holder]:
+        """What holds ``ref`` (``core.holds.decide``: the one question)."""
+        return decide([Candidate(ref, within)], self.holds).held_by(ref)
+
     def artifacts(self, job_id: str, entry: dict | None, group_id: str | None = None) -> None:
-        """Delete one ended job's artifacts (and cluster object), unless needed."""
+        """Delete one ended job's artifacts (and cluster object), unless held."""
         left = left_behind(self.store, job_id)
         if not left["objects"]:
             return
-        why = self.needed.why(job_id, group_id or (entry or {}).get("group_id"))
-        if why:
-            self.rows.append(_row("artifacts", job_id, entry, left, f"kept: {why} (--force)"))
+        group = group_id or (entry or {}).get("group_id")
+        held = self.held(Ref(ARTIFACTS, job_id), (Ref(BATCH, group),) if group else ())
+        # Every caller saw this job end (its backend, or its entry): an entry that
+        # still says it runs is one nobody updated (a job from plain Python).
+        held = [h for h in held if h != Holder("running job", f"running job {job_id}")]
+        if held:
+            action = f"kept: {held_by_text(held)} (--force)"
+            self.rows.append(_row("artifacts", job_id, entry, left, action, held))
             return
         if self.args.dry_run:
             self.rows.append(_row("artifacts", job_id, entry, left, "would delete"))
@@ -150,12 +204,43 @@ def _older_than(cleaner: Cleaner, age_s: float) -> None:
             continue
         entry = _ended(cleaner, job_id, report)
         cleaner.artifacts(job_id, entry, handle.group_id if handle else None)
+    _orphans(cleaner, max(age_s, ORPHAN_GRACE_S))
+
+
+def _orphans(cleaner: Cleaner, grace_s: float) -> None:
+    """Artifact dirs no job was ever made from: no ``handle.json`` (written before a
+    job is created), no history entry, not a child any batch names, nothing written
+    for ``grace_s`` (a submit killed between its upload and its create leaves its
+    ``payload.pkl``); deleted unless something (an XCom) holds them."""
+    known = set(history.job_ids(cleaner.store))
+    for entry in cleaner.entries:
+        known.update(entry.get("child_jobs") or ())
+        known.update(entry.get(SUCCEEDED_CHILDREN) or ())
+    dirs: dict[str, list[tuple[str, int, float]]] = {}
+    for key, (size, when) in stat_objects(cleaner.store, "job-").items():
+        if key.count("/") >= 1:
+            dirs.setdefault(key.split("/", 1)[0], []).append((key, size, when))
+    for job_id, objects in sorted(dirs.items()):
+        names = {key.split("/", 1)[1] for key, _, _ in objects}
+        newest = max(when for _, _, when in objects)
+        if job_id in known or inventory.HANDLE_NAME in names or cleaner.now - newest < grace_s:
+            continue
+        left = {"objects": len(objects), "bytes": sum(size for _, size, _ in objects)}
+        held = cleaner.held(Ref(ARTIFACTS, job_id))
+        if held:
+            action = f"kept: {held_by_text(held)} (--force)"
+        elif cleaner.args.dry_run:
+            action = "would delete (no job, no history entry: a submit that never created it)"
+        else:
+            cleaner.store.delete_prefix(f"{job_id}/")
+            action = "deleted (no job, no history entry: a submit that never created it)"
+        cleaner.rows.append(_row("orphan artifacts", job_id, None, left, action, held))
 
 
 def _retention(cleaner: Cleaner) -> None:
-    failed_s = retention_days("failed_retention_days", FAILED_RETENTION_DAYS) * DAY
+    failed_s = cleaner.failed_s
     keep_s = retention_days("history_retention_days", history.HISTORY_RETENTION_DAYS) * DAY
-    entries = history.entries(cleaner.store)
+    entries = cleaner.entries
     for entry in history.expired(entries, failed_s, cleaner.now):
         if entry.get("kind") == "batch":  # the children that did not succeed
             for job_id in entry.get("failed_jobs", []):
@@ -165,11 +250,18 @@ def _retention(cleaner: Cleaner) -> None:
     for entry in history.expired(entries, keep_s, cleaner.now):
         cleaner.history(entry)
     for prefix, objects, size in stale_checkpoints(cleaner.store, failed_s, cleaner.now):
-        if not cleaner.args.dry_run:
-            cleaner.store.delete_prefix(prefix)
-        action = "would delete" if cleaner.args.dry_run else "deleted"
         left = {"objects": objects, "bytes": size}
-        cleaner.rows.append(_row("checkpoints", cleaner.store.uri(prefix), None, left, action))
+        held = cleaner.held(Ref(CHECKPOINTS, prefix))
+        if held:
+            action = f"kept: {held_by_text(held)}"
+        elif cleaner.args.dry_run:
+            action = "would delete"
+        else:
+            cleaner.store.delete_prefix(prefix)
+            action = "deleted"
+        uri = cleaner.store.uri(prefix)
+        cleaner.rows.append(_row("checkpoints", uri, None, left, action, held))
+    _orphans(cleaner, ORPHAN_GRACE_S)
 
 
 @command
@@ -185,4 +277,8 @@ def jobs_cleanup(args: Namespace) -> None:
         _older_than(cleaner, age_s)
     else:
         _retention(cleaner)
-    emit(cleaner.rows, output_format(args), COLUMNS)
+    out = output_format(args)
+    rows = cleaner.rows
+    if out != "json":  # a table's cell: the holders in a few words
+        rows = [{**r, "held_by": held_by_text(r["held_by"])} for r in rows]
+    emit(rows, out, COLUMNS)

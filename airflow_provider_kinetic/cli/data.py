@@ -13,10 +13,13 @@ from argparse import Namespace
 from typing import Any
 
 from airflow_provider_kinetic.cli import dataholds, inventory
+from airflow_provider_kinetic.cli.cleanup import DAY, retention_days
 from airflow_provider_kinetic.cli.common import command, output_format
 from airflow_provider_kinetic.cli.output import emit, human_age, human_bytes
 from airflow_provider_kinetic.core.backends.local import venv as local_venv
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+from airflow_provider_kinetic.core.holds import DATA, Candidate, Ref, decide, held_by_text
+from airflow_provider_kinetic.core.jobs.cleanup import FAILED_RETENTION_DAYS
 from airflow_provider_kinetic.core.keys import gc as keys_gc
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.storage import ObjectStore
@@ -126,8 +129,9 @@ def data_ls(args: Namespace) -> None:
 @command
 def data_gc(args: Namespace) -> None:
     """Remove keys past their ttl; then complete cache entries (and context archives)
-    older than ``--older-than`` that no live key keeps (any kept version), no job in
-    the history reads and no XCom names (``dataholds``), and local
+    older than ``--older-than`` that nothing holds (``core.holds.decide``: no live
+    key's kept version, no pin, no job or batch in the history, no XCom; a kept entry
+    says what holds it, ``held_by``), and local
     requirements venvs unused for that long that no live job runs in; and the parts of
     big uploads a killed client never composed (older than an hour at least)."""
     age = inventory.parse_age(args.older_than)
@@ -136,12 +140,18 @@ def data_gc(args: Namespace) -> None:
     now = time.time()
     keys = KeyStore(store)
     rows = [_expired_row(st, args.dry_run) for st in keys_gc.expire(keys, now, args.dry_run)]
-    held = dict.fromkeys(keys_gc.referenced_hashes(keys, now), "a live key holds it")
-    for digest, why in dataholds.holds(store, getattr(args, "force", False)).items():
-        held.setdefault(digest, why)  # jobs in the history, XComs
-    for entry in inventory.gc_candidates(inventory.cache_entries(store), age, now):
-        if entry.kind == "data" and entry.content_hash in held:
-            rows.append(_cache_row(entry, now, f"kept: {held[entry.content_hash]}"))
+    retry_s = retention_days("failed_retention_days", FAILED_RETENTION_DAYS) * DAY
+    holds = dataholds.holds(store, getattr(args, "force", False), now, retry_s)
+    candidates = inventory.gc_candidates(inventory.cache_entries(store), age, now)
+    # Context archives are held by nothing but their age: a job packs them anew.
+    decision = decide(
+        [Candidate(Ref(DATA, e.content_hash)) for e in candidates if e.kind == "data"], holds
+    )
+    for entry in candidates:
+        held = decision.held_by(Ref(DATA, entry.content_hash)) if entry.kind == "data" else []
+        if held:
+            row = _cache_row(entry, now, f"kept: {held_by_text(held)}")
+            rows.append({**row, "held_by": [str(h) for h in held]})
         elif args.dry_run:
             rows.append(_cache_row(entry, now, "would delete"))
         else:
@@ -164,4 +174,7 @@ def data_gc(args: Namespace) -> None:
                 rows.append(_venv_row(venv, now, "would delete"))
             elif local_venv.collect(venv, age, in_use):
                 rows.append(_venv_row(venv, now, "deleted"))
-    emit(rows, output_format(args), ("hash", "kind", "age", "files", "size", "action"))
+    out = output_format(args)
+    if out != "json":  # a table's cell: the holders in a few words
+        rows = [{**r, "held_by": held_by_text(r.get("held_by") or ())} for r in rows]
+    emit(rows, out, ("hash", "kind", "age", "files", "size", "action", "held_by"))

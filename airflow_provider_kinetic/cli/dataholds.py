@@ -1,9 +1,10 @@
-"""What ``data gc`` must keep besides live keys: cache entries that jobs and XComs
-still point to.
+"""What ``data gc`` must keep: what the store holds (``core.holds``: live keys' kept
+versions, pins, jobs and batches in the history) and cache entries XComs point to.
 
-- **Jobs in the history.**  A job's handle names the data-cache entries it reads
-  (``data_hashes``: its local Data and its ``kinetic://`` versions), copied into
-  its history entry at submit (``core/jobs/history.py``).  While the entry is there
+- **Jobs and batches in the history.**  A job's handle names the data-cache entries
+  it reads (``data_hashes``: its local Data and its ``kinetic://`` versions), copied
+  into its history entry at submit (``core/jobs/history.py``); a batch writes its
+  own (shared and every input's) into its entry at its start.  While the entry is there
   (``jobs cleanup`` applies the history retention), a retry or a re-run of that job
   may read them again, so they stay.
 - **XComs.**  A ``kinetic_job`` handle (its ``data_hashes``), the ``kinetic_keys``
@@ -20,7 +21,7 @@ from typing import Any
 
 from airflow_provider_kinetic.cli.common import CliError
 from airflow_provider_kinetic.cli.xcomrefs import _decoded
-from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.holds import DATA, Holder, Holds, Ref, store_holds
 from airflow_provider_kinetic.core.jobs.history import DATA_HASHES
 from airflow_provider_kinetic.core.storage import ObjectStore
 
@@ -43,22 +44,13 @@ def hashes_in(value: Any) -> Iterator[str]:
             yield from hashes_in(item)
 
 
-def job_holds(store: ObjectStore) -> dict[str, str]:
-    """hash -> why, for every job in the history that names data it reads."""
-    held: dict[str, str] = {}
-    for entry in history.entries(store):
-        for h in entry.get(DATA_HASHES) or ():
-            held.setdefault(str(h), f"job {entry['job_id']} in the history reads it")
-    return held
-
-
-def xcom_holds() -> dict[str, str]:
-    """hash -> why, for every XCom of ``XCOM_KEYS`` in Airflow's database."""
+def xcom_holds() -> Holds:
+    """What every XCom of ``XCOM_KEYS`` in Airflow's database holds (data by hash)."""
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
     from sqlalchemy.exc import SQLAlchemyError
 
-    held: dict[str, str] = {}
+    held = Holds()
     try:
         with create_session() as session:
             rows = session.query(
@@ -69,8 +61,9 @@ def xcom_holds() -> dict[str, str]:
                 XComModel.task_id,
             ).filter(XComModel.key.in_(XCOM_KEYS))
             for value, key, dag_id, run_id, task_id in rows.yield_per(500):
+                holder = Holder("xcom", f"XCom {key} of {dag_id} / {run_id} / {task_id}")
                 for h in hashes_in(_decoded(value)):
-                    held.setdefault(h, f"XCom {key} of {dag_id} / {run_id} / {task_id}")
+                    held.add(Ref(DATA, h), holder)
     except SQLAlchemyError as exc:
         raise CliError(
             "cannot read Airflow's metadata database to check which data XComs still point "
@@ -80,10 +73,10 @@ def xcom_holds() -> dict[str, str]:
     return held
 
 
-def holds(store: ObjectStore, force: bool) -> dict[str, str]:
-    """Everything jobs (and, unless ``force``, XComs) keep: hash -> why."""
-    held = job_holds(store)
+def holds(store: ObjectStore, force: bool, now: float, retry_window_s: float) -> Holds:
+    """Everything the store (history, batches, keys, pins) and, unless ``force``, the
+    XComs hold (``core.holds``)."""
+    held = store_holds(store, now, retry_window_s)
     if not force:
-        for h, why in xcom_holds().items():
-            held.setdefault(h, why)
+        held.merge(xcom_holds())
     return held

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_kinetic.cli.common import CliError
+from airflow_provider_kinetic.core.holds import ARTIFACTS, BATCH, Holder, Holds, Ref
 from airflow_provider_kinetic.core.jobs.resultref import REF_KEY
 
 
@@ -34,6 +35,16 @@ class Needed:
         if found is None and group_id:
             found = self.groups.get(group_id)
         return found
+
+    def holds(self) -> Holds:
+        """The same as ``core.holds`` holders: a job's artifacts, a batch (whose
+        children it holds), each by the XCom that needs it."""
+        out = Holds()
+        for job_id, why in self.jobs.items():
+            out.add(Ref(ARTIFACTS, job_id), Holder("xcom", why))
+        for group_id, why in self.groups.items():
+            out.add(Ref(BATCH, group_id), Holder("xcom", why))
+        return out
 
 
 def _decoded(value: Any) -> Any:

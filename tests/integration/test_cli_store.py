@@ -91,10 +91,12 @@ def test_data_gc_expires_keys_and_keeps_what_keys_hold(
     gc += ["--force"]  # no Airflow database here: the XCom side is test_keyio.py's
     out = run_cli(*gc)
     assert out.returncode == 0, out.stderr[-3000:]
-    rows = {(r["hash"], r.get("action")) for r in json.loads(out.stdout)}
+    found = json.loads(out.stdout)
+    rows = {(r["hash"], r.get("action")) for r in found}
     assert (short["version"], "expired") in rows and (short["version"], "deleted") in rows
-    assert (second["version"], "kept: a live key holds it") in rows
-    assert (first["version"], "kept: a live key holds it") in rows  # a kept version
+    held = {r["hash"]: r.get("held_by") for r in found}
+    assert held[second["version"]] == [f"key models/churn version {second['version'][:12]} (kept)"]
+    assert held[first["version"]] == [f"key models/churn version {first['version'][:12]} (kept)"]
     store = config.store()
     assert store.exists(marker_key(second["version"]))
     assert not store.exists(marker_key(short["version"]))

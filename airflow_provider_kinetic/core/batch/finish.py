@@ -51,6 +51,7 @@ def batch_ended(
     if not delivered:
         jobs, ok = [j for j in jobs if j.job_id not in ok], set()
     counts = batchrun.counts(state)
+    batchrun.save_launches(store, state)  # before the policy may delete launch records
     history.update(
         store,
         state.group_id,
@@ -62,6 +63,10 @@ def batch_ended(
         child_jobs=ids,
         failed_jobs=[job_id for job_id in ids if job_id not in ok],
         preemptions=sum(state.preemptions.values()),
+        # ``core.holds``: a batch that failed as a whole holds these for a retry.
+        succeeded_children={
+            state.jobs[i]: i for i, o in state.done.items() if o == SUCCEEDED and i in state.jobs
+        },
     )
     removed = after_job(
         store,

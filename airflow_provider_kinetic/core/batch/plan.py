@@ -21,7 +21,9 @@ from typing import Any
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.data.refs import cache_hash
 from airflow_provider_kinetic.core.jobs import batchwire
+from airflow_provider_kinetic.core.jobs.history import DATA_HASHES
 from airflow_provider_kinetic.core.jobs.pack import prepare, ref_for_data
 from airflow_provider_kinetic.core.jobs.payload import (
     UnpicklableArgumentError,
@@ -185,6 +187,13 @@ def plan_batch(
         queue=list(range(len(items))),
         work=work,
     )
+    # What the batch reads (shared Data, every input's Data and ``kinetic://`` keys):
+    # its history entry names them from its start, so ``data gc`` keeps them while a
+    # child may still read them, as a single job's handle does (``core.holds``).
+    held = list(packed.data_hashes)
+    held += [h for ref in refs.values() if (h := cache_hash(str(ref.get("uri", "")))) is not None]
+    if held:
+        state.extra[DATA_HASHES] = list(dict.fromkeys(held))
     objects = {
         f"{PAYLOAD_CACHE}/{payload_sha}.pkl": packed.payload,
         packed.context_key: packed.context,

@@ -154,8 +154,9 @@ def resume_batch(
     state = BatchState.from_dict(unseal(secret, store.read_bytes(plan_key(group_id)), group_id))
     state.queue, state.order, state.stopped = [], [], False
     latest: dict[int, JobHandle] = {}
+    recorded = batchrun.read_launches(store, group_id)  # an ended try's, if any
     for index in range(state.total):
-        launch = batchrun.latest_launch(store, group_id, index)
+        launch = batchrun.latest_launch(store, group_id, index, recorded.get(index, 0))
         state.launches[index] = launch
         if launch:
             job_id = batchrun.child_job_id(group_id, index, launch)

@@ -9,6 +9,7 @@ active child (``Backend.batch_status``).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data import cache as datacache
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.fallback import describe_step, next_step
+from airflow_provider_kinetic.core.jobs.history import DATA_HASHES
 from airflow_provider_kinetic.core.jobs.outputs import start_empty
 from airflow_provider_kinetic.core.jobs.results import is_preemption
 from airflow_provider_kinetic.core.jobs.submit import adopted, create_job, make_private
@@ -42,7 +44,7 @@ from airflow_provider_kinetic.core.spec.handles import (
     artifact_key,
 )
 from airflow_provider_kinetic.core.spec.pod import JobSpec
-from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,8 @@ def start_batch(
         kind="batch",
         total=state.total,
         capacity=state.template.capacity[0] if state.template.capacity else None,
+        # What its children read: ``data gc`` keeps it while the entry is there.
+        **({DATA_HASHES: list(held)} if (held := state.extra.get(DATA_HASHES)) else {}),
     )
 
 
@@ -165,10 +169,35 @@ def unaccounted(state: BatchState) -> list[int]:
     return [index for index in range(state.total) if index not in seen]
 
 
-def latest_launch(store: ObjectStore, group_id: str, index: int) -> int:
+def launches_key(group_id: str) -> str:
+    return f"_groups/{group_id}/launches.json"
+
+
+def save_launches(store: ObjectStore, state: BatchState) -> None:
+    """Record how many jobs each input had when the batch ended, before the cleanup
+    policy may delete their ``handle.json``: a resumed try then finds its succeeded
+    children past a failed launch whose artifacts went (``resume.resume_batch``).
+    Not sealed: a wrong count only makes resume probe a job id that does not exist
+    (run again) and every success is still read from its sealed record."""
+    body = {"group_id": state.group_id, "launches": {str(i): n for i, n in state.launches.items()}}
+    store.write_bytes(launches_key(state.group_id), json.dumps(body, sort_keys=True).encode())
+
+
+def read_launches(store: ObjectStore, group_id: str) -> dict[int, int]:
+    """What :func:`save_launches` recorded (empty: nothing, or unreadable)."""
+    try:
+        body = json.loads(store.read_bytes(launches_key(group_id)))
+        return {int(i): int(n) for i, n in (body.get("launches") or {}).items()}
+    except (ObjectNotFound, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def latest_launch(store: ObjectStore, group_id: str, index: int, recorded: int = 0) -> int:
     """How many of input ``index``'s derived jobs were created (each has its
-    ``handle.json`` from before its create): the batch's own launch records."""
-    launch = 0
+    ``handle.json`` from before its create): the batch's own launch records, from
+    ``recorded`` on (the count :func:`save_launches` kept, so a launch whose
+    artifacts the cleanup policy deleted is no gap that hides the later ones)."""
+    launch = max(0, recorded)
     while store.exists(artifact_key(child_job_id(group_id, index, launch + 1), "handle.json")):
         launch += 1
     return launch

@@ -15,6 +15,7 @@ Blobs are never deleted here: several keys, jobs and XComs may share one hash.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -43,16 +44,19 @@ from airflow_provider_kinetic.core.keys.records import (
     LOGICAL_DATE,
     KeyState,
     Version,
+    cut,
     iso,
     older_than_current,
 )
-from airflow_provider_kinetic.core.storage import ObjectStore, PreconditionFailed
+from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore, PreconditionFailed
 from airflow_provider_kinetic.core.storage.swap import ABSENT, read_versioned, swap
 
 log = logging.getLogger(__name__)
 
 #: Swap attempts before giving up (each loss means another writer made progress).
 MAX_SWAPS = 200
+#: Where task instances' pin records live (``pins.py``): they hold the versions they name.
+PINS_PREFIX = "_airflow/keypins"
 TTL_FORM = "a duration such as '45s', '30m', '12h' or '7d' (or seconds as a number)"
 
 
@@ -133,6 +137,22 @@ class KeyStore:
             raise KeyNotFound(f"{version!r} {what} of key {key!r}; kept: {kept}")
         return state, hits[0]
 
+    def pinned_versions(self, key: str) -> frozenset[str]:
+        """Versions of ``key`` some task instance's pin record names (``pins.py``): a
+        retry or clear of that task reads them, so no put cuts them from the record."""
+        held = set()
+        for name in self.store.list(f"{PINS_PREFIX}/"):
+            if not name.endswith(".json"):
+                continue
+            try:
+                body = json.loads(self.store.read_bytes(name))
+            except (ObjectNotFound, ValueError):
+                continue
+            pins = body.get("pins") if isinstance(body, dict) else None
+            if isinstance(pins, dict) and isinstance(pins.get(key), str):
+                held.add(pins[key])
+        return frozenset(held)
+
     # ---- writing ------------------------------------------------------------------
     def put(
         self,
@@ -174,14 +194,17 @@ class KeyStore:
 
         def change(state: KeyState) -> KeyState:
             aside.clear()
+            keep = max(1, self.keep or state.keep)
+            over = len({v.version for v in state.versions} | {record.version}) > keep
+            held = self.pinned_versions(key) if over else frozenset()  # only when cutting
             if forward_only and older_than_current(state, record):
                 aside.append(
                     f"its logical date {record.by.get(LOGICAL_DATE)} is before the current "
                     f"version's ({state.current.by.get(LOGICAL_DATE)}, "
                     f"{state.current.version[:12]})"
                 )
-                return _with_options(state.kept_aside(record), self.keep, ttl_s)
-            return _with_options(state.pushed(record), self.keep, ttl_s)
+                return _with_options(state.kept_aside(record, held), self.keep, ttl_s, held)
+            return _with_options(state.pushed(record, held), self.keep, ttl_s, held)
 
         self._update(key, change, record)
         if not self.store.exists(marker_key(digest)):  # gc raced us: make it whole again
@@ -275,10 +298,12 @@ class KeyStore:
         raise KeyConflict(f"key {key!r}: its pointer kept moving ({MAX_SWAPS} tries); retry")
 
 
-def _with_options(state: KeyState, keep: int | None, ttl_s: float | None) -> KeyState:
+def _with_options(
+    state: KeyState, keep: int | None, ttl_s: float | None, held: frozenset[str] = frozenset()
+) -> KeyState:
     if keep is not None:
         state.keep = max(1, keep)
-        state.versions = state.versions[: state.keep]
+        state.versions = cut(state.versions, state.keep, held)
     if ttl_s is not None:
         state.ttl_s = ttl_s
     return state

@@ -26,12 +26,11 @@ from typing import Any
 from airflow_provider_kinetic.core.data.refs import KEEP, map_leaves
 from airflow_provider_kinetic.core.data.schemes.kinetic import PREFIX, key_ref
 from airflow_provider_kinetic.core.data.value import Data
-from airflow_provider_kinetic.core.keys.keystore import KeyStore
+from airflow_provider_kinetic.core.keys.keystore import PINS_PREFIX, KeyStore
 from airflow_provider_kinetic.core.keys.names import parse_ref
 from airflow_provider_kinetic.core.spec.identity import task_key
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 
-PINS_PREFIX = "_airflow/keypins"
 #: What a pin's row says of the task instance that recorded it.
 PIN_IDENTITY = ("dag_id", "run_id", "task_id", "map_index")
 

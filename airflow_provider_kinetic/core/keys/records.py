@@ -125,18 +125,18 @@ class KeyState:
         at = self.expires_at
         return at is not None and (time.time() if now is None else now) >= at
 
-    def pushed(self, v: Version) -> KeyState:
+    def pushed(self, v: Version, held: frozenset[str] = frozenset()) -> KeyState:
         """This state with ``v`` on top (an older entry of the same hash dropped) and
-        the history cut to ``keep``."""
+        the history cut to ``keep``, except versions in ``held`` (a pin names them)."""
         rest = [old for old in self.versions if old.version != v.version]
-        return KeyState(self.key, [v, *rest][: max(1, self.keep)], self.keep, self.ttl_s)
+        return KeyState(self.key, cut([v, *rest], self.keep, held), self.keep, self.ttl_s)
 
-    def kept_aside(self, v: Version) -> KeyState:
+    def kept_aside(self, v: Version, held: frozenset[str] = frozenset()) -> KeyState:
         """This state with ``v`` kept (listed, resolvable by its hash) right after the
         current version, which stays current; the history cut to ``keep`` (at least
-        2, so the version kept aside is kept)."""
+        2, so the version kept aside is kept), except versions in ``held``."""
         rest = [old for old in self.versions[1:] if old.version != v.version]
-        versions = [self.current, v, *rest][: max(2, self.keep)]
+        versions = cut([self.current, v, *rest], max(2, self.keep), held)
         return KeyState(self.key, versions, self.keep, self.ttl_s, self.renewed)
 
     def find(self, version: str) -> list[Version]:
@@ -165,3 +165,10 @@ class KeyState:
             ttl_s=body.get("ttl_s"),
             renewed=body.get("renewed"),
         )
+
+
+def cut(versions: list[Version], keep: int, held: frozenset[str] = frozenset()) -> list[Version]:
+    """The newest ``keep`` of ``versions`` (newest first) and any older one in ``held``:
+    a version a pin names outlives ``store_keep_versions`` while its pin lives."""
+    keep = max(1, keep)
+    return versions[:keep] + [v for v in versions[keep:] if v.version in held]
