@@ -13,7 +13,12 @@ from airflow.providers.common.compat.sdk import BaseOperator, XCom, conf, mask_s
 from airflow_provider_kinetic.core.catalog.accelerators import with_spot
 from airflow_provider_kinetic.core.catalog.capacity import DEFAULT_CAPACITY_WAIT_S
 from airflow_provider_kinetic.core.data.schemes import scheme_for
-from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S, validate_sync_s
+from airflow_provider_kinetic.core.jobs.checkpoint import (
+    DEFAULT_SYNC_S,
+    RESTORE_SAME_WORK,
+    validate_restore,
+    validate_sync_s,
+)
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
 from airflow_provider_kinetic.core.jobs.cleanup import policy as cleanup_policy
 from airflow_provider_kinetic.core.jobs.pack import DEFAULT_MAX_PAYLOAD_MB
@@ -233,6 +238,7 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
         priority_class: str | None = None,
         max_run_duration: Any = None,
         checkpoint_sync_s: float = DEFAULT_SYNC_S,
+        checkpoint_restore: str = RESTORE_SAME_WORK,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -242,6 +248,7 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
         self.priority_class = priority_class
         self.max_run_duration = max_run_duration
         self.checkpoint_sync_s = validate_sync_s(checkpoint_sync_s)  # fails at parse time
+        self.checkpoint_restore = validate_restore(checkpoint_restore)
         self.cleanup = cleanup_policy(cleanup)  # a bad value fails at parse time
         # Checked here (not templated): a bad pattern fails at parse time, not in the pod.
         self.context_excludes = check_patterns(context_excludes)
@@ -305,6 +312,7 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
                 self.capacity, self.capacity_wait, self.priority_class, self.max_run_duration
             ),
             checkpoint_sync_s=self.checkpoint_sync_s,
+            checkpoint_restore=self.checkpoint_restore,
             max_context_mb=conf.getfloat(
                 "kinetic", "max_context_mb", fallback=DEFAULT_MAX_CONTEXT_MB
             ),

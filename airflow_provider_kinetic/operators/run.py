@@ -18,11 +18,12 @@ from airflow.providers.common.compat.sdk import AirflowException
 from airflow_provider_kinetic.core.backends.k8s.manifests import to_yaml
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.catalog.capacity import DEFAULT_CAPACITY_WAIT_S
-from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S
+from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S, RESTORE_SAME_WORK
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
 from airflow_provider_kinetic.core.jobs.fallback import describe_step
 from airflow_provider_kinetic.core.jobs.submit import plan_job
 from airflow_provider_kinetic.core.jobs.taskrecord import Step, request_cancel
+from airflow_provider_kinetic.core.keys.publish import NEWEST_LOGICAL_DATE, check_policy
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
@@ -128,6 +129,13 @@ class KineticRunOperator(KineticOperatorBase):
         max run duration (at most 7 days; templated).
     :param checkpoint_sync_s: seconds between saves of ``KINETIC_CHECKPOINT_DIR`` while
         the function runs (also saved on SIGTERM and at exit).
+    :param checkpoint_restore: ``"same_work"`` (default): restore only a checkpoint this
+        same work wrote (the same code, arguments, Data and options); ``"any"``: the task
+        run's last checkpoint, whatever work wrote it (a fix that should continue from
+        the old files). Logged either way.
+    :param output_key_policy: ``"newest_logical_date"`` (default): a run of an older
+        logical date does not move ``output_key`` (its version is stored, listed and kept
+        aside, and the log says so); ``"last_finisher"``: the last run to finish wins.
 
     :raises KineticJobFailed: the job failed (the remote exception is its ``__cause__``).
     :raises KineticJobCancelled: the job was cancelled (execution_timeout, trigger errors).
@@ -182,6 +190,8 @@ class KineticRunOperator(KineticOperatorBase):
         priority_class: str | None = None,
         max_run_duration: Any = None,
         checkpoint_sync_s: float = DEFAULT_SYNC_S,
+        checkpoint_restore: str = RESTORE_SAME_WORK,
+        output_key_policy: str = NEWEST_LOGICAL_DATE,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -204,9 +214,11 @@ class KineticRunOperator(KineticOperatorBase):
             priority_class=priority_class,
             max_run_duration=max_run_duration,
             checkpoint_sync_s=checkpoint_sync_s,
+            checkpoint_restore=checkpoint_restore,
             **kwargs,
         )
         self.output_asset = output_asset
+        self.output_key_policy = check_policy(output_key_policy)  # fails at parse time
         self.output_key = keyio.check_output_key(output_key, self.task_id, rendered=False)
         self.python_callable = self.require_callable(python_callable)
         self.op_args = op_args

@@ -210,6 +210,15 @@ CASES: dict[str, tuple[Callable[[Path], dict], Callable[..., bool]]] = {
             and s.env["KINETIC_CHECKPOINT_URI"].endswith(f"/inputs/{CHILD}/" if child else "/job/")
         ),
     ),
+    "checkpoint_restore": (
+        # "any": the task run's one slot, whatever work wrote it (the default keys the
+        # slot on the work digest: .../work/{digest}/).
+        lambda p: {"checkpoint_restore": "any"},
+        lambda s, pl, acc, child: (
+            "/work/" not in s.env["KINETIC_CHECKPOINT_URI"]
+            and s.env["KINETIC_CHECKPOINT_URI"].endswith(f"/inputs/{CHILD}/" if child else "/job/")
+        ),
+    ),
     "kinetic_conn_id": (
         lambda p: {},
         lambda s, pl, acc, child: (
