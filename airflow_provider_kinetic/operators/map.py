@@ -8,52 +8,36 @@ The batch state travels across deferrals in ``defer(kwargs=...)``.
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from functools import cached_property
+from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowException
 
-from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.k8s.manifests import to_yaml
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.batch import logs as batchlogs
-from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import run as batchrun
-from airflow_provider_kinetic.core.batch.plan import plan_batch
-from airflow_provider_kinetic.core.batch.resume import save_live, save_plan
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.catalog.capacity import DEFAULT_CAPACITY_WAIT_S
-from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
-from airflow_provider_kinetic.core.jobs.polling import poll_delays
-from airflow_provider_kinetic.core.jobs.taskrecord import (
-    request_cancel,
-)
 from airflow_provider_kinetic.core.keys import databroadcast
 from airflow_provider_kinetic.core.keys.peer.window import BroadcastWindow
 from airflow_provider_kinetic.core.storage import ObjectStore
-from airflow_provider_kinetic.deployment.signing import deployment_secret
-from airflow_provider_kinetic.exceptions import KineticJobCancelled
-from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
-from airflow_provider_kinetic.links import KineticBatchLink, batch_url
-from airflow_provider_kinetic.operators import assets, keyio
+from airflow_provider_kinetic.hooks.kinetic import KineticHook
+from airflow_provider_kinetic.links import KineticBatchLink
+from airflow_provider_kinetic.operators import assets
+from airflow_provider_kinetic.operators.batch_try import BatchTry
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
     DEFAULT_DEFERRABLE,
-    deadline,
-    defer_grace_s,
-    defer_timeout,
+    KineticOperatorBase,
     rendered_as,
-    task_identity,
 )
-from airflow_provider_kinetic.operators.map_tries import MapTriesBase, push_output_dirs
-from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 
 
-class KineticMapOperator(MapTriesBase):
+class KineticMapOperator(KineticOperatorBase):
     """Run ``python_callable`` once per input as kinetic jobs; return results in order.
 
     Each child is the same job template as a ``KineticRunOperator`` job, plus its input.
@@ -214,187 +198,65 @@ class KineticMapOperator(MapTriesBase):
             user_outlets=bool(kwargs.get("outlets")),
             argument_fields=("inputs", "op_kwargs", "volumes"),
         )
-        self._state: BatchState | None = None
-        self._line: batchlogs.StatusLine | None = None
-        self._backend: Backend | None = None
+        #: The try running in this execution segment (``on_kill`` cancels its children).
+        self._try: BatchTry | None = None
+        #: Its store, once it waits on its batch: the lineage methods read the batch's
+        #: record from it (``operators/lineage.py``).
         self._store: ObjectStore | None = None
 
+    @cached_property
+    def hook(self) -> KineticHook:
+        return KineticHook(self.kinetic_conn_id)
+
     # ---- execute -------------------------------------------------------------------
-    def plan(self, context: Any, store: ObjectStore, config: KineticConfig) -> tuple[Any, ...]:
-        """Validate and pack the batch (the same request path as a single job)."""
-        identity = task_identity(context) if context is not None else self._dry_identity()
-        request = self.build_request(identity, store.uri, context)
-        request, inputs = keyio.pin_batch(self, context, store, request, self.inputs)
-        # The image once for every child; built (if missing) only when executing.
-        self._image_plan = self.resolve_image(request, config, store, build=context is not None)
-        return plan_batch(
-            request,
-            inputs,
-            self.input_mode,
-            store,
-            config=config,
-            max_concurrent=self.max_concurrent,
-            retries=self.input_retries,
-            fail_fast=self.fail_fast,
-            group_name=self.group_name or self.task_id,
-            tags=[identity["dag_id"], identity["task_id"]],
-            signing_secret=deployment_secret(),
-        )
-
-    def _dry_identity(self) -> dict[str, Any]:
-        return {"dag_id": self.dag_id, "task_id": self.task_id, "run_id": "dry_run"}
-
     def execute(self, context: Any) -> Any:
         self.published_links = {}  # none yet: a failure before the batch has none
         rendered_as("inputs", self.inputs, list | tuple, "a list or tuple of inputs")
         if not self.inputs:  # as Airflow skips an expand() over []: succeed with nothing
             self.log.info("kinetic: no inputs (an empty list): nothing to run; the value is []")
             return []
-        hook = KineticHook(self.kinetic_conn_id)
-        config = hook.get_config()
-        store = hook.get_store()
-        planned = self.with_broadcast(self.plan(context, store, config))  # bad input fails here
-        if self.output_asset:  # the rendered (or default) dir, before any job runs
-            out = planned[0].template.output_dir
-            assets.asset_uri(out, f"task {self.task_id!r}: output dir")
-        state = self._resume(context, hook, store, planned[0].work)
-        if state is None:
-            state, objects, local = planned
-            self.log.info(
-                "batch %s: %d inputs, max_concurrent=%d",
-                state.group_id,
-                state.total,
-                state.max_concurrent,
-            )
-            batchrun.start_batch(state, objects, local, store)
-            save_plan(store, state, deployment_secret())
-        if not self.wait_for_completion:
-            return self._submit_only(context, hook, state)
-        state.deadline = deadline(context, self.execution_timeout)
-        self._write_record(context, store, state)
-        push_output_dirs(context, state)
-        url = batch_url(
-            state.backend,
-            state.group_id,
-            config.project or "",
-            config.cluster or "",
-            config.namespace,
-            self.kinetic_conn_id,
-        )
-        context["ti"].xcom_push(key=KineticBatchLink.key, value=url)
-        self.published_links = {KineticBatchLink.key: url}
-        return self._advance(context, hook, state)
-
-    def _submit_only(self, context: Any, hook: KineticHook, state: BatchState) -> dict[str, Any]:
-        """Submit now, wait later: the first children start, the state is saved for
-        ``KineticBatchSensor`` (which launches the rest), the handle is the value."""
-        config, store = hook.get_config(), hook.get_store()
-        self._store = store  # the lineage methods read the batch's record from it
-        backend = hook.get_backend(state.backend)
-        batchrun.launch(state, config, backend, store, deployment_secret())
-        batchmanifest.write_manifest(state, store)
-        save_live(store, state, deployment_secret())
-        self._report(context, state, store)
-        self._write_record(context, store, state, delivered=True)
-        push_output_dirs(context, state)
-        self._state = None  # nobody waits here: on_kill must not cancel the children
-        return batchmanifest.batch_handle(state, store)
-
-    def dry_run(self) -> dict[str, Any]:
-        """The manifest of the batch's first child, printed as YAML; creates nothing."""
-        config = KineticHook(self.kinetic_conn_id).get_config()
-        store = config.store()  # a dry run needs no credentials
-        state, _, _ = self.with_broadcast(self.plan(None, store, config))
-        spec = batchrun.child_spec(state, 0, "job-dryrun00", config, store, deployment_secret())
-        manifest = backend_class(state.backend).manifest(spec)
-        print("\n".join(self.image_report(self._image_plan, config)))
-        print(to_yaml(manifest))
-        return manifest
+        batch = self._try = BatchTry.open(self, context)
+        planned = batch.plan()  # a bad input fails here
+        batch.check_output_dir()
+        batch.resume_or_start(planned)
+        self._store = batch.store
+        if not self.wait_for_completion:  # a KineticBatchSensor waits for it
+            return batch.submit_only()
+        self.published_links = {KineticBatchLink.key: batch.publish()}
+        if self.deferrable:
+            batch.wait_deferred()  # defers, unless every child ends first
+        else:
+            batch.wait_sync()
+        return batch.finish()
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """Resume: re-read the real status of active children, then continue."""
         if not event or not event.get("state"):
             raise AirflowException(f"kinetic batch resumed without its state (event {event!r})")
         state = BatchState.from_dict(event["state"])
-        hook = KineticHook(self.kinetic_conn_id)
-        backend = hook.get_backend(state.backend)
-        if event["status"] == "finished":  # driven to its end by the trigger: collect
-            self.log.info("batch %s: every child has ended; collecting", state.group_id)
-        if event["status"] in ("error", "timeout"):
-            self.log.warning(
-                "batch trigger ended with %s: %s", event["status"], event.get("message")
-            )
-            if event["status"] == "timeout":
-                self._state, self._backend, self._store = state, backend, hook.get_store()
-                self.on_kill()
-                raise KineticJobCancelled(
-                    f"kinetic batch {state.group_id} cancelled at the task's execution_timeout"
-                )
-        self._poll(backend, hook.get_store(), state)
-        return self._advance(context, hook, state)
-
-    # ---- the loop ------------------------------------------------------------------
-    def _advance(self, context: Any, hook: KineticHook, state: BatchState) -> Any:
-        config, store = hook.get_config(), hook.get_store()
-        backend = hook.get_backend(state.backend)
-        self._state, self._backend, self._store = state, backend, store
-        delays = poll_delays(self.poll_interval, backend.first_poll_s)
-        # Deferrable on the local backend: keep launching here while children end, and
-        # defer once none has ended for DEFER_GRACE_S (each deferral costs a settle).
-        watch = defer_grace_s() if backend.first_poll_s is not None else 0.0
-        changed = time.monotonic()
-        while True:
-            batchrun.launch(state, config, backend, store, deployment_secret())
-            batchmanifest.maybe_write_manifest(state, store)
-            self._report(context, state, store)
-            if state.finished:
-                counts = batchrun.counts(state)  # before _complete: it may drop state
-                result = self._complete(state, store, context)
-                self._emit(context, state, result, counts["capacity"])
-                return result
-            if state.deadline and time.time() >= state.deadline:
-                self.on_kill()
-                raise KineticJobCancelled(
-                    f"kinetic batch {state.group_id} cancelled at the task's execution_timeout"
-                )
-            if self.deferrable and time.monotonic() - changed >= watch:
-                return self._defer(config, state)
-            backend.wait(list(state.active.values()), next(delays))
-            ended = len(state.done)
-            self._poll(backend, store, state)
-            if len(state.done) != ended:
-                changed = time.monotonic()
-
-    def _defer(self, config: KineticConfig, state: BatchState) -> NoReturn:
-        # The trigger drives the rest (launches, retries) and fires once at the end;
-        # ``driver`` names this deferral, so its saves are never mistaken for another's.
-        state.driver, state.seq = uuid.uuid4().hex, 0
-        self.log.info(
-            "batch %s: deferring until every child has ended (%d running, %d queued; "
-            "the triggerer launches the rest)",
-            state.group_id,
-            len(state.active),
-            len(state.queue),
-        )
-        self.defer(
-            trigger=KineticBatchTrigger(
-                state=state.to_dict(),
-                config=config_to_json(config),
-                poll_interval=self.poll_interval,
-                deadline=state.deadline,
-                log_bytes_per_poll=self.child_log_bytes_per_poll,
-                drive=True,
-            ),
-            method_name="execute_complete",
-            timeout=defer_timeout(state.deadline, self.poll_interval),
-        )
-        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
+        batch = self._try = BatchTry.reopen(self, context, state)
+        self._store = batch.store
+        batch.resumed(event)
+        if self.deferrable:
+            batch.wait_deferred()
+        else:
+            batch.wait_sync()
+        return batch.finish()
 
     def on_kill(self) -> None:
         """Cancel every child this try has running."""
-        if self._state and self._backend:
-            for handle in list(self._state.active.values()):
-                request_cancel(self._store, self._backend, handle)
-            self.log.info(
-                "cancelled %d children of batch %s", len(self._state.active), self._state.group_id
-            )
+        if self._try is not None:
+            self._try.cancel()
+
+    def dry_run(self) -> dict[str, Any]:
+        """The manifest of the batch's first child, printed as YAML; creates nothing."""
+        batch = BatchTry.dry(self)
+        state = batch.plan().state
+        spec = batchrun.child_spec(
+            state, 0, "job-dryrun00", batch.config, batch.store, batch.secret
+        )
+        manifest = backend_class(state.backend).manifest(spec)
+        assert batch.image_plan is not None
+        print("\n".join(self.image_report(batch.image_plan, batch.config)))
+        print(to_yaml(manifest))
+        return manifest

@@ -15,15 +15,16 @@ a sensor timeout leaves running children running.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseSensorOperator, PokeReturnValue, conf
 
+from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
-from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
-from airflow_provider_kinetic.core.batch.finish import batch_ended
+from airflow_provider_kinetic.core.batch.finish import batch_ended, gather_values
 from airflow_provider_kinetic.core.batch.resume import load_live, save_live
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
@@ -95,12 +96,16 @@ class KineticBatchSensor(KineticBatchSensorLineage, BaseSensorOperator):
         self.child_log_bytes_per_poll = child_log_bytes_per_poll
         self._state: BatchState | None = None
 
+    @cached_property
+    def hook(self) -> KineticHook:
+        return KineticHook(self.kinetic_conn_id)
+
     # ---- one step of the batch ------------------------------------------------------
     def poke(self, context: Any) -> bool | PokeReturnValue:
         if self.batch in ([], (), "[]"):  # a map over no inputs submitted nothing
             self.log.info("kinetic: the batch had no inputs: nothing to wait for; the value is []")
             return PokeReturnValue(True, []) if self.return_result else True
-        hook = KineticHook(self.kinetic_conn_id)
+        hook = self.hook
         store, config = hook.get_store(), hook.get_config()
         secret = deployment_secret()
         state = self._state or load_live(store, group_id_of(self.batch), secret)
@@ -134,23 +139,22 @@ class KineticBatchSensor(KineticBatchSensorLineage, BaseSensorOperator):
         )
         if not state.finished:
             return False
-        return self._finish(state, store)
+        return self._finish(state, store, backend)
 
     def _child_line(self, index: int, line: str) -> None:
         self.log.info("[child %d] %s", index, line)
 
-    def _finish(self, state: BatchState, store: Any) -> bool | PokeReturnValue:
-        """Every child is done: the results in input order, or KineticBatchFailed."""
-        if state.manifest_dirty:
-            batchmanifest.write_manifest(state, store)
-        values, failures = batchoutcomes.gather(
+    def _finish(self, state: BatchState, store: Any, backend: Backend) -> bool | PokeReturnValue:
+        """Every child is done: the results in input order, or KineticBatchFailed
+        (``core.batch.finish``, as the map operator finishes)."""
+        gathered = gather_values(
             state,
             store,
             ordered=True,
             result_key=lambda job: result_key_for_job(job, state.template.result_auth),
             deliver=lambda value, job, blob: xcom_value(value, store, job, blob, self.log),
         )
-        backend = KineticHook(self.kinetic_conn_id).get_backend(state.backend)
+        values, failures = gathered.values, gathered.failures
         kept = result_ref_uris(values) if self.return_result else set()
         batch_ended(
             state,
@@ -184,7 +188,7 @@ class KineticBatchSensor(KineticBatchSensorLineage, BaseSensorOperator):
         self.defer(
             trigger=KineticBatchTrigger(
                 state=self._state.to_dict(),
-                config=config_to_json(KineticHook(self.kinetic_conn_id).get_config()),
+                config=config_to_json(self.hook.get_config()),
                 poll_interval=self.poke_interval,
                 cancel_on_kill=False,  # the sensor does not own the children
                 log_bytes_per_poll=self.child_log_bytes_per_poll,

@@ -12,7 +12,6 @@ from airflow_provider_kinetic import (
     KineticJobCancelled,
     KineticJobFailed,
     KineticJobSensor,
-    KineticMapOperator,
     KineticRunOperator,
 )
 from airflow_provider_kinetic.core.backends.k8s.gke import KubernetesApiError
@@ -30,8 +29,10 @@ from airflow_provider_kinetic.core.jobs.signing import sign
 from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectNotFound, PreconditionFailed
 from airflow_provider_kinetic.deployment.signing import result_key, result_key_for_job
+from airflow_provider_kinetic.operators.batch_try import BatchTry
 from airflow_provider_kinetic.operators.task_try import TaskTry
 from tests.fixtures import records
+from tests.fixtures.batch_tries import TI, map_operator
 from tests.fixtures.fake_ti import FakeTI
 
 
@@ -86,9 +87,12 @@ def test_failed_job_raises_kinetic_job_failed_with_the_remote_cause(tmp_path):
     assert backend.cancelled == "job-00000001"  # a failed job is deleted after collection
 
 
-def test_batch_failure_carries_partial_results(tmp_path):
-    store = LocalStore(str(tmp_path))
+@pytest.mark.usefixtures("local_conn")
+def test_batch_failure_carries_partial_results():
+    op = map_operator(python_callable=len, inputs=[1, 2, 3])
     state = records.batch_state(3, {})
+    batch = BatchTry.reopen(op, {"ti": TI()}, state)
+    store = batch.store
     state.queue.clear()
     for index, ok in enumerate((True, False, True)):
         job = f"job-0000000{index}"
@@ -99,15 +103,14 @@ def test_batch_failure_carries_partial_results(tmp_path):
         signature = sign(result_key_for_job(job, state.template.result_auth), blob)
         store.write_bytes(f"{job}/result.pkl.sig", signature.encode())
         store.write_bytes(f"{job}/result.pkl", blob)
-    op = KineticMapOperator(task_id="m", python_callable=len, inputs=[1, 2, 3])
     with pytest.raises(KineticBatchFailed, match="1 of 3 inputs failed") as info:
-        op._complete(state, store)
+        batch.deliver()
     err = info.value
     assert err.group_id == state.group_id and list(err.failures) == [1]
     assert err.partial_results[0] == 0 and err.partial_results[2] == 20
     assert isinstance(err.partial_results[1], ValueError)
     op.return_exceptions = True
-    values = op._complete(state, store)
+    values = batch.deliver()
     assert values[1] == batchoutcomes.describe_exception(err.failures[1])
 
 

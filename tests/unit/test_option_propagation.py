@@ -2,8 +2,8 @@
 child: the request -> template -> spec path is written once for both.
 
 Each case sets one option on both operators, plans them through their own code
-(``build_request`` -> ``plan_job`` for a single job, ``plan`` -> ``child_spec`` for a
-batch child) against a GKE connection (no credentials, nothing uploaded), and
+(``build_request`` -> ``plan_job`` for a single job, ``BatchTry.plan`` -> ``child_spec``
+for a batch child) against a GKE connection (no credentials, nothing uploaded), and
 checks the option in the child's spec or payload.
 """
 
@@ -23,6 +23,7 @@ from airflow_provider_kinetic.core.jobs.submit import plan_job
 from airflow_provider_kinetic.core.spec.pod import JobSpec
 from airflow_provider_kinetic.deployment.signing import deployment_secret
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
+from airflow_provider_kinetic.operators.batch_try import BatchTry
 from tests.fixtures.local_conn import set_conn
 
 #: Handles planned so far (the newest last): what a job carries beside its spec.
@@ -50,7 +51,8 @@ def planned(op: Any) -> tuple[JobSpec, dict[str, Any], str]:
     config = KineticHook(op.kinetic_conn_id).get_config()
     store = config.store()
     if isinstance(op, KineticMapOperator):
-        state, objects, _ = op.plan(None, store, config)
+        planned = BatchTry.dry(op).plan()
+        state, objects = planned.state, planned.objects
         spec = batchrun.child_spec(state, CHILD, "job-0000000c", config, store, deployment_secret())
         handle = state.template.handle(config, store, spec, CHILD)
         blob = next(v for k, v in objects.items() if k.startswith(PAYLOAD_CACHE) and ".pkl" in k)

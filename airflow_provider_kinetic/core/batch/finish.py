@@ -1,13 +1,16 @@
-"""A finished batch's history entry and cleanup, the same from the map operator and
-from the batch sensor (``core.jobs.cleanup`` is the policy)."""
+"""A finished batch's values, history entry and cleanup, the same from the map operator
+and from the batch sensor (``core.jobs.cleanup`` is the policy)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.batch import manifest as batchmanifest
+from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
 from airflow_provider_kinetic.core.jobs import history
@@ -20,6 +23,34 @@ log = logging.getLogger(__name__)
 
 #: The children's outcomes a batch's history entry names in its reason.
 OUTCOMES = ("succeeded", "failed", "cancelled", "not_submitted")
+
+
+@dataclass
+class Gathered:
+    """A finished batch's children: ``values`` (one per position; a failed position
+    holds its exception) and ``failures`` (position -> exception)."""
+
+    values: list[Any]
+    failures: dict[int, BaseException]
+
+
+def gather_values(
+    state: BatchState,
+    store: ObjectStore,
+    *,
+    ordered: bool,
+    result_key: Callable[[str], str | None],
+    deliver: Callable[[Any, str, bytes], Any],
+) -> Gathered:
+    """Every child's value, verified with ``result_key(job_id)`` and delivered as
+    ``deliver(value, job_id, blob)`` makes it (``core.batch.outcomes.gather``); the
+    manifest is written first when it is behind."""
+    if state.manifest_dirty:
+        batchmanifest.write_manifest(state, store)
+    values, failures = batchoutcomes.gather(
+        state, store, ordered=ordered, result_key=result_key, deliver=deliver
+    )
+    return Gathered(values, failures)
 
 
 def batch_ended(
