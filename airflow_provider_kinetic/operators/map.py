@@ -20,7 +20,7 @@ from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.catalog.capacity import DEFAULT_CAPACITY_WAIT_S
-from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S
+from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S, RESTORE_SAME_WORK
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
 from airflow_provider_kinetic.core.keys import databroadcast
 from airflow_provider_kinetic.core.keys.peer.window import BroadcastWindow
@@ -89,6 +89,8 @@ class KineticMapOperator(KineticOperatorBase):
     :param priority_class: as for KineticRunOperator (templated).
     :param max_run_duration: as for KineticRunOperator (templated).
     :param checkpoint_sync_s: as for KineticRunOperator.
+    :param checkpoint_restore: as for KineticRunOperator: ``"same_work"`` (default) restores
+        an input's checkpoint only when this same work wrote it; ``"any"``: whatever work did.
 
     :raises KineticBatchFailed: some inputs failed (``partial_results`` holds every
         position).
@@ -146,6 +148,7 @@ class KineticMapOperator(KineticOperatorBase):
         priority_class: str | None = None,
         max_run_duration: Any = None,
         checkpoint_sync_s: float = DEFAULT_SYNC_S,
+        checkpoint_restore: str = RESTORE_SAME_WORK,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -168,6 +171,7 @@ class KineticMapOperator(KineticOperatorBase):
             priority_class=priority_class,
             max_run_duration=max_run_duration,
             checkpoint_sync_s=checkpoint_sync_s,
+            checkpoint_restore=checkpoint_restore,
             **kwargs,
         )
         self.broadcast = databroadcast.window_of(broadcast)
