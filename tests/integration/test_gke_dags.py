@@ -224,8 +224,10 @@ def _xcoms(dr: Any) -> dict[tuple[str, str], Any]:
     return {(t, k): v for (t, k, _), v in xcoms(dr).items()}
 
 
-def expected_job(bucket: str, job_id: str, dr: Any, task_id: str) -> dict[str, Any]:
-    """The Job that ``job_manifest`` builds for this run, from the artifacts in the bucket."""
+def expected_job(bucket: str, job_id: str, dr: Any, task_id: str, work_slot: str) -> dict[str, Any]:
+    """The Job that ``job_manifest`` builds for this run, from the artifacts in the bucket
+    (``work_slot``: the work digest's segment of the checkpoint slot, which
+    tests/integration/test_work_identity.py proves)."""
     store = GcsStore(bucket)
     run = key_part(dr.run_id)
     # The context: the DAG's project (the DAGs folder here), content-addressed and shared.
@@ -255,7 +257,7 @@ def expected_job(bucket: str, job_id: str, dr: Any, task_id: str) -> dict[str, A
             identity=identity,
             # The job's peer scope (a single job: its id), then the task run's
             # checkpoint slot (core.jobs.checkpoint), stable across tries.
-            env={SCOPE_ENV: job_id, **checkpoint_env(store, identity, job_id)},
+            env={SCOPE_ENV: job_id, **checkpoint_env(store, identity, job_id, work=work_slot)},
             # Only a reference reaches the manifest; the values are in the Secret.
             secrets={
                 "KINETIC_RESULT_KEY": job_key(deployment_secret(), job_id),
@@ -307,7 +309,13 @@ def test_gke_job_end_to_end(load_dag, connections, api, google_token, capfd, mod
     if mode == "deferrable":
         assert GcsStore(bucket).list(f"{job_id}/") == []
     else:  # The Job sent is exactly the manifest of this run's spec.
-        assert job == expected_job(bucket, job_id, dr, "steps")
+        env = {
+            e["name"]: e.get("value")
+            for e in job["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        slot = re.fullmatch(r".*/work/([0-9a-f]{32})/job/", env["KINETIC_CHECKPOINT_URI"])
+        assert slot, env["KINETIC_CHECKPOINT_URI"]  # per task run and work
+        assert job == expected_job(bucket, job_id, dr, "steps", slot.group(1))
     labels = job["metadata"]["labels"]
     assert labels["airflow-dag-id"] == dr.dag_id and labels["airflow-task-id"] == "steps"
     container = job["spec"]["template"]["spec"]["containers"][0]
