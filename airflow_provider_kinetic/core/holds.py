@@ -1,5 +1,5 @@
 """What is still needed: one reference graph over the store, and the one function every
-deletion path asks (``docs/LIVENESS.md`` lists every kind of object and its holders).
+deletion path asks (docs/OPERATIONS.md lists every kind of object and its holders).
 
 An object of the store is a :class:`Ref` (its kind and name: a data-cache entry by
 hash, a job's ``{job_id}/`` artifacts, a key's version, a task run's checkpoints).  A
