@@ -10,7 +10,7 @@ with sizes, never silently:
   jobs that ended more than ``[kinetic] history_retention_days`` ago, and checkpoints
   (``core.jobs.checkpoint``) not written for ``failed_retention_days``.
 
-Nothing is deleted that something holds (``core.holds.decide``): a running job or
+Nothing is deleted that something holds (``core.jobs.holds.decide``): a running job or
 batch (always), an XCom (``cli.xcomrefs``: a handle a waiting sensor reads, a result
 reference of a recent run) and a batch that failed as a whole within
 ``failed_retention_days`` (its succeeded children: a retry resumes it) unless
@@ -32,7 +32,10 @@ from airflow_provider_kinetic.attached import attach
 from airflow_provider_kinetic.cli import inventory, xcomrefs
 from airflow_provider_kinetic.cli.common import CliError, command, output_format
 from airflow_provider_kinetic.cli.output import emit, human_bytes
-from airflow_provider_kinetic.core.holds import (
+from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.checkpoint import stale_checkpoints
+from airflow_provider_kinetic.core.jobs.cleanup import FAILED_RETENTION_DAYS, left_behind
+from airflow_provider_kinetic.core.jobs.holds import (
     ARTIFACTS,
     BATCH,
     CHECKPOINTS,
@@ -45,9 +48,6 @@ from airflow_provider_kinetic.core.holds import (
     held_by_text,
     store_holds,
 )
-from airflow_provider_kinetic.core.jobs import history
-from airflow_provider_kinetic.core.jobs.checkpoint import stale_checkpoints
-from airflow_provider_kinetic.core.jobs.cleanup import FAILED_RETENTION_DAYS, left_behind
 from airflow_provider_kinetic.core.spec.handles import StatusReport
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.core.storage.stat import stat_objects
@@ -100,7 +100,7 @@ class Cleaner:
         keep_s = retention_days("history_retention_days", history.HISTORY_RETENTION_DAYS) * DAY
         self.failed_s = retention_days("failed_retention_days", FAILED_RETENTION_DAYS) * DAY
         self.entries = history.entries(self.store)
-        # What still needs what (``core.holds``): the store's holders, and the XComs'
+        # What still needs what (``core.jobs.holds``): the store's holders, and the XComs'
         # unless ``--force``, which also lets go of what a failed batch keeps for a
         # retry; a running job or batch holds its own whatever is asked.
         self.holds = store_holds(self.store, self.now, self.failed_s, self.entries)
@@ -117,7 +117,7 @@ class Cleaner:
         self.rows: list[dict[str, Any]] = []
 
     def held(self, ref: Ref, within: tuple[Ref, ...] = ()) -> list[Holder]:
-        """What holds ``ref`` (``core.holds.decide``: the one question)."""
+        """What holds ``ref`` (``core.jobs.holds.decide``: the one question)."""
         return decide([Candidate(ref, within)], self.holds).held_by(ref)
 
     def artifacts(self, job_id: str, entry: dict | None, group_id: str | None = None) -> None:

@@ -18,8 +18,8 @@ from airflow_provider_kinetic.cli.common import command, output_format
 from airflow_provider_kinetic.cli.output import emit, human_age, human_bytes
 from airflow_provider_kinetic.core.backends.local import venv as local_venv
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
-from airflow_provider_kinetic.core.holds import DATA, Candidate, Ref, decide, held_by_text
 from airflow_provider_kinetic.core.jobs.cleanup import FAILED_RETENTION_DAYS
+from airflow_provider_kinetic.core.jobs.holds import DATA, Candidate, Ref, decide, held_by_text
 from airflow_provider_kinetic.core.keys import gc as keys_gc
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.storage import ObjectStore
@@ -129,7 +129,7 @@ def data_ls(args: Namespace) -> None:
 @command
 def data_gc(args: Namespace) -> None:
     """Remove keys past their ttl; then complete cache entries (and context archives)
-    older than ``--older-than`` that nothing holds (``core.holds.decide``: no live
+    older than ``--older-than`` that nothing holds (``core.jobs.holds.decide``: no live
     key's kept version, no pin, no job or batch in the history, no XCom; a kept entry
     says what holds it, ``held_by``), and local
     requirements venvs unused for that long that no live job runs in; and the parts of

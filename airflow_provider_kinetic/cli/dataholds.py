@@ -1,4 +1,4 @@
-"""What ``data gc`` must keep: what the store holds (``core.holds``: live keys' kept
+"""What ``data gc`` must keep: what the store holds (``core.jobs.holds``: live keys' kept
 versions, pins, jobs and batches in the history) and cache entries XComs point to.
 
 - **Jobs and batches in the history.**  A job's handle names the data-cache entries
@@ -21,8 +21,8 @@ from typing import Any
 
 from airflow_provider_kinetic.cli.common import CliError
 from airflow_provider_kinetic.cli.xcomrefs import _decoded
-from airflow_provider_kinetic.core.holds import DATA, Holder, Holds, Ref, store_holds
 from airflow_provider_kinetic.core.jobs.history import DATA_HASHES
+from airflow_provider_kinetic.core.jobs.holds import DATA, Holder, Holds, Ref, store_holds
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 #: XCom keys whose values name data-cache entries (``operators/keyio.py``, the handle).
@@ -75,7 +75,7 @@ def xcom_holds() -> Holds:
 
 def holds(store: ObjectStore, force: bool, now: float, retry_window_s: float) -> Holds:
     """Everything the store (history, batches, keys, pins) and, unless ``force``, the
-    XComs hold (``core.holds``)."""
+    XComs hold (``core.jobs.holds``)."""
     held = store_holds(store, now, retry_window_s)
     if not force:
         held.merge(xcom_holds())

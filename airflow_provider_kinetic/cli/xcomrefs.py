@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_kinetic.cli.common import CliError
-from airflow_provider_kinetic.core.holds import ARTIFACTS, BATCH, Holder, Holds, Ref
+from airflow_provider_kinetic.core.jobs.holds import ARTIFACTS, BATCH, Holder, Holds, Ref
 from airflow_provider_kinetic.core.jobs.resultref import REF_KEY
 
 
@@ -37,7 +37,7 @@ class Needed:
         return found
 
     def holds(self) -> Holds:
-        """The same as ``core.holds`` holders: a job's artifacts, a batch (whose
+        """The same as ``core.jobs.holds`` holders: a job's artifacts, a batch (whose
         children it holds), each by the XCom that needs it."""
         out = Holds()
         for job_id, why in self.jobs.items():

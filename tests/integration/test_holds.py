@@ -1,4 +1,4 @@
-"""What is still needed (``core/holds.py``): every deletion path asks one function, and a
+"""What is still needed (``core/jobs/holds.py``): every deletion path asks one function, and a
 kept object says what holds it.  Local store and backend; the CLI's ``main`` called in
 this process (``tests/fixtures/cli.py``)."""
 
@@ -21,8 +21,8 @@ from airflow_provider_kinetic.core.batch.state import FAILED, SUCCEEDED
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.refs import marker_key
-from airflow_provider_kinetic.core.holds import KEY_VERSION, Ref, key_holds
 from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.holds import KEY_VERSION, Ref, key_holds
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.pins import pin_values

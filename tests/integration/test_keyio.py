@@ -123,7 +123,7 @@ def test_output_key_then_read_by_key_pinned_per_run(
         if entry.get("dag_id") in ("kinetic_keyio_score", "kinetic_keyio_train"):
             history.remove(keys.store, entry["job_id"])
     gc = _gc(airflow_home)
-    assert "XCom kinetic_" in gc[row["version"]], gc[row["version"]]  # pins too (core.holds)
+    assert "XCom kinetic_" in gc[row["version"]], gc[row["version"]]  # pins too (core.jobs.holds)
     assert "XCom kinetic_" in gc[moved], gc[moved]
 
 

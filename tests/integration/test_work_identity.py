@@ -1,4 +1,5 @@
-""" "The same work" is one digest of everything that runs (docs/ARCHITECTURE.md, "Identity and liveness").
+""" "The same work" is one digest of everything that runs (docs/ARCHITECTURE.md,
+"Identity and liveness").
 
 Each try is a real task execution in its own Python process (a fake task instance),
 against one real local store; jobs are real local jobs with real runners.

@@ -94,7 +94,7 @@ def batch_ended(
         child_jobs=ids,
         failed_jobs=[job_id for job_id in ids if job_id not in ok],
         preemptions=sum(state.preemptions.values()),
-        # ``core.holds``: a batch that failed as a whole holds these for a retry.
+        # ``core.jobs.holds``: a batch that failed as a whole holds these for a retry.
         succeeded_children={
             state.jobs[i]: i for i, o in state.done.items() if o == SUCCEEDED and i in state.jobs
         },

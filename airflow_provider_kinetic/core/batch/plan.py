@@ -189,7 +189,7 @@ def plan_batch(
     )
     # What the batch reads (shared Data, every input's Data and ``kinetic://`` keys):
     # its history entry names them from its start, so ``data gc`` keeps them while a
-    # child may still read them, as a single job's handle does (``core.holds``).
+    # child may still read them, as a single job's handle does (``core.jobs.holds``).
     held = list(packed.data_hashes)
     held += [h for ref in refs.values() if (h := cache_hash(str(ref.get("uri", "")))) is not None]
     if held:
