@@ -19,6 +19,7 @@ import pytest
 
 from airflow_provider_kinetic.core.keys.peer import bundle as peerbundle
 from airflow_provider_kinetic.core.keys.peer import fetch as peerfetch
+from airflow_provider_kinetic.core.keys.peer import protocol
 from airflow_provider_kinetic.core.keys.peer import serve as peerserve
 from airflow_provider_kinetic.core.keys.peer.registry import COMPLETE, RECEIVING, peer_token
 from tests.fixtures.waiting import wait_for
@@ -133,7 +134,7 @@ def test_a_bundle_request_without_the_token_or_a_list_gets_nothing(
     host, port = server.address.split(":")
     try:
         conn = http.client.HTTPConnection(host, int(port), timeout=10)
-        headers = {} if token is None else {peerserve.TOKEN_HEADER: token}
+        headers = {} if token is None else {protocol.TOKEN_HEADER: token}
         conn.request("POST", "/v/v1/bundle", body=body, headers=headers)
         resp = conn.getresponse()
         answer = resp.read()
@@ -154,7 +155,7 @@ def test_a_bundle_streams_every_frame_with_its_digest(tmp_path: Path) -> None:
     try:
         conn = http.client.HTTPConnection(host, int(port), timeout=10)
         body = json.dumps({"files": [r for r, _ in listed]}).encode()
-        conn.request("POST", "/v/v1/bundle", body=body, headers={peerserve.TOKEN_HEADER: TOKEN})
+        conn.request("POST", "/v/v1/bundle", body=body, headers={protocol.TOKEN_HEADER: TOKEN})
         resp = conn.getresponse()
         frames = []
         while "stop" not in (head := peerbundle.read_header(resp)):
@@ -166,4 +167,4 @@ def test_a_bundle_streams_every_frame_with_its_digest(tmp_path: Path) -> None:
     assert [(h["rel"], h["size"]) for h, _ in frames] == [tuple(e) for e in listed]
     for head, data in frames:
         assert data == (src / head["rel"]).read_bytes()
-        assert head["digest"] == peerserve.file_digest(head["rel"], str(src / head["rel"]))
+        assert head["digest"] == protocol.file_digest(head["rel"], str(src / head["rel"]))

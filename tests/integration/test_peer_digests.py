@@ -19,8 +19,8 @@ from airflow_provider_kinetic.core.data.hashing.treehash import content_hash
 from airflow_provider_kinetic.core.data.value import content_hash_of
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.peer import fetch as peerfetch
+from airflow_provider_kinetic.core.keys.peer import protocol, storepull
 from airflow_provider_kinetic.core.keys.peer import serve as peerserve
-from airflow_provider_kinetic.core.keys.peer import storepull
 from airflow_provider_kinetic.core.keys.peer.registry import COMPLETE, peer_token
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.storage.base import FileDigests
@@ -80,7 +80,7 @@ def test_a_peers_copy_is_checked_without_reading_it_again(served, tmp_path: Path
     # What each file was told with is the digest its own children are sent: the
     # content hash's, the same the server sent us.
     for rel, _ in listed:
-        assert told[rel] == peerserve.file_digest(str(rel), str(base / str(rel)))
+        assert told[rel] == protocol.file_digest(str(rel), str(base / str(rel)))
     assert _checked(base, digests) == (version, len(listed), 0)
     # A file changed after it arrived is read again, and the copy no longer matches.
     changed = base / str(listed[0][0])

@@ -8,7 +8,7 @@ peer sent).  ``on_file`` is told of every whole file, which is how a child serve
 its own children while it is still receiving.  The whole tree is checked against
 the content hash by the caller afterwards: nothing here is trusted on its own.
 
-The digest is the content hash's own per-file digest (``peerserve.file_digest``),
+The digest is the content hash's own per-file digest (``protocol.file_digest``),
 recorded in the caller's ``FileDigests`` with the file's stat once it is in place:
 the tree check then reads no file a second time (on 2 CPUs and 16 copies of 1 GiB,
 that second read was a large part of a broadcast's time).
@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.keys.peer import bundle as peerbundle
-from airflow_provider_kinetic.core.keys.peer.serve import (
+from airflow_provider_kinetic.core.keys.peer.protocol import (
     BUSY_HEADER,
     CHUNK,
     DIGEST_HEADER,
@@ -222,7 +222,7 @@ class _PeerPull:
     def done(self, task: Callable[..., int], *args: Any) -> int:
         """Run one task, then close this thread's connection: a connection kept
         open while its thread waits for nothing would hold one of the peer's
-        per-address slots (``serve.Limits``) that another reader is waiting for."""
+        per-address slots (``bounds.Limits``) that another reader is waiting for."""
         try:
             return task(*args)
         finally:

@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow_provider_kinetic.core.data.refs import cache_key
 from airflow_provider_kinetic.core.keys.peer.fetch import OnFile, kept, part_of
-from airflow_provider_kinetic.core.keys.peer.serve import file_sha
+from airflow_provider_kinetic.core.keys.peer.protocol import file_sha
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.storage.base import FileDigests
 from airflow_provider_kinetic.core.storage.stat import stat_objects
