@@ -27,6 +27,7 @@ from airflow_provider_kinetic.core.data.refs import cache_key
 from airflow_provider_kinetic.core.data.value import content_hash_of
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.names import KeyNameError
+from airflow_provider_kinetic.core.keys.peer import errors as peererrors
 from airflow_provider_kinetic.core.keys.peer import fetch as peerfetch
 from airflow_provider_kinetic.core.keys.peer import protocol
 from airflow_provider_kinetic.core.keys.peer import serve as peerserve
@@ -288,7 +289,7 @@ def test_a_peers_list_cannot_write_outside_the_copy(tmp_path) -> None:
         for rel in ("../evil", "/etc/evil", "a/../../evil", "./x"):
             server.add(peerserve.Root("abc123", "dir", "", [(rel, 5)],
                                       ready={rel: (str(tmp_path / "evil"), "")}))  # fmt: skip
-            with pytest.raises(peerfetch.PeerUnavailable, match="not relative: refused"):
+            with pytest.raises(peererrors.PeerUnavailable, match="not relative: refused"):
                 peerfetch.pull_peer(
                     server.address, "abc123", TOKEN, str(base), [[rel, 5]],
                     lambda *_: None, 5.0,

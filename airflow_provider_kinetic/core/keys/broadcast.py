@@ -47,17 +47,15 @@ from airflow_provider_kinetic.core.keys.joblocal import (
 )
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.peer import serve as peerserve
-from airflow_provider_kinetic.core.keys.peer.fetch import (
+from airflow_provider_kinetic.core.keys.peer.conn import peer_manifest
+from airflow_provider_kinetic.core.keys.peer.errors import (
     PeerBusy,
     PeerLied,
     PeerNotServing,
     PeerUnavailable,
-    drop_others,
-    missing,
-    peer_manifest,
-    pull_peer,
-    tree_digests,
 )
+from airflow_provider_kinetic.core.keys.peer.fetch import pull_peer
+from airflow_provider_kinetic.core.keys.peer.receiving import drop_others, missing, tree_digests
 from airflow_provider_kinetic.core.keys.peer.registry import (
     COMPLETE,
     FAILED,
