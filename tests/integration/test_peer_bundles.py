@@ -18,7 +18,10 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_kinetic.core.keys.peer import bundle as peerbundle
+from airflow_provider_kinetic.core.keys.peer import errors as peererrors
 from airflow_provider_kinetic.core.keys.peer import fetch as peerfetch
+from airflow_provider_kinetic.core.keys.peer import protocol
+from airflow_provider_kinetic.core.keys.peer import receiving as peerreceiving
 from airflow_provider_kinetic.core.keys.peer import serve as peerserve
 from airflow_provider_kinetic.core.keys.peer.registry import COMPLETE, RECEIVING, peer_token
 from tests.fixtures.waiting import wait_for
@@ -61,7 +64,7 @@ def test_a_bundle_from_a_parent_still_receiving_resumes_where_it_stopped(
     src = tmp_path / "src"
     listed = _files(src, [0, 1, 70_000, 5_000, 123_456, 9, 64_000, 1_000])
     server = _server(src, listed, ready=3, state=RECEIVING)
-    base, digests, told = tmp_path / "copy", peerfetch.tree_digests(), []
+    base, digests, told = tmp_path / "copy", peerreceiving.tree_digests(), []
     base.mkdir()
     got: list[int] = []
     try:
@@ -105,7 +108,7 @@ def test_a_bundle_whose_file_is_not_the_listed_size_is_not_kept(tmp_path: Path) 
     base = tmp_path / "copy"
     base.mkdir()
     try:
-        with pytest.raises(peerfetch.PeerUnavailable, match=r"where d1/f001.bin \(21 bytes\)"):
+        with pytest.raises(peererrors.PeerUnavailable, match=r"where d1/f001.bin \(21 bytes\)"):
             peerfetch.pull_peer(server.address, "v1", TOKEN, str(base), wrong,
                                 lambda *_: None, 5.0)  # fmt: skip
     finally:
@@ -133,7 +136,7 @@ def test_a_bundle_request_without_the_token_or_a_list_gets_nothing(
     host, port = server.address.split(":")
     try:
         conn = http.client.HTTPConnection(host, int(port), timeout=10)
-        headers = {} if token is None else {peerserve.TOKEN_HEADER: token}
+        headers = {} if token is None else {protocol.TOKEN_HEADER: token}
         conn.request("POST", "/v/v1/bundle", body=body, headers=headers)
         resp = conn.getresponse()
         answer = resp.read()
@@ -154,7 +157,7 @@ def test_a_bundle_streams_every_frame_with_its_digest(tmp_path: Path) -> None:
     try:
         conn = http.client.HTTPConnection(host, int(port), timeout=10)
         body = json.dumps({"files": [r for r, _ in listed]}).encode()
-        conn.request("POST", "/v/v1/bundle", body=body, headers={peerserve.TOKEN_HEADER: TOKEN})
+        conn.request("POST", "/v/v1/bundle", body=body, headers={protocol.TOKEN_HEADER: TOKEN})
         resp = conn.getresponse()
         frames = []
         while "stop" not in (head := peerbundle.read_header(resp)):
@@ -166,4 +169,4 @@ def test_a_bundle_streams_every_frame_with_its_digest(tmp_path: Path) -> None:
     assert [(h["rel"], h["size"]) for h, _ in frames] == [tuple(e) for e in listed]
     for head, data in frames:
         assert data == (src / head["rel"]).read_bytes()
-        assert head["digest"] == peerserve.file_digest(head["rel"], str(src / head["rel"]))
+        assert head["digest"] == protocol.file_digest(head["rel"], str(src / head["rel"]))

@@ -18,9 +18,11 @@ import pytest
 from airflow_provider_kinetic.core.data.hashing.treehash import content_hash
 from airflow_provider_kinetic.core.data.value import content_hash_of
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
+from airflow_provider_kinetic.core.keys.peer import errors as peererrors
 from airflow_provider_kinetic.core.keys.peer import fetch as peerfetch
+from airflow_provider_kinetic.core.keys.peer import protocol, storepull
+from airflow_provider_kinetic.core.keys.peer import receiving as peerreceiving
 from airflow_provider_kinetic.core.keys.peer import serve as peerserve
-from airflow_provider_kinetic.core.keys.peer import storepull
 from airflow_provider_kinetic.core.keys.peer.registry import COMPLETE, peer_token
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.storage.base import FileDigests
@@ -70,7 +72,7 @@ def served(tmp_path: Path):
 
 def test_a_peers_copy_is_checked_without_reading_it_again(served, tmp_path: Path) -> None:
     server, version, listed = served
-    base, digests, told = tmp_path / "copy", peerfetch.tree_digests(), {}
+    base, digests, told = tmp_path / "copy", peerreceiving.tree_digests(), {}
     base.mkdir()
     got = peerfetch.pull_peer(
         server.address, version, TOKEN, str(base), listed,
@@ -80,7 +82,7 @@ def test_a_peers_copy_is_checked_without_reading_it_again(served, tmp_path: Path
     # What each file was told with is the digest its own children are sent: the
     # content hash's, the same the server sent us.
     for rel, _ in listed:
-        assert told[rel] == peerserve.file_digest(str(rel), str(base / str(rel)))
+        assert told[rel] == protocol.file_digest(str(rel), str(base / str(rel)))
     assert _checked(base, digests) == (version, len(listed), 0)
     # A file changed after it arrived is read again, and the copy no longer matches.
     changed = base / str(listed[0][0])
@@ -98,7 +100,7 @@ def test_a_digest_that_is_not_the_peers_is_not_kept(served, tmp_path: Path) -> N
     server.file_ready(version, rel, path, "0" * 64)  # what a broken parent would send
     base = tmp_path / "copy"
     base.mkdir()
-    with pytest.raises(peerfetch.PeerUnavailable, match="digest other than the peer's: not kept"):
+    with pytest.raises(peererrors.PeerUnavailable, match="digest other than the peer's: not kept"):
         peerfetch.pull_peer(
             server.address, version, TOKEN, str(base), [listed[0]], lambda *_: None, 5.0
         )
@@ -111,7 +113,7 @@ def test_a_store_read_is_checked_without_reading_it_again(
 ) -> None:
     src, listed = _tree(tmp_path / "src", files=20)
     version = KeyStore(store).put("models/digests", src)["version"]
-    base, digests, told = tmp_path / "copy", peerfetch.tree_digests(), {}
+    base, digests, told = tmp_path / "copy", peerreceiving.tree_digests(), {}
     base.mkdir()
     got = storepull.pull_store(
         store, version, str(base), storepull.store_manifest(store, version, "dir", ""),

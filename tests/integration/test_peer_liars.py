@@ -30,6 +30,7 @@ import pytest
 
 from airflow_provider_kinetic.core.data.value import content_hash_of
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
+from airflow_provider_kinetic.core.keys.peer import protocol
 from airflow_provider_kinetic.core.keys.peer import serve as peerserve
 from airflow_provider_kinetic.core.keys.peer.registry import Peer, PeerRegistry, board_name
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore
@@ -161,7 +162,7 @@ class _OverLong(BaseHTTPRequestHandler):
         claimed = 10 * len(data)
         self.send_response(200)
         self.send_header("Content-Length", str(claimed))
-        self.send_header(peerserve.DIGEST_HEADER, box["digest"])
+        self.send_header(protocol.DIGEST_HEADER, box["digest"])
         self.end_headers()
         self.close_connection = True
         chunks = [data] + [b"\0" * len(data)] * 9
@@ -187,7 +188,7 @@ def test_a_parent_sending_a_body_longer_than_the_file_is_not_read(
             "files": [["weights.bin", BIG]], "empty_dirs": [], "state": "complete",
         },
         "data": src.read_bytes(),
-        "digest": peerserve.file_digest("weights.bin", str(src)),
+        "digest": protocol.file_digest("weights.bin", str(src)),
         "sent": 0,
         "lock": threading.Lock(),
     }  # fmt: skip

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_kinetic.core.keys.peer import bounds, protocol
 from airflow_provider_kinetic.core.keys.peer import bundle as peerbundle
 from airflow_provider_kinetic.core.keys.peer import fetch as peerfetch
 from airflow_provider_kinetic.core.keys.peer import serve as peerserve
@@ -43,7 +44,7 @@ def weights(tmp_path: Path) -> Path:
     return path
 
 
-def _server(weights: Path, limits: peerserve.Limits) -> peerserve.PeerServer:
+def _server(weights: Path, limits: bounds.Limits) -> peerserve.PeerServer:
     server = peerserve.PeerServer(TOKEN, limits=limits)
     size = weights.stat().st_size
     server.add(
@@ -88,7 +89,7 @@ def _legit_get(address: str, path: str) -> tuple[int, bytes]:
         host, int(port), timeout=EOF_DEADLINE_S, source_address=("127.0.0.2", 0)
     )
     try:
-        conn.request("GET", path, headers={peerserve.TOKEN_HEADER: TOKEN})
+        conn.request("GET", path, headers={protocol.TOKEN_HEADER: TOKEN})
         resp = conn.getresponse()
         return resp.status, resp.read()
     finally:
@@ -97,7 +98,7 @@ def _legit_get(address: str, path: str) -> tuple[int, bytes]:
 
 def test_connections_over_the_per_address_cap_are_refused_without_threads(weights) -> None:
     cap = 8
-    limits = peerserve.Limits(header_s=NEVER_S, idle_s=NEVER_S, per_address=cap, total=32)
+    limits = bounds.Limits(header_s=NEVER_S, idle_s=NEVER_S, per_address=cap, total=32)
     threads_before = threading.active_count()
     server = _server(weights, limits)
     try:
@@ -120,7 +121,7 @@ def test_connections_over_the_per_address_cap_are_refused_without_threads(weight
             for s in held[cap:]:
                 answer = _until_eof(s)
                 assert answer.startswith(b"HTTP/1.1 503"), answer
-                assert peerserve.BUSY_HEADER.encode() in answer
+                assert protocol.BUSY_HEADER.encode() in answer
             assert server.stats.peak == cap + 1  # the hostile ones and the legitimate one
     finally:
         server.close()
@@ -137,7 +138,7 @@ def test_connections_over_the_per_address_cap_are_refused_without_threads(weight
 def test_a_connection_that_does_not_finish_its_request_is_closed(weights, first) -> None:
     # The idle timeout is never reached: only the request head's deadline can close
     # an unfinished head (a client dripping bytes would reset an idle timer forever).
-    limits = peerserve.Limits(header_s=0.2, idle_s=NEVER_S, per_address=HOSTILE, total=HOSTILE)
+    limits = bounds.Limits(header_s=0.2, idle_s=NEVER_S, per_address=HOSTILE, total=HOSTILE)
     threads_before = threading.active_count()
     server = _server(weights, limits)
     try:
@@ -154,14 +155,14 @@ def test_a_connection_that_does_not_finish_its_request_is_closed(weights, first)
 
 
 def test_a_kept_alive_connection_left_idle_is_closed(weights) -> None:
-    limits = peerserve.Limits(header_s=0.2, idle_s=NEVER_S)
+    limits = bounds.Limits(header_s=0.2, idle_s=NEVER_S)
     server = _server(weights, limits)
     try:
         host, port = server.address.rsplit(":", 1)
         with socket.create_connection((host, int(port)), timeout=EOF_DEADLINE_S) as s:
             s.sendall(
                 b"GET /v/abc123/manifest HTTP/1.1\r\nHost: x\r\n"
-                + peerserve.TOKEN_HEADER.encode()
+                + protocol.TOKEN_HEADER.encode()
                 + b": "
                 + TOKEN.encode()
                 + b"\r\n\r\n"
@@ -184,7 +185,7 @@ def test_a_getter_at_a_busy_peer_waits_its_turn_and_gets_everything(tmp_path: Pa
     for i, size in enumerate(sizes):
         (src / f"f{i:03d}.bin").write_bytes(os.urandom(size))
         listed.append([f"f{i:03d}.bin", size])
-    limits = peerserve.Limits(header_s=NEVER_S, idle_s=NEVER_S, per_address=1, total=1)
+    limits = bounds.Limits(header_s=NEVER_S, idle_s=NEVER_S, per_address=1, total=1)
     server = peerserve.PeerServer(TOKEN, limits=limits)
     try:
         ready = {rel: (str(src / rel), "") for rel, _ in listed}
@@ -204,7 +205,7 @@ def test_a_getter_at_a_busy_peer_waits_its_turn_and_gets_everything(tmp_path: Pa
 
 
 def test_the_total_cap_holds_across_addresses(weights) -> None:
-    limits = peerserve.Limits(header_s=NEVER_S, idle_s=NEVER_S, per_address=4, total=6)
+    limits = bounds.Limits(header_s=NEVER_S, idle_s=NEVER_S, per_address=4, total=6)
     threads_before = threading.active_count()
     server = _server(weights, limits)
     host, port = server.address.rsplit(":", 1)

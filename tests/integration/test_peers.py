@@ -27,7 +27,9 @@ from airflow_provider_kinetic.core.data.refs import cache_key
 from airflow_provider_kinetic.core.data.value import content_hash_of
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.names import KeyNameError
+from airflow_provider_kinetic.core.keys.peer import errors as peererrors
 from airflow_provider_kinetic.core.keys.peer import fetch as peerfetch
+from airflow_provider_kinetic.core.keys.peer import protocol
 from airflow_provider_kinetic.core.keys.peer import serve as peerserve
 from airflow_provider_kinetic.core.keys.peer.registry import (
     RECEIVING,
@@ -189,13 +191,13 @@ def test_a_wrong_token_gets_403_and_no_bytes(tmp_path) -> None:
         for path in ("/v/abc123/manifest", "/v/abc123/f/weights.bin"):
             for token in (peer_token(b"other-deployment", SCOPE), peer_token(b"x", "b2"), None):
                 conn = http.client.HTTPConnection(host, int(port), timeout=10)
-                headers = {} if token is None else {peerserve.TOKEN_HEADER: token}
+                headers = {} if token is None else {protocol.TOKEN_HEADER: token}
                 conn.request("GET", path, headers=headers)
                 resp = conn.getresponse()
                 assert (resp.status, resp.read()) == (403, b""), path
                 conn.close()
         conn = http.client.HTTPConnection(host, int(port), timeout=10)
-        conn.request("GET", "/v/abc123/f/weights.bin", headers={peerserve.TOKEN_HEADER: TOKEN})
+        conn.request("GET", "/v/abc123/f/weights.bin", headers={protocol.TOKEN_HEADER: TOKEN})
         resp = conn.getresponse()
         assert (resp.status, resp.read()) == (200, secret.read_bytes())
         conn.close()
@@ -287,7 +289,7 @@ def test_a_peers_list_cannot_write_outside_the_copy(tmp_path) -> None:
         for rel in ("../evil", "/etc/evil", "a/../../evil", "./x"):
             server.add(peerserve.Root("abc123", "dir", "", [(rel, 5)],
                                       ready={rel: (str(tmp_path / "evil"), "")}))  # fmt: skip
-            with pytest.raises(peerfetch.PeerUnavailable, match="not relative: refused"):
+            with pytest.raises(peererrors.PeerUnavailable, match="not relative: refused"):
                 peerfetch.pull_peer(
                     server.address, "abc123", TOKEN, str(base), [[rel, 5]],
                     lambda *_: None, 5.0,

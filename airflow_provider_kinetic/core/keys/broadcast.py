@@ -15,12 +15,12 @@ A rolling tree, built from join order on the scope's board ``bcast/{group}``
 - every file arrives with the sender's sha256 and is checked on arrival, and the
   whole tree is hashed against the version before it is placed (``fetch.py``): a
   partial or wrong copy is never trusted, and never renamed into ``dest``;
-- a parent is not trusted either (``Expected``): its file list must be the
-  version's (the key's record: its file count and bytes; a Data's: the store's
-  listing), no file is read past its listed size, and a parent that sends what
-  cannot be the content (``PeerLied``), or a copy from parents that does not hash to
-  the version, is dropped whole and read from the store instead, with a warning
-  that names the peer and what was wrong.
+- a parent is not trusted either (``Expected``, ``expected.py``): its file list
+  must be the version's (the key's record: its file count and bytes; a Data's: the
+  store's listing), no file is read past its listed size, and a parent that sends
+  what cannot be the content (``PeerLied``), or a copy from parents that does not
+  hash to the version, is dropped whole and read from the store instead, with a
+  warning that names the peer and what was wrong.
 
 After its copy is placed the getter stays a complete parent until its job ends.
 """
@@ -33,10 +33,10 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_kinetic.core.data.hashing.treehash import content_hash
+from airflow_provider_kinetic.core.keys.expected import Expected, parent_files
 from airflow_provider_kinetic.core.keys.fetch import place_version
 from airflow_provider_kinetic.core.keys.joblocal import (
     JOB_ENV,
@@ -47,17 +47,9 @@ from airflow_provider_kinetic.core.keys.joblocal import (
 )
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.peer import serve as peerserve
-from airflow_provider_kinetic.core.keys.peer.fetch import (
-    PeerBusy,
-    PeerLied,
-    PeerNotServing,
-    PeerUnavailable,
-    drop_others,
-    missing,
-    peer_manifest,
-    pull_peer,
-    tree_digests,
-)
+from airflow_provider_kinetic.core.keys.peer.errors import PeerLied, PeerUnavailable
+from airflow_provider_kinetic.core.keys.peer.fetch import pull_peer
+from airflow_provider_kinetic.core.keys.peer.receiving import drop_others, missing, tree_digests
 from airflow_provider_kinetic.core.keys.peer.registry import (
     COMPLETE,
     FAILED,
@@ -72,58 +64,6 @@ from airflow_provider_kinetic.core.keys.records import Version
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 log = logging.getLogger("kinetic.peers")
-
-
-@dataclass(frozen=True)
-class Expected:
-    """What a copy must be, known without asking any peer: a parent's list is
-    checked against it before a byte of a file is read (a parent that claimed ten
-    times the bytes was read ten times over)."""
-
-    #: The version's file count and bytes (a key's record).
-    files: int
-    size: int
-    #: ``[[relpath, size], ...]`` when known file by file (a file key: its one file;
-    #: a Data: the store's listing), else None.
-    listing: list[list[Any]] | None = None
-
-    @classmethod
-    def of_key(cls, v: Version) -> Expected:
-        listing = [[v.name, v.size]] if v.kind == "file" else None
-        return cls(v.files, v.size, listing)
-
-    @classmethod
-    def of_listing(cls, listing: list[list[Any]]) -> Expected:
-        return cls(len(listing), sum(int(f[1]) for f in listing), listing)
-
-    def check(self, address: str, files: Any) -> list[list[Any]]:
-        """``files`` from the parent at ``address`` if they can be this content;
-        ``PeerLied`` naming the peer and the difference otherwise."""
-        if not isinstance(files, list) or not all(
-            isinstance(f, list)
-            and len(f) == 2
-            and isinstance(f[0], str)
-            and type(f[1]) is int
-            and f[1] >= 0
-            for f in files
-        ):
-            raise PeerLied(f"peer {address} listed files not as [[path, size], ...]: refused")
-        rels = [f[0] for f in files]
-        if len(set(rels)) != len(rels):
-            raise PeerLied(f"peer {address} listed a file twice: refused")
-        total = sum(f[1] for f in files)
-        if len(files) != self.files or total != self.size:
-            raise PeerLied(
-                f"peer {address} listed {len(files)} file(s) of {total} bytes; the version "
-                f"has {self.files} of {self.size}: refused"
-            )
-        if self.listing is not None and sorted(files) != sorted(self.listing):
-            wrong = sorted(map(tuple, files))[:3]
-            raise PeerLied(
-                f"peer {address} listed files or sizes other than the version's "
-                f"(such as {wrong}): refused"
-            )
-        return [list(f) for f in files]
 
 
 def parent_chain(position: int, fanout: int) -> list[int]:
@@ -333,23 +273,13 @@ class Broadcast:
             time.sleep(0.2)
 
     def _manifest_of(self, parent: Peer) -> list[list[Any]]:
-        """The parent's file list: it may not have joined its own source yet, so a
-        404 is retried until the window's timeout."""
+        """The parent's file list, if it can be this content (``expected.py``)."""
         if self.expected is None:  # a Data: the store's listing is the truth
             listing = store_manifest(self.store, self.v.version, self.v.kind, self.v.name)
             self.expected = Expected.of_listing(listing)
-        deadline = _Deadline(self.window.timeout_s)
-        while True:
-            try:
-                manifest = peer_manifest(
-                    parent.address, self.v.version, self.token, self.window.timeout_s
-                )
-                files = manifest.get("files") if isinstance(manifest, dict) else None
-                return self.expected.check(parent.address, files)
-            except (PeerNotServing, PeerBusy):
-                if deadline.passed():
-                    raise
-                deadline.pause()
+        return parent_files(
+            self.expected, parent.address, self.v.version, self.token, self.window.timeout_s
+        )
 
     def _serve(self, tmp: str, files: list[list[Any]]) -> None:
         """Serve this copy while it arrives (again with the store's list after a
@@ -399,10 +329,6 @@ class _Deadline:
 
     def passed(self) -> bool:
         return time.monotonic() >= self.end
-
-    def pause(self) -> None:
-        """A short wait between two asks of a parent that has not started yet."""
-        time.sleep(min(0.05, max(0.0, self.end - time.monotonic())))
 
 
 def get_broadcast(

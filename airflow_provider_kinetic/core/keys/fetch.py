@@ -28,7 +28,7 @@ from airflow_provider_kinetic.core.data.refs import cache_key, marker_key
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.names import KeyNameError, KeyNotFound
-from airflow_provider_kinetic.core.keys.peer.fetch import tree_digests
+from airflow_provider_kinetic.core.keys.peer.receiving import tree_digests
 from airflow_provider_kinetic.core.keys.records import Version
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.storage.base import FileDigests

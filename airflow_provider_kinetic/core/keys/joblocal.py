@@ -36,12 +36,9 @@ from airflow_provider_kinetic.core.keys.fetch import place_version
 from airflow_provider_kinetic.core.keys.keystore import KeyStore, parse_ttl
 from airflow_provider_kinetic.core.keys.names import KeyNameError, KeyNotFound, check_key
 from airflow_provider_kinetic.core.keys.peer import serve as peerserve
-from airflow_provider_kinetic.core.keys.peer.fetch import (
-    PeerForbidden,
-    PeerUnavailable,
-    peer_manifest,
-    pull_peer,
-)
+from airflow_provider_kinetic.core.keys.peer.conn import peer_manifest
+from airflow_provider_kinetic.core.keys.peer.errors import PeerForbidden, PeerUnavailable
+from airflow_provider_kinetic.core.keys.peer.fetch import pull_peer
 from airflow_provider_kinetic.core.keys.peer.registry import (
     BOARD_NAME,
     COMPLETE,

@@ -11,7 +11,7 @@ chunked encoding: the getter's reads are then the socket file's own, in C, inste
 http.client's chunk decoding in Python, which cost a copy as much CPU as the bytes):
 
 - per file, a JSON header line ``{"rel", "size", "digest"}`` (the same digest as the
-  one-file request's header, ``peerserve.file_digest``), then exactly ``size`` bytes
+  one-file request's header, ``protocol.file_digest``), then exactly ``size`` bytes
   (sent by the kernel, ``sendfile``);
 - a file the parent does not have within the getter's hold ends the response with
   ``{"stop": "later", "received": N}``: the getter asks again for the rest (the

@@ -1,24 +1,22 @@
-"""Reading a content hash's files from one source: a peer's server, or the store.
+"""Reading a content hash's files from one peer, on a few threads: small ones in
+bundles (``peer/bundle.py``), big ones one per request (the connection and the
+manifest are ``peer/conn.py``'s).
 
-Both sources fill the same *receiving* directory the same way, so a broadcast child
-can switch source half way (its parent died) and keep what it has: each file is
-written under a temporary name, its digest taken while it streams, and renamed to
-its place only when whole (and, from a peer, only when the digest is the one the
-peer sent).  ``on_file`` is told of every whole file, which is how a child serves
-its own children while it is still receiving.  The whole tree is checked against
-the content hash by the caller afterwards: nothing here is trusted on its own.
-
-The digest is the content hash's own per-file digest (``peerserve.file_digest``),
-recorded in the caller's ``FileDigests`` with the file's stat once it is in place:
-the tree check then reads no file a second time (on 2 CPUs and 16 copies of 1 GiB,
-that second read was a large part of a broadcast's time).
+Each file goes into the receiving directory (``peer/receiving.py``) under a
+temporary name, its digest taken while it streams, and is kept only when whole and
+of the digest the peer sent; ``on_file`` is told of every whole file, which is how a
+child serves its own children while it is still receiving.  A peer is not trusted:
+a body whose length is not the listed size is not read, and a wrong digest or a
+longer body is ``PeerLied``.  A peer at its connection cap (503 busy) is asked
+again after a short backoff; no progress for ``stall_s`` gives the peer up.  The
+whole tree is checked against the content hash by the caller afterwards: nothing
+here is trusted on its own.
 """
 
 from __future__ import annotations
 
 import hashlib
 import http.client
-import itertools
 import json
 import os
 import threading
@@ -26,11 +24,12 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, BinaryIO
+from typing import Any
 
-from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.keys.peer import bundle as peerbundle
-from airflow_provider_kinetic.core.keys.peer.serve import (
+from airflow_provider_kinetic.core.keys.peer.conn import connection
+from airflow_provider_kinetic.core.keys.peer.errors import PeerForbidden, PeerLied, PeerUnavailable
+from airflow_provider_kinetic.core.keys.peer.protocol import (
     BUSY_HEADER,
     CHUNK,
     DIGEST_HEADER,
@@ -40,151 +39,16 @@ from airflow_provider_kinetic.core.keys.peer.serve import (
     TOKEN_HEADER,
     digest_prefix,
 )
+from airflow_provider_kinetic.core.keys.peer.receiving import OnFile, kept, open_part, part_of
 from airflow_provider_kinetic.core.storage.base import FileDigests
 
-OnFile = Callable[[str, str, str], None]
 #: Parallel reads from one peer: small files travel in bundles, each a stream of
 #: its own; a peer is near, so a few hide its round trip, and more only contend for
 #: the GIL.  The store's count is the store's own (``ObjectStore.workers_for``).
 WORKERS = 4
-#: Seconds to open a connection to a peer (a network policy that drops pod-to-pod
-#: packets shows up here); ``KINETIC_PEER_CONNECT_S`` changes it.
-CONNECT_S = 5.0
-CONNECT_ENV = "KINETIC_PEER_CONNECT_S"
-
-
-class PeerUnavailable(KineticError, ConnectionError):
-    """A peer could not be reached, refused us, or stalled: try another source."""
-
-
-class PeerNotServing(PeerUnavailable):
-    """The peer answered, but does not serve that content (yet): 404."""
-
-
-class PeerForbidden(PeerUnavailable):
-    """The peer answered 403: our token is not its scope's."""
-
-
-class PeerBusy(PeerUnavailable):
-    """The peer is at its connection cap (503 ``X-Kinetic-Busy``): ask again soon."""
-
-
-class PeerLied(PeerUnavailable):
-    """The peer sent what cannot be the content: a list that is not the version's, a
-    body longer or shorter than its file, bytes that do not hash to the version.
-    Nothing more is read from it; the message names the peer and what was wrong."""
-
-
 #: A busy peer is asked again after this, doubled per refusal up to ``BUSY_MAX_S``.
 BUSY_S = 0.05
 BUSY_MAX_S = 1.0
-
-
-class _Conn(http.client.HTTPConnection):
-    """Connects within ``CONNECT_S``, then reads with the caller's (longer) timeout."""
-
-    def __init__(self, host: str, port: int, timeout: float) -> None:
-        super().__init__(host, port, timeout=min(timeout, connect_s()))
-        self.read_timeout = timeout
-
-    def connect(self) -> None:
-        super().connect()
-        assert self.sock is not None
-        self.sock.settimeout(self.read_timeout)
-
-
-def connect_s() -> float:
-    return float(os.environ.get(CONNECT_ENV) or CONNECT_S)
-
-
-def _conn(address: str, timeout: float) -> http.client.HTTPConnection:
-    host, _, port = address.rpartition(":")
-    return _Conn(host, int(port), timeout)
-
-
-def peer_manifest(address: str, version: str, token: str, timeout: float) -> dict[str, Any]:
-    """The peer's manifest of ``version``; ``PeerUnavailable`` when it has none."""
-    try:
-        conn = _conn(address, timeout)
-        try:
-            conn.request("GET", f"/v/{version}/manifest", headers={TOKEN_HEADER: token})
-            resp = conn.getresponse()
-            body = resp.read()
-        finally:
-            conn.close()
-    except OSError as exc:
-        raise PeerUnavailable(f"peer {address}: {exc}") from exc
-    if resp.status == 403:
-        raise PeerForbidden(f"peer {address} refused our token (403)")
-    if resp.status == 503 and resp.getheader(BUSY_HEADER):
-        raise PeerBusy(f"peer {address} is at its connection cap (503)")
-    if resp.status == 404:
-        raise PeerNotServing(f"peer {address} does not serve {version[:12]} (404)")
-    if resp.status != 200:
-        raise PeerUnavailable(f"peer {address} does not serve {version[:12]} ({resp.status})")
-    return json.loads(body)
-
-
-def _done(base: str, rel: str, size: int) -> bool:
-    path = os.path.join(base, *rel.split("/"))
-    return os.path.isfile(path) and os.path.getsize(path) == size
-
-
-def missing(base: str, files: list[list[Any]]) -> list[list[Any]]:
-    """The files not yet whole in ``base``."""
-    return [f for f in files if not _done(base, f[0], int(f[1]))]
-
-
-def drop_others(base: str, files: list[list[Any]]) -> None:
-    """Remove what is in ``base`` but not in ``files`` (a parent's list was wrong)."""
-    keep = {f[0] for f in files}
-    for top, _, names in os.walk(base):
-        for name in names:
-            path = os.path.join(top, name)
-            if os.path.relpath(path, base).replace(os.sep, "/") not in keep:
-                os.unlink(path)
-
-
-def tree_digests() -> FileDigests:
-    """Where a copy's per-file digests go, for the tree check (``fetch.place_version``)."""
-    return FileDigests(digest_prefix)
-
-
-def kept(
-    part: str, path: str, rel: str, digest: hashlib._Hash, digests: FileDigests | None
-) -> None:
-    """``part`` is whole and checked: put it in place and remember its digest."""
-    os.replace(part, path)
-    if digests is not None:  # the stat after the rename (a rename changes ctime)
-        digests.record(path, digest_prefix(rel), digest.digest(), os.stat(path))
-
-
-_parts = itertools.count()
-#: Directories already made (a copy's thousands of files share a few): each costs a
-#: system call per file otherwise.
-_made: set[str] = set()
-
-
-def part_of(base: str, rel: str) -> tuple[str, str]:
-    """The file's place in ``base`` and its temporary name; a path from a peer's
-    list that would leave ``base`` is refused (the list is not trusted)."""
-    parts = rel.split("/")
-    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise PeerUnavailable(f"a peer listed the path {rel!r}, which is not relative: refused")
-    path = os.path.join(base, *parts)
-    parent = os.path.dirname(path)
-    if parent not in _made:  # (removed since: the open makes it again, ``_open_part``)
-        os.makedirs(parent, exist_ok=True)
-        _made.add(parent)
-    return path, f"{path}.{os.getpid()}-{next(_parts)}.kinetic-part"
-
-
-def _open_part(part: str) -> BinaryIO:
-    try:
-        return open(part, "wb")  # noqa: SIM115 - the caller's with closes it
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(part), exist_ok=True)
-        return open(part, "wb")  # noqa: SIM115
 
 
 class _PeerPull:
@@ -216,13 +80,13 @@ class _PeerPull:
     def conn(self) -> http.client.HTTPConnection:
         c = getattr(self.local, "conn", None)
         if c is None:  # reads wait out a held request, plus the stall allowance
-            c = self.local.conn = _conn(self.address, self.stall_s + HOLD_S)
+            c = self.local.conn = connection(self.address, self.stall_s + HOLD_S)
         return c
 
     def done(self, task: Callable[..., int], *args: Any) -> int:
         """Run one task, then close this thread's connection: a connection kept
         open while its thread waits for nothing would hold one of the peer's
-        per-address slots (``serve.Limits``) that another reader is waiting for."""
+        per-address slots (``bounds.Limits``) that another reader is waiting for."""
         try:
             return task(*args)
         finally:
@@ -396,7 +260,7 @@ class _PeerPull:
         path, part = part_of(self.base, rel)
         h, got = hashlib.sha256(digest_prefix(rel)), 0
         try:
-            with _open_part(part) as f:
+            with open_part(part) as f:
                 while got < size and (chunk := resp.read(min(CHUNK, size - got))):
                     f.write(chunk)
                     h.update(chunk)

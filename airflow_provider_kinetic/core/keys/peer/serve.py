@@ -25,94 +25,42 @@ What it serves, per content hash (a *root*):
 Every request must carry the scope's token (``X-Kinetic-Peer-Token``); a wrong or
 missing one gets 403 and no bytes.
 
-Bounds (``Limits``): a connection must deliver a whole request head (its line and
-headers) within ``header_s`` of opening or of its previous response, and may sit
-``idle_s`` at most without a byte moving mid-request; then it is closed.  At most
-``per_address`` connections from one peer address and ``total`` in all are served
-at once (one thread each); a connection beyond them is answered 503 with
-``X-Kinetic-Busy`` and closed at once by the accepting thread, with no thread of its
-own (a getter backs off and asks again).  Before these, 200 half-open connections
-held 200 threads for as long as their client liked.
+Bounds on connections (admission caps, header and idle timeouts: ``Limits``) are
+``peer/bounds.py``'s; the headers and the per-file digest, ``peer/protocol.py``'s.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import hmac
-import io
 import json
 import logging
 import os
-import socket
-import sys
 import threading
 import time
 import urllib.parse
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, BinaryIO
 
 from airflow_provider_kinetic.core.keys.peer import bundle as peerbundle
+from airflow_provider_kinetic.core.keys.peer.bounds import (
+    BoundedHandler,
+    BoundedServer,
+    ConnStats,
+    Limits,
+)
+from airflow_provider_kinetic.core.keys.peer.protocol import (
+    DIGEST_HEADER,
+    HOLD_HEADER,
+    HOLD_S,
+    RECEIVED_HEADER,
+    TOKEN_HEADER,
+    file_digest,
+)
 from airflow_provider_kinetic.core.keys.peer.registry import COMPLETE, FAILED, RECEIVING
 from airflow_provider_kinetic.core.spec.peerport import POD_IP_ENV, PORT_ENV
 
 log = logging.getLogger("kinetic.peers")
-
-TOKEN_HEADER = "X-Kinetic-Peer-Token"
-DIGEST_HEADER = "X-Kinetic-Digest"
-#: How long the getter lets a request for a file still arriving be held (seconds).
-HOLD_HEADER = "X-Kinetic-Hold"
-#: On a 503: the bytes this copy has received so far (a parent that is itself
-#: progressing is waited for; one whose count stands still is stalled).
-RECEIVED_HEADER = "X-Kinetic-Received"
-#: How long a request for a file that is still arriving is held before a 503.
-HOLD_S = 5.0
-CHUNK = 1 << 20
-#: On a 503: the server is at its connection cap (not the content's state).
-BUSY_HEADER = "X-Kinetic-Busy"
-#: What a connection refused at the cap gets, written by the accepting thread.
-BUSY_REPLY = (
-    b"HTTP/1.1 503 Service Unavailable\r\n" + BUSY_HEADER.encode() + b": 1\r\n"
-    b"Retry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-)
-IDLE_ENV = "KINETIC_PEER_IDLE_S"
-HEADER_ENV = "KINETIC_PEER_HEADER_S"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """How much a peer server gives any one client (see the module docstring)."""
-
-    #: Seconds a connection may take to send a whole request head.
-    header_s: float = 30.0
-    #: Seconds without a byte moving, mid-request (a body read, a response write).
-    idle_s: float = 120.0
-    #: Connections served at once from one peer address, and in all: a fanout of 50
-    #: children, each reading on ``peer/fetch.py``'s 4 connections, is 200.
-    per_address: int = 64
-    total: int = 512
-
-    @classmethod
-    def from_env(cls) -> Limits:
-        """The defaults, with the timeouts changed by ``KINETIC_PEER_*_S`` if set."""
-        limits = cls()
-        if os.environ.get(HEADER_ENV):
-            limits = replace(limits, header_s=float(os.environ[HEADER_ENV]))
-        if os.environ.get(IDLE_ENV):
-            limits = replace(limits, idle_s=float(os.environ[IDLE_ENV]))
-        return limits
-
-
-@dataclass
-class ConnStats:
-    """What the connection gate saw (logs, tests)."""
-
-    open: int = 0
-    peak: int = 0
-    refused: int = 0
-    timed_out: int = 0
 
 
 @dataclass
@@ -294,181 +242,26 @@ def _settled(root: Root | None, rel: str) -> bool:
     return root is None or rel in root.ready or root.state != RECEIVING
 
 
-def _bind(host: str, port: int, owner: PeerServer) -> ThreadingHTTPServer:
+def _bind(host: str, port: int, owner: PeerServer) -> _Httpd:
     try:
-        httpd = _Httpd((host, port), _Handler)
+        httpd = _Httpd((host, port), _Handler, owner.limits)
     except OSError:
         if port == 0:
             raise
         log.info("peer port %d is taken on this host; using a free one", port)
-        httpd = _Httpd((host, 0), _Handler)
+        httpd = _Httpd((host, 0), _Handler, owner.limits)
     httpd.owner = owner
     return httpd
 
 
-def digest_prefix(rel: str) -> bytes:
-    """What the content hash puts before a file's bytes: its path in the tree (a
-    lone file's name) and a NUL (``core/data/hashing``)."""
-    return rel.encode() + b"\0"
-
-
-def file_sha(rel: str, path: str) -> hashlib._Hash:
-    """The content hash's digest of the file at ``path``, named ``rel`` in its tree
-    (the hash object: a caller may record its bytes, ``FileDigests``)."""
-    h = hashlib.sha256(digest_prefix(rel))
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h
-
-
-def file_digest(rel: str, path: str) -> str:
-    """``file_sha`` as hex, as the peers send it."""
-    return file_sha(rel, path).hexdigest()
-
-
-class _Httpd(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    #: Connections waiting to be accepted: a parent's children open theirs at once
-    #: (fanout x the getter's threads); the stdlib's 5 overflowed and reset some.
-    request_queue_size = 256
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        super().__init__(address, handler)
-        self.stats = ConnStats()
-        self._gate = threading.Condition()
-        self._per_address: dict[str, int] = {}
-        self._open: set[Any] = set()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """A thread for the connection if under the caps; else a 503 and closed here."""
-        peer, limits = client_address[0], self.owner.limits
-        with self._gate:
-            mine = self._per_address.get(peer, 0)
-            if mine >= limits.per_address or self.stats.open >= limits.total:
-                self.stats.refused += 1
-                admitted = False
-            else:
-                self._per_address[peer] = mine + 1
-                self.stats.open += 1
-                self.stats.peak = max(self.stats.peak, self.stats.open)
-                self._open.add(request)
-                admitted = True
-        if not admitted:
-            log.debug("peer %s refused: at the connection cap", peer)
-            _refuse(request)
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._left(request, peer)
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._left(request, client_address[0])
-
-    def _left(self, request: Any, peer: str) -> None:
-        with self._gate:
-            if request not in self._open:
-                return
-            self._open.discard(request)
-            self.stats.open -= 1
-            left = self._per_address.get(peer, 1) - 1
-            if left > 0:
-                self._per_address[peer] = left
-            else:
-                self._per_address.pop(peer, None)
-            self._gate.notify_all()
-
-    def drop_all(self) -> None:
-        """End every open connection (the server is closing)."""
-        with self._gate:
-            live = list(self._open)
-        for request in live:
-            with contextlib.suppress(OSError):
-                request.shutdown(socket.SHUT_RDWR)
-        with self._gate:  # their threads end (a held request within HOLD_S)
-            self._gate.wait_for(lambda: self.stats.open == 0, HOLD_S + 5)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A getter that gave up and closed its connection is routine (it tries its
-        next source); anything else is logged, never printed to the job's stderr."""
-        exc = sys.exc_info()[1]
-        if isinstance(exc, (ConnectionResetError, BrokenPipeError, TimeoutError)):
-            log.debug("peer %s left: %s", client_address, exc)
-        else:
-            log.warning("peer request from %s failed", client_address, exc_info=True)
+class _Httpd(BoundedServer):
+    """The bounded server, with the ``PeerServer`` whose roots its handlers serve."""
 
     owner: PeerServer
 
 
-def _refuse(request: Any) -> None:
-    """Tell a connection over the cap so, without blocking the accepting thread;
-    what it already sent is read first, so the close is a FIN and not a reset that
-    would lose the answer."""
-    with contextlib.suppress(OSError):
-        request.setblocking(False)
-        with contextlib.suppress(BlockingIOError):
-            while request.recv(1 << 16):
-                pass
-        request.send(BUSY_REPLY)
-
-
-class _Reads(io.RawIOBase):
-    """The handler's socket reads, each waiting at most ``idle_s``, and, while a
-    request head is being read, no later than its deadline (a client that sends a
-    byte now and then cannot hold the connection)."""
-
-    def __init__(self, sock: Any, server: _Httpd) -> None:
-        self.sock, self.server = sock, server
-        self.deadline: float | None = None
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf: Any) -> int:
-        wait = self.server.owner.limits.idle_s
-        if self.deadline is not None:
-            wait = min(wait, self.deadline - time.monotonic())
-        try:
-            if wait <= 0:
-                raise TimeoutError("the request head did not arrive in time")
-            self.sock.settimeout(wait)
-            return self.sock.recv_into(buf)
-        except TimeoutError:
-            with self.server._gate:
-                self.server.stats.timed_out += 1
-            raise
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(BoundedHandler):
     server: _Httpd
-
-    def setup(self) -> None:
-        super().setup()
-        self.rfile.close()  # the stdlib's reader, replaced (it holds the socket open)
-        limits = self.server.owner.limits
-        self.connection.settimeout(limits.idle_s)  # writes: a client that stopped reading
-        self._reads = _Reads(self.connection, self.server)
-        self.rfile = io.BufferedReader(self._reads)
-
-    def handle_one_request(self) -> None:
-        """One request; its head must be whole within ``header_s`` (a timeout closes
-        the connection: the stdlib's own handling)."""
-        self._reads.deadline = time.monotonic() + self.server.owner.limits.header_s
-        super().handle_one_request()
-
-    def parse_request(self) -> bool:
-        ok = super().parse_request()
-        self._reads.deadline = None  # the head is in: the body and reply wait idle_s
-        self.connection.settimeout(self.server.owner.limits.idle_s)
-        return ok
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
         log.debug("peer request: " + format, *args)

@@ -2,7 +2,7 @@
 and announced as it lands (so the reader's own children get it at once), with the
 store's own parallelism (``ObjectStore.workers_for``: a bucket's round trip wants
 many requests in flight) and each file's digest taken for the tree check
-(``peerfetch``'s rules: a temporary name, the digest, then the rename).
+(``peer/receiving.py``'s rules: a temporary name, the digest, then the rename).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from airflow_provider_kinetic.core.data.refs import cache_key
-from airflow_provider_kinetic.core.keys.peer.fetch import OnFile, kept, part_of
-from airflow_provider_kinetic.core.keys.peer.serve import file_sha
+from airflow_provider_kinetic.core.keys.peer.protocol import file_sha
+from airflow_provider_kinetic.core.keys.peer.receiving import OnFile, kept, part_of
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.storage.base import FileDigests
 from airflow_provider_kinetic.core.storage.stat import stat_objects

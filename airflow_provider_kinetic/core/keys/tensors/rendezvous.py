@@ -41,7 +41,7 @@ from typing import Any
 
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.keys.joblocal import JOB_ENV, unreachable_once
-from airflow_provider_kinetic.core.keys.peer.fetch import connect_s
+from airflow_provider_kinetic.core.keys.peer.conn import connect_s
 from airflow_provider_kinetic.core.keys.peer.registry import (
     COMPLETE,
     FAILED,
