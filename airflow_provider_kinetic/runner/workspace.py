@@ -4,7 +4,8 @@ Fetches the payload and context (verifying their SHA-256 when given), installs t
 requirements, extracts the context zip into the work dir (its plan sets ``sys.path``
 and the cwd), unpickles the payload, checks its fingerprint, applies its env vars,
 mounts its volumes and turns Data refs and result refs in the arguments into local
-values.  A failure in any phase raises :class:`PhaseError` naming it, which the run
+values (a local cache entry read in place is verified first, as a download is).  A
+failure in any phase raises :class:`PhaseError` naming it, which the run
 (``remote.py``) writes as the result payload.  :func:`clean_up` undoes it all.
 Imports only what a pod has.
 """

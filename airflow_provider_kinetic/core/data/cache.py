@@ -14,6 +14,10 @@ every later run hitting an entry whose bytes are not its name.
 
 What is uploaded is exactly the file list the content hash covered
 (``Data.hashed_files``), not a second walk that could see a different tree.
+
+On a local store a hit is verified too (``schemes/entrycheck.py``): the local
+backend's jobs read entries in place, so a corrupt one is removed here and uploaded
+again from the Data's source before any job reads it.
 """
 
 from __future__ import annotations

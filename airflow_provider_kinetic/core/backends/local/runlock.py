@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import fcntl
 import os
 import signal
@@ -66,8 +65,8 @@ def die_with_parent() -> Callable[[], None] | None:
     end at once if it already has); None where ``prctl`` is not available."""
     if not sys.platform.startswith("linux"):
         return None
-    try:  # resolved before the fork: the child only calls it
-        prctl = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).prctl
+    try:  # resolved before the fork (the process's own libc): the child only calls it
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
     parent = os.getpid()

@@ -43,8 +43,8 @@ SECRETS_FILE = "secrets.json"
 #: The file in the job dir that names the child's temp dir.
 TMPDIR_FILE = "tmpdir"
 #: ``core.data.locallinks.HOST_TMPDIR_ENV``, spelled out: this entry point starts once
-#: per job and imports only the standard library and ``slot_queue`` (which imports only
-#: that): the data package costs ~25 ms to import.
+#: per job and imports only the standard library, ``slot_queue`` and ``runlock`` (which
+#: import only that): the data package costs ~25 ms to import.
 HOST_TMPDIR_ENV = "KINETIC_HOST_TMPDIR"
 #: Shorter values are not masked (as Airflow's masker, which skips very short secrets).
 MIN_MASK = 5
