@@ -89,6 +89,8 @@ def test_what_the_runner_forked_ends_before_the_job_reads_failed(
     runner, forked = map(int, pids.read_text().split())
     supervisor = int((Path(backend.job_dir(handle.job_id)) / "pid").read_text())
     os.kill(supervisor, signal.SIGKILL)
+    backend.release(handle)  # before any status ended it, the forked process runs on
+    assert running(forked) and os.path.isdir(backend.job_dir(handle.job_id))
     report = ended_while_nothing_runs(backend, handle, [runner, forked])
     assert report.status is JobStatus.FAILED, report.describe()
     assert not running(forked) and not running(runner)
