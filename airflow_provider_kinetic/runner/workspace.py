@@ -4,7 +4,8 @@ Fetches the payload and context (verifying their SHA-256 when given), installs t
 requirements, extracts the context zip into the work dir (its plan sets ``sys.path``
 and the cwd), unpickles the payload, checks its fingerprint, applies its env vars,
 mounts its volumes and turns Data refs and result refs in the arguments into local
-values.  A failure in any phase raises :class:`PhaseError` naming it, which the run
+values (a local cache entry read in place is verified first, as a download is).  A
+failure in any phase raises :class:`PhaseError` naming it, which the run
 (``remote.py``) writes as the result payload.  :func:`clean_up` undoes it all.
 Imports only what a pod has.
 """
@@ -31,7 +32,7 @@ from airflow_provider_kinetic.core.data.locallinks import LOCAL_MOUNTS_ENV
 from airflow_provider_kinetic.core.data.refs import EMPTY_DIRS
 from airflow_provider_kinetic.core.jobs.batchwire import select_input
 from airflow_provider_kinetic.core.jobs.resultref import resolve_result_refs
-from airflow_provider_kinetic.core.storage import store_for_uri
+from airflow_provider_kinetic.core.storage import file_uri_path, store_for_uri
 
 log = logging.getLogger("kinetic.runner")
 
@@ -191,14 +192,20 @@ def prefetch_refs(objs: Any, workdir: str, cache: dict[str, str]) -> None:
             cache[key] = fut.result()
 
 
-def resolve_refs(obj: Any, workdir: str, cache: dict[str, str]) -> Any:
+def resolve_refs(
+    obj: Any, workdir: str, cache: dict[str, str], verified: set[str] | None = None
+) -> Any:
     """Replace ref dicts in args/kwargs with local paths (one download per URI and
-    set of empty directories; ``prefetch_refs`` may have made them all already)."""
+    set of empty directories; ``prefetch_refs`` may have made them all already).
+    ``verified``: the cache entries this job has verified (``_verified``)."""
+    verified = set() if verified is None else verified
 
     def resolve(ref: Any) -> Any:
         if not is_data_ref(ref):
             return KEEP
         if ref.get("fuse") and ref.get("mount_path"):
+            if _is_entry(ref):  # the cache entry itself (local backend): verified first
+                _verified(ref, f"Data({ref['uri']!r}, fuse=True)", verified)
             return _resolve_fuse(ref)
         key = _ref_key(ref)
         if key not in cache:
@@ -209,13 +216,35 @@ def resolve_refs(obj: Any, workdir: str, cache: dict[str, str]) -> Any:
     return map_leaves(obj, resolve)
 
 
-def _mount_volume(ref: dict[str, Any], workdir: str, n: int, links: list[tuple[str, str]]) -> None:
+def _is_entry(ref: dict[str, Any]) -> bool:
+    """Local backend: whether a FUSE ref's path is its ``file://`` cache entry itself
+    (not a volume: a volume's link was verified when it was made)."""
+    uri = ref["uri"].rstrip("/")
+    return (
+        os.environ.get(LOCAL_MOUNTS_ENV) == "1"
+        and uri.startswith("file://")
+        and os.path.normpath(ref["mount_path"]) == file_uri_path(uri)
+    )
+
+
+def _verified(ref: dict[str, Any], used: str, verified: set[str]) -> str:
+    """The ref's local cache entry, read in place (no download checks it), once its
+    content hashes to its name (once per job: ``verified``).  A bad or missing entry
+    raises, naming it, and is removed (``core/data/schemes/entrycheck.py``)."""
+    from airflow_provider_kinetic.core.data.schemes.entrycheck import verify_entry
+
+    return verify_entry(ref["uri"], bool(ref.get("is_dir")), used, verified)
+
+
+def _mount_volume(
+    ref: dict[str, Any], workdir: str, n: int, links: list[tuple[str, str]], verified: set[str]
+) -> None:
     """Put one volume at its mount path.
 
     In a pod: a FUSE volume is already mounted (CSI driver), others are downloaded into
     the mount path.  On the local backend the mount path is a host path: the volume
     becomes a link (shared by concurrent jobs, removed by the last) to the read-only
-    cache entry, or to this job's own download in its work dir.
+    cache entry, verified first, or to this job's own download in its work dir.
     """
     mount = ref["mount_path"]
     if os.environ.get(LOCAL_MOUNTS_ENV) != "1":
@@ -225,7 +254,9 @@ def _mount_volume(ref: dict[str, Any], workdir: str, n: int, links: list[tuple[s
     from airflow_provider_kinetic.core.data.schemes import scheme_for
 
     source = scheme_for(ref["uri"]).local_source(ref)
-    if source is None:
+    if source is not None:  # the read-only cache entry itself
+        source = _verified(ref, f"the volume at {mount}", verified)
+    else:
         source = os.path.join(workdir, "volumes", str(n))
         _download_ref(ref, source)
     locallinks.acquire(mount, source)
@@ -279,12 +310,13 @@ def prepare(
             os.makedirs(out, exist_ok=True)
         phase = "data resolve"
         cache: dict[str, str] = {}
+        verified: set[str] = set()  # cache entries read in place, checked once each
         for n, ref in enumerate(payload.get("volumes") or []):
-            _mount_volume(ref, workdir, n, links)
+            _mount_volume(ref, workdir, n, links, verified)
         if payload.get("has_data_refs", True):
             prefetch_refs((args, kwargs), workdir, cache)
-            args = resolve_refs(tuple(args), workdir, cache)
-            kwargs = resolve_refs(dict(kwargs), workdir, cache)
+            args = resolve_refs(tuple(args), workdir, cache, verified)
+            kwargs = resolve_refs(dict(kwargs), workdir, cache, verified)
         phase = "result reference resolve"  # upstream results that did not fit XCom
         loaded: dict[str, Any] = {}
         args = resolve_result_refs(tuple(args), loaded)

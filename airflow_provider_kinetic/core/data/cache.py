@@ -14,6 +14,10 @@ every later run hitting an entry whose bytes are not its name.
 
 What is uploaded is exactly the file list the content hash covered
 (``Data.hashed_files``), not a second walk that could see a different tree.
+
+On a local store a hit is verified too (``schemes/entrycheck.py``): the local
+backend's jobs read entries in place, so a corrupt one is removed here and uploaded
+again from the Data's source before any job reads it.
 """
 
 from __future__ import annotations
@@ -27,10 +31,12 @@ from concurrent.futures import ThreadPoolExecutor
 from airflow_provider_kinetic.core import metrics
 from airflow_provider_kinetic.core.data.refs import (
     CACHE_PREFIX,
+    EMPTY_TREE_HASH,
     MARKER_PREFIX,
     cache_key,
     marker_key,
 )
+from airflow_provider_kinetic.core.data.schemes import entrycheck
 from airflow_provider_kinetic.core.data.value import Data
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.storage import ObjectStore, file_uri_path
@@ -67,10 +73,11 @@ def _human(n: float) -> str:
 def upload_data(store: ObjectStore, data: Data) -> bool:
     """Ensure ``data``'s content is in the cache; returns True when it uploaded.
 
-    A hit (marker present) uploads nothing and returns False.
+    A hit (marker present) uploads nothing and returns False; on a local store only
+    once the entry is verified (``_entry_sound``).
     """
     digest = data.content_hash()
-    if store.exists(marker_key(digest)):
+    if store.exists(marker_key(digest)) and _entry_sound(store, data, digest):
         log.info("data cache hit for %s (%s): nothing to upload", data.path, digest[:12])
         metrics.incr("kinetic.data.cache_hits")
         return False
@@ -106,6 +113,30 @@ def upload_data(store: ObjectStore, data: Data) -> bool:
     metrics.incr("kinetic.data.uploaded_bytes", total)
     metrics.incr("kinetic.data.uploaded_files", len(files))
     return True
+
+
+def _entry_sound(store: ObjectStore, data: Data, digest: str) -> bool:
+    """A hit on a local store: its jobs read the entry in place (volume links, FUSE
+    paths), so it is verified here too, while the Data's source is at hand (with the
+    stat cache, one ``lstat`` per file when nothing changed).  A corrupt entry is
+    removed, marker first, and the caller uploads it again from the source."""
+    if store.scheme != "file" or digest == EMPTY_TREE_HASH:  # no entry dir to read
+        return True
+    path = file_uri_path(store.uri(cache_key(digest)))
+    check = entrycheck.check_entry(path, digest, data.is_dir)
+    if check.sound:
+        return True
+    log.warning(
+        "data cache entry %s of %s is bad: expected content hash %s (its name), found "
+        "%s; %s Uploading it again from %s",
+        path,
+        data.path,
+        digest,
+        check.actual,
+        entrycheck.remove_entry(store, cache_key(digest)),
+        data.local_path,
+    )
+    return False
 
 
 def _digest_prefix(rel: str) -> bytes:

@@ -4,9 +4,10 @@ Job state lives on disk under ``{root}/.local-jobs/{job_id}/`` (a 0700 dir: ``pi
 ``exit_code``, ``log``, ``spec.json``, ``cancelled``) so a trigger in another process,
 or a retry after the worker died, can read status, logs and results.  The process
 is started in its own session (a process group) that outlives the Airflow task
-process; ``cancel`` kills the whole group.  At most ``max_jobs`` (``[kinetic]
-local_max_jobs``) CPU jobs run at once on the machine; the others wait, PENDING, in
-a queue that outlives the worker (``local/slots.py``).
+process; ``cancel`` kills the whole group.  Its runner cannot outlive it unseen
+(``local/runlock.py``): while a process of the job lives, the job is not over.  At
+most ``max_jobs`` (``[kinetic] local_max_jobs``) CPU jobs run at once on the machine;
+the others wait, PENDING, in a queue that outlives the worker (``local/slots.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -28,6 +28,7 @@ from airflow_provider_kinetic.core.backends.local import environ as local_enviro
 from airflow_provider_kinetic.core.backends.local import gpus as local_gpus
 from airflow_provider_kinetic.core.backends.local import presence as local_presence
 from airflow_provider_kinetic.core.backends.local import reasons as local_reasons
+from airflow_provider_kinetic.core.backends.local import runlock as local_runlock
 from airflow_provider_kinetic.core.backends.local import slots as local_slots
 from airflow_provider_kinetic.core.backends.local import venv as local_venv
 from airflow_provider_kinetic.core.backends.local import wake as local_wake
@@ -53,7 +54,6 @@ STATE_DIR = ".local-jobs"
 
 #: The module the local process runs in place of the image's runner script.
 RUNNER_MODULE = "airflow_provider_kinetic.runner"
-_CANCEL_GRACE_S = 5.0
 #: A submit writes ``pid`` moments after making the job dir: this long without, it died.
 _START_GRACE_S = 120.0
 _STARTING = StatusReport(JobStatus.PENDING, "starting")
@@ -246,6 +246,9 @@ class LocalBackend(Backend):
         code = _read(os.path.join(jdir, "exit_code"))
         if code is not None:
             return self.status(handle, listings)
+        if local_runlock.held(jdir):  # its supervisor died: end what it left, then FAILED
+            local_runlock.end_orphans(int(pid), jdir)
+            return StatusReport(JobStatus.RUNNING, "supervisor gone: ending its runner")
         reason = "cancelled" if cancelled else local_reasons.vanished(jdir)
         return StatusReport(JobStatus.FAILED, reason)
 
@@ -312,7 +315,7 @@ class LocalBackend(Backend):
             if _read(os.path.join(jdir, "exit_code")) is not None:
                 continue
             pid = _read(os.path.join(jdir, "pid"))
-            if pid is not None and not _alive(int(pid), jdir):
+            if pid is not None and not _lives(int(pid), jdir):
                 continue  # killed without an exit code: nothing runs in its venv
             try:
                 with open(os.path.join(jdir, "spec.json")) as f:
@@ -332,7 +335,7 @@ class LocalBackend(Backend):
         jdir = self.job_dir(handle.job_id)
         pid = _read(os.path.join(jdir, "pid"))
         ended = _read(os.path.join(jdir, "exit_code")) is not None
-        if pid is not None and not ended and _alive(int(pid), jdir):
+        if pid is not None and not ended and _lives(int(pid), jdir):
             return
         local_slots.withdraw(jdir)  # killed while queued: its ticket goes too
         tmp_dir = _read(os.path.join(jdir, TMPDIR_FILE))
@@ -345,34 +348,17 @@ class LocalBackend(Backend):
         pid = _read(os.path.join(jdir, "pid"))
         if pid is None or _read(os.path.join(jdir, "exit_code")) is not None:
             return
-        if not _alive(int(pid), jdir):
+        if not _lives(int(pid), jdir):
             return  # already ended; the pid (and its group id) may belong to another process
         _write_atomic(os.path.join(jdir, "cancelled"), str(time.time()))
-        _kill_group(int(pid), jdir)
+        local_runlock.kill_group(int(pid))
         local_slots.withdraw(jdir)  # a queued job leaves the queue (its SIGTERM did too)
 
 
-def _kill_group(pgid: int, jdir: str) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + _CANCEL_GRACE_S
-        while time.monotonic() < deadline:
-            if not _group_alive(pgid):
-                return
-            time.sleep(0.05)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _lives(pid: int, jdir: str) -> bool:
+    """Whether a process of the job lives: its supervisor, or (the supervisor killed)
+    its runner or what that forked, which hold the run lock (``local/runlock.py``)."""
+    return _alive(pid, jdir) or local_runlock.held(jdir)
 
 
 def _char_boundary(data: bytes) -> int:

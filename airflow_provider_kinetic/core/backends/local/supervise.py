@@ -4,7 +4,8 @@ Started by the local backend as a session leader, so it survives the Airflow tas
 process; the exit code file is written atomically, after the child has ended, so a
 reader never sees a job as finished while it is still writing its result.  The job's
 secret env (``secrets.json``, 0600) is read into the child's environment and the file
-is deleted when the job ends.
+is deleted when the job ends.  The runner dies with this process, and holds the job's
+run lock with it (``local/runlock.py``): a killed supervisor orphans nothing unseen.
 
 The child gets a temp dir of its own (``TMPDIR``, named in ``{job dir}/tmpdir``) that
 the supervisor removes when the child ends, however it ended (``os._exit``, a signal,
@@ -36,14 +37,14 @@ import sys
 import tempfile
 import time
 
-from airflow_provider_kinetic.core.backends.local import slot_queue
+from airflow_provider_kinetic.core.backends.local import runlock, slot_queue
 
 SECRETS_FILE = "secrets.json"
 #: The file in the job dir that names the child's temp dir.
 TMPDIR_FILE = "tmpdir"
 #: ``core.data.locallinks.HOST_TMPDIR_ENV``, spelled out: this entry point starts once
-#: per job and imports only the standard library and ``slot_queue`` (which imports only
-#: that): the data package costs ~25 ms to import.
+#: per job and imports only the standard library, ``slot_queue`` and ``runlock`` (which
+#: import only that): the data package costs ~25 ms to import.
 HOST_TMPDIR_ENV = "KINETIC_HOST_TMPDIR"
 #: Shorter values are not masked (as Airflow's masker, which skips very short secrets).
 MIN_MASK = 5
@@ -62,6 +63,9 @@ def main(argv: list[str]) -> int:
     if sep != "--" or not command:
         sys.stderr.write("usage: supervise JOB_DIR -- COMMAND...\n")
         return 2
+    # First: while this process or its runner lives, the job is not over (held until
+    # this process ends, after the exit code).
+    run_lock = runlock.hold(jdir)
     secrets_path = os.path.join(jdir, SECRETS_FILE)
     env = dict(os.environ)
     secrets: dict[str, str] = {}
@@ -89,7 +93,8 @@ def main(argv: list[str]) -> int:
         env=env,
         stdout=subprocess.PIPE if masks else None,
         stderr=subprocess.STDOUT,
-        pass_fds=held,
+        pass_fds=[run_lock, *held],
+        preexec_fn=runlock.die_with_parent(),  # this process has one thread
     )
 
     def forward(signum: int, _frame: object) -> None:
