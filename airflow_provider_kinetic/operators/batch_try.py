@@ -25,6 +25,7 @@ from functools import cached_property
 from typing import Any, NoReturn
 
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
@@ -209,7 +210,7 @@ class BatchTry:
                 state.total,
                 state.max_concurrent,
             )
-            batchrun.start_batch(state, planned.objects, planned.local, self.store)
+            batchlaunch.start_batch(state, planned.objects, planned.local, self.store)
             save_plan(self.store, state, self.secret)
         elif state.backend != planned.state.backend:
             # An earlier batch of unknown work ran on another backend: its own from now.
@@ -272,7 +273,7 @@ class BatchTry:
         """Submit now, wait later: the first children start, the state is saved for
         ``KineticBatchSensor`` (which launches the rest), the handle is the value."""
         state = self.batch
-        batchrun.launch(state, self.config, self.backend, self.store, self.secret)
+        batchlaunch.launch(state, self.config, self.backend, self.store, self.secret)
         batchmanifest.write_manifest(state, self.store)
         save_live(self.store, state, self.secret)
         self.report()
@@ -333,7 +334,7 @@ class BatchTry:
         """Launch what the cap allows, keep the manifest and the status current;
         whether every child has ended."""
         state = self.batch
-        batchrun.launch(state, self.config, self.backend, self.store, self.secret)
+        batchlaunch.launch(state, self.config, self.backend, self.store, self.secret)
         batchmanifest.maybe_write_manifest(state, self.store)
         self.report()
         return state.finished
