@@ -37,6 +37,7 @@ def main() -> int:
     from cases_batch import CountingStore, add_one
 
     from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+    from airflow_provider_kinetic.core.batch import launch as batchlaunch
     from airflow_provider_kinetic.core.batch import manifest as batchmanifest
     from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
     from airflow_provider_kinetic.core.batch import run as batchrun
@@ -68,9 +69,9 @@ def main() -> int:
         list(range(n)), "single", store, config=config, max_concurrent=max_concurrent,
         retries=0, fail_fast=False, signing_secret=secret,
     )  # fmt: skip
-    batchrun.start_batch(state, objects, local, store)
+    batchlaunch.start_batch(state, objects, local, store)
     save_plan(store, state, secret)
-    batchrun.launch(state, config, backend, store, secret)
+    batchlaunch.launch(state, config, backend, store, secret)
     batchmanifest.maybe_write_manifest(state, store)
     state.driver, state.seq = uuid.uuid4().hex, 0
     kwargs = json.dumps(state.to_dict())  # the trigger's kwargs, serialised once

@@ -16,6 +16,7 @@ from pathlib import Path
 from table import Row
 
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
@@ -58,10 +59,10 @@ def batch(root: Path, n: int, max_concurrent: int = 16, timeout_s: float = 1800.
         retries=0,
         fail_fast=False,
     )
-    batchrun.start_batch(state, objects, local, store)
+    batchlaunch.start_batch(state, objects, local, store)
     deadline = time.monotonic() + timeout_s
     while True:
-        batchrun.launch(state, config, backend, store)
+        batchlaunch.launch(state, config, backend, store)
         batchmanifest.maybe_write_manifest(state, store)
         if batchrun.is_finished(state):
             break

@@ -4,7 +4,8 @@ A try is opened once per execution segment (``open`` in ``execute``, ``reopen`` 
 a deferral, ``dry`` for ``dry_run``) with what it needs computed once: the
 connection's config, the store, the task identity, the deployment secret, and (made
 when first needed) the batch's backend.  Its steps are methods: plan, resume or start
-the batch, record it, wait for it (``wait_sync`` or ``wait_deferred``), finish it.
+the batch, record it, wait for it (``wait_sync`` or ``wait_deferred``, with the polls
+and the deferral: ``operators.batch_wait``), finish it.
 
 Every try of the task keeps a record of its batch in the store (``core.jobs.taskrecord``)
 with the batch's work digest (function, shared arguments, every input, options).  A
@@ -17,14 +18,12 @@ any artifact is deleted.
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, NoReturn
+from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
@@ -35,7 +34,6 @@ from airflow_provider_kinetic.core.batch.resume import resume_batch, save_live, 
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
-from airflow_provider_kinetic.core.jobs.polling import poll_delays
 from airflow_provider_kinetic.core.jobs.signing import Keyring, ResultAuthError
 from airflow_provider_kinetic.core.jobs.taskrecord import (
     DEFERRED,
@@ -43,7 +41,6 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
     TaskRecord,
     other_work,
     read_record,
-    request_cancel,
     supersede_record,
     write_record,
 )
@@ -55,17 +52,15 @@ from airflow_provider_kinetic.deployment.signing import (
     result_key,
     result_key_for_job,
 )
-from airflow_provider_kinetic.exceptions import KineticBatchFailed, KineticJobCancelled
-from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
+from airflow_provider_kinetic.exceptions import KineticBatchFailed
+from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.links import KineticBatchLink, batch_url
 from airflow_provider_kinetic.operators import assets, keyio
+from airflow_provider_kinetic.operators.batch_wait import BatchWaits
 from airflow_provider_kinetic.operators.common import (
-    XCOM_BATCH,
     XCOM_OUTPUT_DIR,
     XCOM_OUTPUT_DIRS,
     deadline,
-    defer_grace_s,
-    defer_timeout,
     directory_uri,
     push_value,
     result_ref_uris,
@@ -73,7 +68,6 @@ from airflow_provider_kinetic.operators.common import (
     xcom_value,
 )
 from airflow_provider_kinetic.operators.usage import report_usage
-from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 
 
 @dataclass
@@ -87,7 +81,7 @@ class PlannedBatch:
 
 
 @dataclass
-class BatchTry:
+class BatchTry(BatchWaits):
     """What one try of a map task needs, computed once, and the try's steps.
 
     ``context`` is None only for a dry run (nothing is executed, nothing recorded).
@@ -209,7 +203,7 @@ class BatchTry:
                 state.total,
                 state.max_concurrent,
             )
-            batchrun.start_batch(state, planned.objects, planned.local, self.store)
+            batchlaunch.start_batch(state, planned.objects, planned.local, self.store)
             save_plan(self.store, state, self.secret)
         elif state.backend != planned.state.backend:
             # An earlier batch of unknown work ran on another backend: its own from now.
@@ -272,7 +266,7 @@ class BatchTry:
         """Submit now, wait later: the first children start, the state is saved for
         ``KineticBatchSensor`` (which launches the rest), the handle is the value."""
         state = self.batch
-        batchrun.launch(state, self.config, self.backend, self.store, self.secret)
+        batchlaunch.launch(state, self.config, self.backend, self.store, self.secret)
         batchmanifest.write_manifest(state, self.store)
         save_live(self.store, state, self.secret)
         self.report()
@@ -280,7 +274,7 @@ class BatchTry:
         self.push_output_dirs()
         return batchmanifest.batch_handle(state, self.store)
 
-    # ---- waiting ---------------------------------------------------------------------
+    # ---- before the wait (the waits: operators.batch_wait) ---------------------------
     def publish(self) -> str:
         """Before the wait: the deadline, the record, the output dirs and the batch's
         link in XCom; returns the link's URL."""
@@ -298,152 +292,6 @@ class BatchTry:
         )
         self.context["ti"].xcom_push(key=KineticBatchLink.key, value=url)
         return url
-
-    def wait_sync(self) -> None:
-        """Launch, watch and retry children here until every one has ended (or the
-        task's execution_timeout cancels them)."""
-        self.waiting = True
-        delays = poll_delays(self.op.poll_interval, self.backend.first_poll_s)
-        while not self.step():
-            self.check_deadline()
-            self.backend.wait(list(self.batch.active.values()), next(delays))
-            self.poll()
-
-    def wait_deferred(self) -> None:
-        """As ``wait_sync``, but hand the batch to the triggerer: on a backend that
-        sees a child end cheaply (the local one) keep launching here while children
-        end, and defer once none has ended for ``defer_grace_s`` (each deferral costs a
-        settle); elsewhere defer after the first launch.  Returns only when every child
-        has ended before a deferral."""
-        self.waiting = True
-        delays = poll_delays(self.op.poll_interval, self.backend.first_poll_s)
-        watch = defer_grace_s() if self.backend.first_poll_s is not None else 0.0
-        changed = time.monotonic()
-        while not self.step():
-            self.check_deadline()
-            if time.monotonic() - changed >= watch:
-                self.defer()
-            self.backend.wait(list(self.batch.active.values()), next(delays))
-            ended = len(self.batch.done)
-            self.poll()
-            if len(self.batch.done) != ended:
-                changed = time.monotonic()
-
-    def step(self) -> bool:
-        """Launch what the cap allows, keep the manifest and the status current;
-        whether every child has ended."""
-        state = self.batch
-        batchrun.launch(state, self.config, self.backend, self.store, self.secret)
-        batchmanifest.maybe_write_manifest(state, self.store)
-        self.report()
-        return state.finished
-
-    def check_deadline(self) -> None:
-        """At the task's execution_timeout: cancel the running children and fail."""
-        state = self.batch
-        if state.deadline and time.time() >= state.deadline:
-            self.cancel()
-            raise KineticJobCancelled(
-                f"kinetic batch {state.group_id} cancelled at the task's execution_timeout"
-            )
-
-    def defer(self) -> NoReturn:
-        """The trigger drives the rest (launches, retries) and fires once at the end;
-        ``driver`` names this deferral, so its saves are never mistaken for another's."""
-        state = self.batch
-        state.driver, state.seq = uuid.uuid4().hex, 0
-        self.op.log.info(
-            "batch %s: deferring until every child has ended (%d running, %d queued; "
-            "the triggerer launches the rest)",
-            state.group_id,
-            len(state.active),
-            len(state.queue),
-        )
-        self.op.defer(
-            trigger=KineticBatchTrigger(
-                state=state.to_dict(),
-                config=config_to_json(self.config),
-                poll_interval=self.op.poll_interval,
-                deadline=state.deadline,
-                log_bytes_per_poll=self.op.child_log_bytes_per_poll,
-                drive=True,
-            ),
-            method_name="execute_complete",
-            timeout=defer_timeout(state.deadline, self.op.poll_interval),
-        )
-        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
-
-    def resumed(self, event: Mapping[str, Any]) -> None:
-        """Back from the trigger: say how it ended (a timeout cancels the running
-        children and fails), then re-read the real status of the active children."""
-        state, status = self.batch, event["status"]
-        if status == "finished":  # driven to its end by the trigger: collect
-            self.op.log.info("batch %s: every child has ended; collecting", state.group_id)
-        if status in ("error", "timeout"):
-            self.op.log.warning("batch trigger ended with %s: %s", status, event.get("message"))
-            if status == "timeout":
-                self.cancel()
-                raise KineticJobCancelled(
-                    f"kinetic batch {state.group_id} cancelled at the task's execution_timeout"
-                )
-        self.poll()
-
-    def cancel(self) -> None:
-        """Cancel every child this try has running (only while it waits on them)."""
-        if not self.waiting or self.state is None:
-            return
-        state = self.state
-        for handle in list(state.active.values()):
-            request_cancel(self.store, self.backend, handle)
-        self.op.log.info("cancelled %d children of batch %s", len(state.active), state.group_id)
-
-    # ---- observing and reporting the batch -------------------------------------------
-    def poll(self) -> None:
-        """Fold the active children's status into the state, their new log lines into
-        the task log."""
-        state, backend = self.batch, self.backend
-        handles = list(state.active.values())
-        reports = backend.batch_status(state.group_id, handles) if handles else {}
-        # Before observe: it deletes finished children's Jobs (and their pod logs).
-        batchlogs.show(state, backend, reports, self.child_line, self.op.child_log_bytes_per_poll)
-        finished = batchrun.observe(state, reports, backend, self.store)
-        batchlogs.log_failures(state, finished, reports, self.op.log)
-        batchlogs.forget_finished(state)
-
-    def child_line(self, index: int, line: str) -> None:
-        self.op.log.info("[child %d] %s", index, line)
-
-    def report(self) -> None:
-        """The status line and the ``kinetic_batch`` XCom, when a count changed (the
-        line also once a minute): not one line and one XCom write per poll."""
-        state = self.batch
-        c = batchrun.counts(state)
-        key = tuple(v for k, v in c.items() if k != "capacity")
-        changed = key != self.line.last
-        if not self.line.due(key):
-            return
-        self.op.log.info(
-            "batch %s: submitted %d/%d, active %d, succeeded %d, failed %d, queued %d",
-            state.group_id,
-            c["submitted"],
-            c["total"],
-            c["active"],
-            c["succeeded"],
-            c["failed"],
-            c["queued"],
-        )
-        if not changed:
-            return
-        self.context["ti"].xcom_push(
-            key=XCOM_BATCH,
-            value={
-                "group_id": state.group_id,
-                "bucket": self.store.bucket,
-                "manifest_uri": self.store.uri(batchmanifest.manifest_key(state.group_id)),
-                "output_dir": state.template.output_dir,
-                "counts": c,
-            },
-        )
 
     def push_output_dirs(self) -> None:
         """The batch's ``output_dir`` (the parent) and ``kinetic_output_dirs`` (each

@@ -16,8 +16,8 @@ from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_provider_kinetic.core.backends.k8s.manifests import to_yaml
 from airflow_provider_kinetic.core.backends.registry import backend_class
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import logs as batchlogs
-from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.catalog.capacity import DEFAULT_CAPACITY_WAIT_S
 from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S, RESTORE_SAME_WORK
@@ -256,7 +256,7 @@ class KineticMapOperator(KineticOperatorBase):
         """The manifest of the batch's first child, printed as YAML; creates nothing."""
         batch = BatchTry.dry(self)
         state = batch.plan().state
-        spec = batchrun.child_spec(
+        spec = batchlaunch.child_spec(
             state, 0, "job-dryrun00", batch.config, batch.store, batch.secret
         )
         manifest = backend_class(state.backend).manifest(spec)

@@ -21,6 +21,7 @@ from typing import Any
 from airflow.providers.common.compat.sdk import BaseSensorOperator, PokeReturnValue, conf
 
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import run as batchrun
@@ -122,7 +123,7 @@ class KineticBatchSensor(KineticBatchSensorLineage, BaseSensorOperator):
                 why = report.describe() if report else state.done[index]
                 self.log.warning("inputs[%d] (%s): %s", index, state.jobs[index], why)
         batchlogs.forget_finished(state)
-        batchrun.launch(state, config, backend, store, secret)
+        batchlaunch.launch(state, config, backend, store, secret)
         batchmanifest.maybe_write_manifest(state, store)
         changed = before != (dict(state.done), dict(state.launches), state.stopped)
         if changed or (self.mode == "reschedule" and offsets != state.log_offsets):

@@ -10,7 +10,7 @@ A triggerer restart re-creates the trigger from the state it was deferred with. 
 continue rather than start over it reads the newest state this deferral saved
 (``core.batch.resume.DrivenSaves``: each save a delta of what changed since the
 previous one); children launched after that save are found again by their derived
-job ids (``batchrun.launch(probe=True)``), and children whose jobs were deleted after
+job ids (``batchlaunch.launch(probe=True)``), and children whose jobs were deleted after
 they succeeded are known by their results (``observe(result_key=...)``), so nothing
 runs twice and no result is dropped.
 
@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import run as batchrun
@@ -95,9 +96,9 @@ class BatchDriver:
     def resume(self, state: BatchState) -> BatchState:
         """The newest state this deferral saved (after a triggerer restart), else
         ``state``; an input it lost track of (a save of an older version beside a
-        launch) is adopted or launched again at once (``batchrun.recover``)."""
+        launch) is adopted or launched again at once (``batchlaunch.recover``)."""
         latest = self.saves.load(state)
-        batchrun.recover(latest, self.config, self.backend, self.store, self.secret)
+        batchlaunch.recover(latest, self.config, self.backend, self.store, self.secret)
         return latest
 
     def step(self, state: BatchState, reports: dict[str, StatusReport]) -> int:
@@ -110,7 +111,7 @@ class BatchDriver:
         finished = batchrun.observe(state, reports, self.backend, self.store, self.result_key)
         batchlogs.log_failures(state, finished, reports, self.log)
         batchlogs.forget_finished(state)
-        launched = batchrun.launch(
+        launched = batchlaunch.launch(
             state,
             self.config,
             self.backend,

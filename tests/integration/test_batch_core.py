@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
@@ -40,7 +41,7 @@ def _run(state, config, backend, store, timeout=240.0):
     """Drive the batch as its sensor would, a poll every 0.1 s, until it has finished."""
 
     def poll() -> bool:
-        batchrun.launch(state, config, backend, store)
+        batchlaunch.launch(state, config, backend, store)
         batchmanifest.maybe_write_manifest(state, store)
         if batchrun.is_finished(state):
             return True
@@ -78,7 +79,7 @@ def test_batch_writes_at_most_n_plus_c_and_function_once(tmp_path, n):
         fail_fast=False,
     )
     assert store.writes == []  # planning uploads nothing
-    batchrun.start_batch(state, objects, local, store)
+    batchlaunch.start_batch(state, objects, local, store)
     _run(state, config, backend, store)
     values, failures = batchoutcomes.gather(state, store)
     assert failures == {} and values == [i * 10 + 3 for i in range(n)]
@@ -103,7 +104,7 @@ def test_batch_writes_at_most_n_plus_c_and_function_once(tmp_path, n):
         retries=0,
         fail_fast=False,
     )
-    batchrun.start_batch(state2, objects2, local2, store)
+    batchlaunch.start_batch(state2, objects2, local2, store)
     assert not [k for k in store.writes if k.startswith("default/data")]
     assert len([k for k in store.writes if k.startswith(PAYLOAD_CACHE)]) == 1  # its payload
 
@@ -176,7 +177,7 @@ def test_a_child_that_died_without_a_payload_says_why(tmp_path, caplog):
         request, [0, 1], "single", store, config=config,
         max_concurrent=2, retries=0, fail_fast=False,
     )  # fmt: skip
-    batchrun.start_batch(state, objects, local, store)
+    batchlaunch.start_batch(state, objects, local, store)
     with caplog.at_level("WARNING", logger=batchrun.log.name):
         _run(state, config, LocalBackend(store.bucket), store)
     assert f"inputs[1] ({state.jobs[1]}) failed (exit code 7)" in caplog.text

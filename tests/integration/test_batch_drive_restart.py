@@ -14,6 +14,7 @@ import os
 import time
 
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
@@ -40,7 +41,7 @@ def _plan(tmp_path, n: int) -> tuple[BatchState, KineticConfig, LocalBackend, Lo
         request, list(range(n)), "single", store, config=config,
         max_concurrent=2, retries=0, fail_fast=False, signing_secret=SECRET,
     )  # fmt: skip
-    batchrun.start_batch(state, objects, local, store)
+    batchlaunch.start_batch(state, objects, local, store)
     return state, config, LocalBackend(store.bucket), store
 
 
@@ -67,13 +68,13 @@ def test_a_new_driver_adopts_what_the_dead_one_launched_and_finished(tmp_path) -
 
     # The first driver launches two children, sees them end, folds them in (deleting
     # their jobs' state, as a release would), launches two more, and dies unsaved.
-    batchrun.launch(state, config, backend, store, SECRET, probe=True)
+    batchlaunch.launch(state, config, backend, store, SECRET, probe=True)
     first = dict(state.active)
     reports = _until_ended(state, backend, store)
     batchrun.observe(state, reports, backend, store, _key)
     for handle in first.values():
         backend.release(handle)  # gone: only their results are left
-    batchrun.launch(state, config, backend, store, SECRET, probe=True)
+    batchlaunch.launch(state, config, backend, store, SECRET, probe=True)
     second = dict(state.active)
     assert len(first) == len(second) == 2 and not set(first) & set(second)
     jobs_before = sorted(os.listdir(os.path.join(store.bucket, ".local-jobs")))
@@ -81,7 +82,7 @@ def test_a_new_driver_adopts_what_the_dead_one_launched_and_finished(tmp_path) -
     # The new driver starts from the saved state: it knows none of this.
     again = load_driven(store, BatchState.from_dict(saved.to_dict()), SECRET)
     assert again.seq == 1 and not again.active and len(again.queue) == 5
-    batchrun.launch(again, config, backend, store, SECRET, probe=True)
+    batchlaunch.launch(again, config, backend, store, SECRET, probe=True)
     assert {i: h.job_id for i, h in again.active.items()} == {
         i: h.job_id for i, h in first.items()
     }  # the same job ids: adopted, not created again
@@ -94,7 +95,7 @@ def test_a_new_driver_adopts_what_the_dead_one_launched_and_finished(tmp_path) -
     assert {again.done[i] for i in first} == {SUCCEEDED}
     deadline = time.monotonic() + 180
     while not again.finished:
-        batchrun.launch(again, config, backend, store, SECRET, probe=True)
+        batchlaunch.launch(again, config, backend, store, SECRET, probe=True)
         reports = _until_ended(again, backend, store)
         batchrun.observe(again, reports, backend, store, _key)
         assert time.monotonic() < deadline

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
 from airflow_provider_kinetic.core.jobs.request import JobRequest
@@ -94,13 +94,13 @@ def _drive(
         list(range(n)), "single", store, config=config, max_concurrent=MAX_CONCURRENT,
         retries=0, fail_fast=False, signing_secret=secret,
     )  # fmt: skip
-    batchrun.start_batch(state, objects, local, store)
+    batchlaunch.start_batch(state, objects, local, store)
     backend = hook.get_backend(state.backend)
     start = len(double.requests())
     kubelet = CountingKubelet(double, n, start)
     kubelet.start()
     try:
-        batchrun.launch(state, config, backend, store, secret)
+        batchlaunch.launch(state, config, backend, store, secret)
         state.driver = uuid.uuid4().hex
         trigger = KineticBatchTrigger(
             state=state.to_dict(), config=config_to_json(config), poll_interval=0.05,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
@@ -87,8 +88,8 @@ def test_local_children_lines_once_in_order_under_a_small_cap(tmp_path: Path) ->
         request, [0, 1], "single", store, config=config, max_concurrent=2, retries=0,
         fail_fast=False,
     )  # fmt: skip
-    batchrun.start_batch(state, objects, local, store)
-    batchrun.launch(state, config, backend, store)
+    batchlaunch.start_batch(state, objects, local, store)
+    batchlaunch.launch(state, config, backend, store)
     seen: dict[int, list[str]] = defaultdict(list)
     polls_with_lines, n = 0, 0
     try:

@@ -21,8 +21,8 @@ import pytest
 
 from airflow_provider_kinetic import KineticBatchSensor, KineticMapOperator
 from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR, LocalBackend
+from airflow_provider_kinetic.core.batch.launch import child_job_id
 from airflow_provider_kinetic.core.batch.resume import load_live, save_live
-from airflow_provider_kinetic.core.batch.run import child_job_id
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret

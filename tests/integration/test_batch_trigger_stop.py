@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
-from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.batch.resume import DrivenSaves, driven_key, load_driven
 from airflow_provider_kinetic.core.batch.state import BatchState
@@ -50,7 +50,7 @@ def _deferred(config: KineticConfig) -> BatchState:
         "single", store, config=config, max_concurrent=2, retries=0, fail_fast=False,
         signing_secret=deployment_secret(),
     )  # fmt: skip
-    batchrun.start_batch(state, objects, local, store)
+    batchlaunch.start_batch(state, objects, local, store)
     state.driver = "deferral-1"
     return state
 
@@ -242,15 +242,15 @@ def test_a_trigger_resumed_from_a_save_that_lost_an_input_runs_it_once(
     state = _deferred(config)
     store = config.store()
     state.queue, state.launches = [1, 2, 3], {0: 1}
-    job = batchrun.child_job_id(state.group_id, 0, 1)
+    job = batchlaunch.child_job_id(state.group_id, 0, 1)
     if created:  # the launch went on after the save and made the child
-        spec = batchrun.child_spec(state, 0, job, config, store, deployment_secret())
+        spec = batchlaunch.child_spec(state, 0, job, config, store, deployment_secret())
         create_job(store, backend, spec, state.template.handle(config, store, spec, 0))
     events = asyncio.run(_events(_trigger(config, state)))
     assert [e.payload["status"] for e in events] == ["finished"]
     final = BatchState.from_dict(events[0].payload["state"])
     assert final.jobs[0] == job and all(final.launches[i] == 1 for i in range(INPUTS))
-    second = batchrun.child_job_id(state.group_id, 0, 2)
+    second = batchlaunch.child_job_id(state.group_id, 0, 2)
     assert not store.exists(artifact_key(second, "handle.json"))
     values, failures = batchoutcomes.gather(
         final, store, result_key=lambda job: result_key_for_job(job, AUTH_HMAC)

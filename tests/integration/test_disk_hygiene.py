@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.config import KineticConfig
@@ -52,10 +53,10 @@ def test_fifty_jobs_and_a_batch_leave_no_work_dirs(tmp_path, monkeypatch):
         fail_fast=False,
         signing_secret=SECRET,
     )
-    batchrun.start_batch(state, objects, local, store)
+    batchlaunch.start_batch(state, objects, local, store)
 
     def poll() -> bool:  # as the batch's sensor would, every 0.1 s
-        batchrun.launch(state, config, backend, store, SECRET)
+        batchlaunch.launch(state, config, backend, store, SECRET)
         done = all(backend.status(h).status.is_terminal for h in handles)
         if done and state.finished:
             return True

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import resume as batchresume
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.finish import batch_ended
@@ -68,7 +69,7 @@ def flaky(x: int, flag_dir: str) -> int:
 
 def _run(state, config, backend, store) -> None:
     def poll() -> bool:
-        batchrun.launch(state, config, backend, store)
+        batchlaunch.launch(state, config, backend, store)
         if batchrun.is_finished(state):
             return True
         reports = backend.batch_status(state.group_id, list(state.active.values()))
@@ -91,7 +92,7 @@ def test_data_gc_keeps_a_running_batchs_data(config: KineticConfig, tmp_path: Pa
         request, [1, 2], "single", store, config=config, max_concurrent=2, retries=0,
         fail_fast=False,
     )  # fmt: skip
-    batchrun.start_batch(state, objects, local, store)  # its children not launched yet
+    batchlaunch.start_batch(state, objects, local, store)  # its children not launched yet
     digest = local[0].content_hash()
     assert history.read(store, state.group_id)[history.DATA_HASHES] == [digest]
 
@@ -120,10 +121,10 @@ def test_a_succeeded_child_is_not_run_again_after_cleanup_always(
         fail_fast=False,
     )  # fmt: skip
     batchresume.save_plan(store, state, SECRET)
-    batchrun.start_batch(state, objects, local, store)
+    batchlaunch.start_batch(state, objects, local, store)
     _run(state, config, backend, store)
     assert state.done == {0: SUCCEEDED, 1: FAILED} and state.launches == {0: 2, 1: 2}
-    first = batchrun.child_job_id(state.group_id, 0, 1)
+    first = batchlaunch.child_job_id(state.group_id, 0, 1)
     succeeded = state.jobs[0]
     batch_ended(state, store, backend, delivered=False, mode="always")
     assert store.list(f"{first}/") == [] and store.exists(f"{succeeded}/result.pkl")

@@ -17,7 +17,7 @@ import pytest
 
 from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR, LocalBackend
 from airflow_provider_kinetic.core.backends.local.venv import VENV_DIR
-from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.results import collect
@@ -164,9 +164,9 @@ def test_batch_children_share_one_context(config, project):
             request, [1, 2, 3], "single", store, config=config,
             max_concurrent=3, retries=0, fail_fast=False,
         )  # fmt: skip
-        batchrun.start_batch(state, objects, local, store)
+        batchlaunch.start_batch(state, objects, local, store)
         specs += [
-            batchrun.child_spec(state, i, f"job-c{i:07d}", config, store, None) for i in range(3)
+            batchlaunch.child_spec(state, i, f"job-c{i:07d}", config, store, None) for i in range(3)
         ]
     assert len({context_arg(s) for s in specs}) == 1
     assert len([k for k in store.writes if k.startswith(CONTEXT_CACHE)]) == 1

@@ -21,7 +21,7 @@ import cloudpickle
 import pytest
 
 from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend
-from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
@@ -171,9 +171,9 @@ def test_kinetic_runner_refuses_a_batch_child_loudly(fake_gcs, gcs_bucket, tmp_p
         retries=0,
         fail_fast=False,
     )
-    batchrun.start_batch(state, objects, local, store)
+    batchlaunch.start_batch(state, objects, local, store)
     backend = Recording()
-    batchrun.launch(state, config, backend, store)
+    batchlaunch.launch(state, config, backend, store)
     child = backend.specs[0]
     proc = kinetic_runner(child.args, tmp_path)
     assert proc.returncode != 0

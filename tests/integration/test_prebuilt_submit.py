@@ -58,7 +58,7 @@ def test_a_local_path_fails_before_anything_is_uploaded(fake_gcs, config):
 
 
 def test_a_prebuilt_batch_uploads_its_requirements_once_for_every_child(fake_gcs, config):
-    from airflow_provider_kinetic.core.batch import run as batchrun
+    from airflow_provider_kinetic.core.batch import launch as batchlaunch
     from airflow_provider_kinetic.core.batch.plan import plan_batch
 
     store = GcsStore(config.bucket, client=fake_gcs.client())
@@ -68,5 +68,5 @@ def test_a_prebuilt_batch_uploads_its_requirements_once_for_every_child(fake_gcs
     [key] = [k for k in objects if k.endswith("requirements.txt")]
     assert objects[key] == b"six==1.16\n"
     for index in (0, 1):
-        spec = batchrun.child_spec(state, index, f"job-0000000{index}", config, store, None)
+        spec = batchlaunch.child_spec(state, index, f"job-0000000{index}", config, store, None)
         assert spec.args[spec.args.index("--requirements-gcs") + 1] == store.uri(key)

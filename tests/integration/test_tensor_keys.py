@@ -20,6 +20,7 @@ pytest.importorskip("safetensors")
 
 from airflow_provider_kinetic import BroadcastWindow  # noqa: E402
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend  # noqa: E402
+from airflow_provider_kinetic.core.batch import launch as batchlaunch  # noqa: E402
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes  # noqa: E402
 from airflow_provider_kinetic.core.batch import run as batchrun  # noqa: E402
 from airflow_provider_kinetic.core.batch.plan import plan_batch  # noqa: E402
@@ -208,10 +209,10 @@ def _run_batch(tmp_path: Path, store: LocalStore, inputs: list[list[Any]]) -> li
         retries=0,
         fail_fast=False,
     )
-    batchrun.start_batch(state, objects, local, store)
+    batchlaunch.start_batch(state, objects, local, store)
 
     def poll() -> bool:  # as the batch's sensor would, every 0.1 s
-        batchrun.launch(state, config, backend, store)
+        batchlaunch.launch(state, config, backend, store)
         if batchrun.is_finished(state):
             return True
         reports = backend.batch_status(state.group_id, list(state.active.values()))

@@ -1,5 +1,6 @@
-"""Batch scheduling rules (core.batch.run) on hand-made states: retries, preemption,
-fail-fast, ordering.  The store is a real LocalStore; the backend records calls."""
+"""Batch scheduling rules (core.batch.launch, core.batch.run) on hand-made states:
+retries, preemption, fail-fast, ordering.  The store is a real LocalStore; the backend
+records calls."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from airflow_provider_kinetic.core.backends.k8s.status import REASON_PREEMPTED
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.logs import failure_summary
@@ -110,7 +112,7 @@ def test_fail_fast_with_two_failures_in_one_poll_fails_the_batch_naming_both(
     finished = batchrun.observe(s, reports, backend, store)
     assert sorted(finished) == [0, 1] and s.stopped and batchrun.is_finished(s)
     assert s.done == {0: "FAILED", 1: "FAILED", 2: "CANCELLED", 3: "NOT_SUBMITTED"}
-    assert batchrun.unaccounted(s) == [] and sorted(s.order) == [0, 1, 2]
+    assert batchlaunch.unaccounted(s) == [] and sorted(s.order) == [0, 1, 2]
     assert sorted(backend.cancelled) == ["job-0", "job-1", "job-2"]
     _, failures = batchoutcomes.gather(s, store)
     assert str(failures[0]) == "job-0 broke" and str(failures[1]) == "job-1 broke"
@@ -211,8 +213,8 @@ def _lost(tmp_path) -> tuple[LocalStore, KineticConfig, Any]:
     s = state(3, {})
     s.queue, s.done, s.order = [], {0: "SUCCEEDED", 1: "SUCCEEDED"}, [0, 1]
     s.jobs = {
-        0: batchrun.child_job_id(s.group_id, 0, 1),
-        1: batchrun.child_job_id(s.group_id, 1, 1),
+        0: batchlaunch.child_job_id(s.group_id, 0, 1),
+        1: batchlaunch.child_job_id(s.group_id, 1, 1),
     }
     s.launches = {0: 1, 1: 1, 2: 1}
     return store, config, s
@@ -220,13 +222,13 @@ def _lost(tmp_path) -> tuple[LocalStore, KineticConfig, Any]:
 
 def test_a_lost_input_whose_child_was_created_is_adopted_not_made_again(tmp_path, caplog):
     store, config, s = _lost(tmp_path)
-    job = batchrun.child_job_id(s.group_id, 2, 1)
+    job = batchlaunch.child_job_id(s.group_id, 2, 1)
     store.write_bytes(f"{job}/handle.json", b"{}")  # written before its create
     backend = Creating(running={job})
-    assert batchrun.unaccounted(s) == [2]
-    assert batchrun.launch(s, config, backend, store) == 1
+    assert batchlaunch.unaccounted(s) == [2]
+    assert batchlaunch.launch(s, config, backend, store) == 1
     assert backend.created == [] and s.active[2].job_id == job and s.jobs[2] == job
-    assert s.launches[2] == 1 and s.attempts[2] == 1 and batchrun.unaccounted(s) == []
+    assert s.launches[2] == 1 and s.attempts[2] == 1 and batchlaunch.unaccounted(s) == []
     assert (
         "kinetic bug" in caplog.text and f"{job} (created, not recorded) is adopted" in caplog.text
     )
@@ -235,10 +237,10 @@ def test_a_lost_input_whose_child_was_created_is_adopted_not_made_again(tmp_path
 def test_a_lost_input_never_created_is_launched_once(tmp_path, caplog):
     store, config, s = _lost(tmp_path)
     backend = Creating()
-    assert batchrun.launch(s, config, backend, store) == 1
-    job = batchrun.child_job_id(s.group_id, 2, 1)
+    assert batchlaunch.launch(s, config, backend, store) == 1
+    job = batchlaunch.child_job_id(s.group_id, 2, 1)
     assert backend.created == [job] and s.active[2].job_id == job and s.launches[2] == 1
-    assert batchrun.launch(s, config, backend, store) == 0  # running now: never a second job
+    assert batchlaunch.launch(s, config, backend, store) == 0  # running now: never a second job
     assert backend.created == [job]
     assert "inputs[2] (neither queued, running nor done); it is launched now" in caplog.text
 
@@ -247,12 +249,12 @@ def test_a_lost_input_whose_recorded_child_ended_is_launched_anew(tmp_path):
     """The newest child the state records for the input is its last ended one: the
     lost launch never created its job, so the next id is made, once."""
     store, config, s = _lost(tmp_path)
-    first = batchrun.child_job_id(s.group_id, 2, 1)
+    first = batchlaunch.child_job_id(s.group_id, 2, 1)
     store.write_bytes(f"{first}/handle.json", b"{}")
     s.jobs[2] = first  # failed once and was to be retried
     backend = Creating()
-    batchrun.launch(s, config, backend, store)
-    assert backend.created == [batchrun.child_job_id(s.group_id, 2, 2)] and s.launches[2] == 2
+    batchlaunch.launch(s, config, backend, store)
+    assert backend.created == [batchlaunch.child_job_id(s.group_id, 2, 2)] and s.launches[2] == 2
 
 
 def test_an_input_that_never_ran_without_fail_fast_is_reported_as_our_bug(tmp_path, caplog):
@@ -297,10 +299,10 @@ def test_an_error_midway_leaves_the_input_queued_or_active_never_neither(tmp_pat
     def outage(*_args: Any, **_kw: Any) -> Any:
         raise OSError("store unavailable")
 
-    monkeypatch.setattr(batchrun, "child_spec", outage)
+    monkeypatch.setattr(batchlaunch, "child_spec", outage)
     with pytest.raises(OSError):
-        batchrun.launch(s, config, Creating(), store)
-    assert s.queue == [2] and 2 not in s.launches and batchrun.unaccounted(s) == []
+        batchlaunch.launch(s, config, Creating(), store)
+    assert s.queue == [2] and 2 not in s.launches and batchlaunch.unaccounted(s) == []
     monkeypatch.undo()
 
     s.queue, s.active = [], {2: handle("job-x")}
@@ -308,4 +310,4 @@ def test_an_error_midway_leaves_the_input_queued_or_active_never_neither(tmp_pat
     monkeypatch.setattr(backend, "cancel", outage)
     with pytest.raises(OSError):
         batchrun.observe(s, {"job-x": StatusReport(JobStatus.SUCCEEDED)}, backend, store)
-    assert list(s.active) == [2] and 2 not in s.done and batchrun.unaccounted(s) == []
+    assert list(s.active) == [2] and 2 not in s.done and batchlaunch.unaccounted(s) == []

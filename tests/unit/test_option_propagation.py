@@ -17,7 +17,7 @@ import cloudpickle
 import pytest
 
 from airflow_provider_kinetic import Data, KineticMapOperator, KineticRunOperator
-from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch.plan import PAYLOAD_CACHE
 from airflow_provider_kinetic.core.jobs.submit import plan_job
 from airflow_provider_kinetic.core.spec.pod import JobSpec
@@ -53,7 +53,9 @@ def planned(op: Any) -> tuple[JobSpec, dict[str, Any], str]:
     if isinstance(op, KineticMapOperator):
         planned = BatchTry.dry(op).plan()
         state, objects = planned.state, planned.objects
-        spec = batchrun.child_spec(state, CHILD, "job-0000000c", config, store, deployment_secret())
+        spec = batchlaunch.child_spec(
+            state, CHILD, "job-0000000c", config, store, deployment_secret()
+        )
         handle = state.template.handle(config, store, spec, CHILD)
         blob = next(v for k, v in objects.items() if k.startswith(PAYLOAD_CACHE) and ".pkl" in k)
     else:

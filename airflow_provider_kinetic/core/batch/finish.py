@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
@@ -73,7 +74,7 @@ def batch_ended(
     children are left exactly as they are, so a retry of the task resumes the batch
     and collects them instead of running them again."""
     jobs = [
-        JobHandle(batchrun.child_job_id(state.group_id, index, launch), state.backend, "")
+        JobHandle(batchlaunch.child_job_id(state.group_id, index, launch), state.backend, "")
         for index, launches in state.launches.items()
         for launch in range(1, launches + 1)
     ]
@@ -82,7 +83,7 @@ def batch_ended(
     if not delivered:
         jobs, ok = [j for j in jobs if j.job_id not in ok], set()
     counts = batchrun.counts(state)
-    batchrun.save_launches(store, state)  # before the policy may delete launch records
+    batchlaunch.save_launches(store, state)  # before the policy may delete launch records
     history.update(
         store,
         state.group_id,

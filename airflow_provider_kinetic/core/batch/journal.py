@@ -14,8 +14,8 @@ a bounded number of objects.
 Why objects, not an appended log: an object store has no append, and a sealed
 object per save is written atomically (present means complete), like every other
 record of a batch.  Why a diff of two dict forms rather than change tracking in
-``core.batch.run``: the wire form is the one thing every field already has, so a
-field added later travels in deltas without code here.
+``core.batch.launch`` and ``core.batch.run``: the wire form is the one thing every
+field already has, so a field added later travels in deltas without code here.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The plan (the initial ``BatchState``: template, options, inputs) is written once per
 batch, sealed with the deployment secret, at ``_groups/{group_id}/state.json``.
-Children have derived job ids (``batchrun.child_job_id``), so a new try finds every
+Children have derived job ids (``batchlaunch.child_job_id``), so a new try finds every
 child the earlier tries created by probing ``{job_id}/handle.json`` — no per-child
 record, so a batch still writes N + c objects.  Then the try-rule applies per child:
 succeeded children are collected, running ones adopted (unless the earlier try was
@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.batch import journal
-from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.signing import seal, unseal
@@ -154,13 +154,13 @@ def resume_batch(
     state = BatchState.from_dict(unseal(secret, store.read_bytes(plan_key(group_id)), group_id))
     state.queue, state.order, state.stopped = [], [], False
     latest: dict[int, JobHandle] = {}
-    recorded = batchrun.read_launches(store, group_id)  # an ended try's, if any
+    recorded = batchlaunch.read_launches(store, group_id)  # an ended try's, if any
     for index in range(state.total):
-        launch = batchrun.latest_launch(store, group_id, index, recorded.get(index, 0))
+        launch = batchlaunch.latest_launch(store, group_id, index, recorded.get(index, 0))
         state.launches[index] = launch
         if launch:
-            job_id = batchrun.child_job_id(group_id, index, launch)
-            spec = batchrun.child_spec(state, index, job_id, config, store, secret)
+            job_id = batchlaunch.child_job_id(group_id, index, launch)
+            spec = batchlaunch.child_spec(state, index, job_id, config, store, secret)
             latest[index] = state.template.handle(config, store, spec, index)
             state.jobs[index] = job_id
     reports = backend.batch_status(group_id, list(latest.values())) if latest else {}

@@ -3,7 +3,8 @@
 Each operation (create with its Secret, status with the pods and events that explain
 a wait, a batch's status in two list calls, logs, cancel) is a *plan* of API calls
 (``k8s/api.py``), run by the sync or the async driver; the status plans, single and
-listed, are ``k8s/reads.py``'s, what the replies mean is ``k8s/status.py``'s and
+listed, are ``k8s/reads.py``'s, the create and the cancel with their ownership proof
+``k8s/writes.py``'s, what the replies mean is ``k8s/status.py``'s and
 ``k8s/logs.py``'s business, console links ``k8s/console.py``'s.
 """
 
@@ -24,29 +25,14 @@ from airflow_provider_kinetic.core.backends.k8s.api import (
     KubernetesApiError,
     Plan,
     PlanDriver,
-    Reply,
 )
 from airflow_provider_kinetic.core.backends.k8s.console import job_console_url, logging_url
-from airflow_provider_kinetic.core.backends.k8s.manifests import (
-    GROUP_LABEL,
-    job_manifest,
-    job_name,
-    owner_reference,
-    secret_manifest,
-)
-from airflow_provider_kinetic.core.backends.k8s.ownership import (
-    OWNER_LABEL,
-    Ownership,
-    Proof,
-    delete_options,
-    stamp,
-    tokens_for,
-    uid_of,
-)
+from airflow_provider_kinetic.core.backends.k8s.manifests import GROUP_LABEL, job_manifest, job_name
 from airflow_provider_kinetic.core.backends.k8s.reads import Listed, StatusReads
+from airflow_provider_kinetic.core.backends.k8s.writes import OwnedWrites
 from airflow_provider_kinetic.core.catalog.accelerators import Accelerator
 from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport
-from airflow_provider_kinetic.core.spec.pod import CONTAINER_NAME, JobSpec, label_value, secret_name
+from airflow_provider_kinetic.core.spec.pod import CONTAINER_NAME, JobSpec, label_value
 
 if TYPE_CHECKING:
     from airflow_provider_kinetic.core.settings import KineticSettings
@@ -58,7 +44,7 @@ log = logging.getLogger(__name__)
 _UNREAD: Any = object()
 
 
-class GkeBackend(PlanDriver, StatusReads, Backend):
+class GkeBackend(PlanDriver, StatusReads, OwnedWrites, Backend):
     """Runs each job as a batch/v1 Job (``kinetic-{job_id}``) on a GKE cluster.
 
     ``api_client_factory`` returns a ``kubernetes.client.ApiClient``; production
@@ -191,6 +177,17 @@ class GkeBackend(PlanDriver, StatusReads, Backend):
     def cancel(self, handle: JobHandle) -> None:
         self._run(self._cancel_plan(handle))
 
+    def exists(self, handle: JobHandle) -> bool:
+        """Whether the handle's job exists: an object of its name that is proven its own
+        (someone else's object of that name is not this job)."""
+        proof = self._run(self._owned_plan(self._handle_ownership(handle)))
+        if proof.found is not None and not proof.owned:
+            log.warning(
+                "%s %s/%s exists but is not job %s's (%s)",
+                self.owned_kind, *self.where(handle), handle.job_id, proof.why,
+            )  # fmt: skip
+        return proof.owned
+
     def batch_status(self, group_id: str, handles: list[JobHandle]) -> dict[str, StatusReport]:
         return self._run(self._batch_plan(group_id, handles))
 
@@ -254,145 +251,6 @@ class GkeBackend(PlanDriver, StatusReads, Backend):
         call = Call("BatchV1Api", "create_namespaced_job", (spec.namespace, body))
         yield from self._with_secrets(spec, call, self._ownership_of("Job", body))
 
-    # ---- ownership (k8s/ownership.py) -------------------------------------------
-    def _stamped(self, body: dict[str, Any]) -> dict[str, Any]:
-        """A create's body with the owner token of the newest deployment secret."""
-        meta = body["metadata"]
-        tokens = tokens_for(self.owner_secret, meta["namespace"], meta["name"])
-        return stamp(body, tokens[0] if tokens else None)
-
-    def _ownership_of(self, kind: str, body: dict[str, Any]) -> Ownership:
-        """What the object a create sends must carry when it is found: every label sent."""
-        meta = body["metadata"]
-        ns, name = meta["namespace"], meta["name"]
-        labels = {k: v for k, v in (meta.get("labels") or {}).items() if k != OWNER_LABEL}
-        return Ownership(kind, ns, name, labels, tokens_for(self.owner_secret, ns, name))
-
-    def _handle_ownership(self, handle: JobHandle) -> Ownership:
-        """What a handle's object must carry to be its job's: its ``job-id`` label and,
-        with the deployment secret, the owner token.  (Not ``app``: a task's extra
-        labels may replace it, ``core/spec/pod.py``.)"""
-        ns, name = self.where(handle)
-        labels = {"job-id": handle.job_id}
-        return Ownership(self.owned_kind, ns, name, labels, tokens_for(self.owner_secret, ns, name))
-
-    def _owned_plan(self, ownership: Ownership) -> Plan[Proof]:
-        """Whether the object of ``ownership``'s name is ours (``Proof.found``: as read)."""
-        found = yield from self._owner_plan(ownership.namespace, ownership.name)
-        return ownership.check(found)
-
-    def exists(self, handle: JobHandle) -> bool:
-        """Whether the handle's job exists: an object of its name that is proven its own
-        (someone else's object of that name is not this job)."""
-        proof = self._run(self._owned_plan(self._handle_ownership(handle)))
-        if proof.found is not None and not proof.owned:
-            log.warning(
-                "%s %s/%s exists but is not job %s's (%s)",
-                self.owned_kind, *self.where(handle), handle.job_id, proof.why,
-            )  # fmt: skip
-        return proof.owned
-
-    # ---- create ------------------------------------------------------------------
-    def _with_secrets(self, spec: JobSpec, create: Call, ownership: Ownership) -> Plan[None]:
-        """Create the job's Secret, then the job (``create``), then make the job own the
-        Secret (``ownerReferences``, the job's uid), so that Kubernetes deletes it with the job.
-
-        A create whose answer was lost (connections dropped on every attempt, or a 5xx
-        last) may have happened: the object is read back by name and taken as created
-        when it is proven ours (``k8s/ownership.py``).  An object of the name that is not
-        ours is a conflict, raised naming it, and left untouched.  The Secret is deleted
-        (by uid) only when the job is known not to exist; while that cannot be told it is
-        kept, since a job that was created needs it to start.
-        """
-        what = f"{ownership.kind} {ownership.namespace}/{ownership.name}"
-        secret = secret_manifest(spec)
-        secret_uid: str | None = None
-        if secret is not None:
-            secret = stamp(secret, ownership.tokens[0] if ownership.tokens else None)
-            reply = yield Call("CoreV1Api", "create_namespaced_secret", (spec.namespace, secret))
-            if not reply.ok:
-                raise KubernetesApiError(f"creating the Secret of {what}", reply)
-            secret_uid = uid_of(reply.json())
-        lost: Exception | None = None
-        try:
-            reply = yield create
-        except Exception as exc:  # noqa: BLE001 - every attempt lost its answer: read back
-            lost, reply = exc, Reply(0, b"")
-        if reply.ok:
-            created = reply.json() or {}
-        else:
-            created = yield from self._settle(spec, ownership, reply, lost, secret_uid)
-        if secret is not None and uid_of(created):
-            patch = {"metadata": {"ownerReferences": [owner_reference(created)]}}
-            name = secret["metadata"]["name"]
-            reply = yield Call(
-                "CoreV1Api", "patch_namespaced_secret", (name, spec.namespace, patch)
-            )
-            if not reply.ok:
-                log.warning("could not make %s own its Secret: HTTP %s", what, reply.status)
-
-    def _settle(
-        self,
-        spec: JobSpec,
-        ownership: Ownership,
-        reply: Reply,
-        lost: Exception | None,
-        secret_uid: str | None,
-    ) -> Plan[dict[str, Any]]:
-        """A create that did not answer 2xx: the object it made (proven ours), else raise.
-
-        A 409 is someone else's object unless the owner token proves it ours (without a
-        deployment secret the labels alone cannot tell, and the retry already adopted
-        what a lost attempt of this create made, ``k8s/create.py``).  Other 4xx answers
-        mean the create did not happen.  A lost answer or a 5xx may have created it.
-        """
-        what = f"{ownership.kind} {ownership.namespace}/{ownership.name}"
-        error = lost or KubernetesApiError(f"creating {what}", reply)
-        maybe = lost is not None or reply.status >= 500 or reply.status == 429
-        if not maybe and reply.status != 409:  # refused (400/403/422): nothing was made
-            yield from self._delete_secret(spec, secret_uid)
-            raise error
-        try:
-            proof = yield from self._owned_plan(ownership)
-        except Exception as exc:  # noqa: BLE001 - cannot tell: keep the Secret
-            log.warning(
-                "%s: the create's answer was lost and the read-back failed (%s); keeping its "
-                "Secret, which the job needs if it was created",
-                what,
-                exc,
-            )
-            raise error from exc
-        if proof.found is None:  # the job does not exist: its Secret goes
-            yield from self._delete_secret(spec, secret_uid)
-            raise error
-        if proof.owned and (maybe or ownership.strong):
-            log.info("%s exists after its create lost its answer; taking it as created", what)
-            return proof.found
-        # Someone else's object: it is not touched.  Our own Secret (proven by the uid
-        # our create answered) would only feed it our secrets: it goes.
-        yield from self._delete_secret(spec, secret_uid)
-        if proof.owned:  # labels match, no token to prove it: the name is taken all the same
-            proof = Proof(False, "no owner token can prove whose it is", proof.uid, proof.labels)
-        raise ownership.conflict(proof) from lost
-
-    def _delete_secret(self, spec: JobSpec, uid: str | None) -> Plan[None]:
-        """Delete the Secret this submit created (``uid`` from its create's answer): by
-        uid precondition, so a Secret of that name made by anyone else stays."""
-        if not spec.secrets:
-            return
-        if uid is None:
-            log.warning("the Secret of job %s has no uid in its create answer: kept", spec.job_id)
-            return
-        name = secret_name(spec.job_id)
-        reply = yield Call(
-            "CoreV1Api",
-            "delete_namespaced_secret",
-            (name, spec.namespace),
-            {"body": delete_options(uid)},
-        )
-        if not reply.ok and reply.status != 404:
-            log.warning("could not delete the Secret of job %s: HTTP %s", spec.job_id, reply.status)
-
     def _log_pod_plan(self, ns: str, name: str) -> Plan[dict[str, Any] | None]:
         """The pod whose log is the job's log (kinetic: the status pick)."""
         return k8s_status.select_pod((yield from self._pods_plan(ns, name)))
@@ -421,35 +279,3 @@ class GkeBackend(PlanDriver, StatusReads, Backend):
             raise KubernetesApiError(f"reading the log of {pod_name}", reply)
         tail.body = reply.body
         return tail
-
-    def _cancel_plan(self, handle: JobHandle) -> Plan[None]:
-        """Delete the handle's object, only when it is proven the job's own, and only
-        that object (uid precondition: one replaced since the read stays)."""
-        ownership = self._handle_ownership(handle)
-        proof = yield from self._owned_plan(ownership)
-        what = f"{ownership.kind} {ownership.namespace}/{ownership.name}"
-        if proof.found is None:
-            return
-        if not proof.owned:
-            log.warning(
-                "not deleting %s: it is not job %s's (%s; its labels: %s)",
-                what, handle.job_id, proof.why, dict(proof.labels),
-            )  # fmt: skip
-            return
-        reply = yield from self._delete_plan(ownership, proof.uid)
-        if reply.status == 409:  # the precondition failed: the name holds another object now
-            log.warning("not deleting %s: it was replaced since it was read", what)
-            return
-        if not reply.ok and reply.status != 404:
-            raise KubernetesApiError(f"deleting {what}", reply)
-
-    def _delete_plan(self, ownership: Ownership, uid: str | None) -> Plan[Reply]:
-        """Delete the job's object (foreground: its pods go first) if it still has ``uid``."""
-        return (
-            yield Call(
-                "BatchV1Api",
-                "delete_namespaced_job",
-                (ownership.name, ownership.namespace),
-                {"body": delete_options(uid), "propagation_policy": "Foreground"},
-            )
-        )
