@@ -69,13 +69,13 @@ def start_batch(
         state.group_id,
         state.template.identity,
         backend=state.template.backend,
-        accelerator=state.template.accelerator,
+        accelerator=state.template.options.accelerator,
         func=state.template.func_name,
         output_dir=state.template.output_dir,
         submitted_at=state.created_at,
         kind="batch",
         total=state.total,
-        capacity=state.template.capacity[0] if state.template.capacity else None,
+        capacity=state.template.options.capacity[0] if state.template.options.capacity else None,
         # What its children read: ``data gc`` keeps it while the entry is there.
         **({DATA_HASHES: list(held)} if (held := state.extra.get(DATA_HASHES)) else {}),
     )
@@ -307,7 +307,7 @@ def _fold(
         # Its outcome is in the store (or it failed): delete the Job / LeaderWorkerSet
         # now, so no finished child holds a node (a stuck pod's Job goes before a retry).
         backend.cancel(handle)
-        step = next_step(state.template.capacity, handle, report, store)
+        step = next_step(state.template.options.capacity, handle, report, store)
         preempted = (
             report.status is not JobStatus.SUCCEEDED
             and step is None
@@ -327,9 +327,9 @@ def _fold(
                 "inputs[%d] (%s): giving up %s: %s; trying %s",
                 index,
                 handle.job_id,
-                describe_step(state.template.capacity, step - 1),
+                describe_step(state.template.options.capacity, step - 1),
                 report.message,
-                describe_step(state.template.capacity, step),
+                describe_step(state.template.options.capacity, step),
             )
             state.queue.insert(0, index)
             continue
