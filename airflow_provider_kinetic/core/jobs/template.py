@@ -74,8 +74,8 @@ class JobTemplate:
     env: dict[str, str] = field(default_factory=dict)
     identity: dict[str, Any] = field(default_factory=dict)
     fuse: list[FuseMount] = field(default_factory=list)
-    #: How and where every job of the template runs, resolved (its capacity chain
-    #: spelled out); spot is a capacity step here, chosen per job (``spec(step=)``).
+    #: How and where every job of the template runs, resolved: its capacity chain
+    #: spelled out, a job made for one step of it (``spec(step=)``).
     options: JobOptions = field(default_factory=JobOptions)
     group_id: str | None = None
     #: ``hmac-sha256``: the runner gets a per-job key (as a secret) and signs its result.
