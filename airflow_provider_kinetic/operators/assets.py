@@ -154,7 +154,7 @@ def batch_extra(
         "group_id": state.group_id,
         "children": state.total,
         "backend": state.backend,
-        "accelerator": state.template.accelerator,
+        "accelerator": state.template.options.accelerator,
     }
     if capacity:
         extra["capacity"] = dict(capacity)

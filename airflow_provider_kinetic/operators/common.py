@@ -21,6 +21,7 @@ from airflow_provider_kinetic.core.jobs.checkpoint import (
 )
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
 from airflow_provider_kinetic.core.jobs.cleanup import policy as cleanup_policy
+from airflow_provider_kinetic.core.jobs.options import JobOptions
 from airflow_provider_kinetic.core.jobs.pack import DEFAULT_MAX_PAYLOAD_MB
 from airflow_provider_kinetic.core.jobs.request import JobRequest, capture_env, plan_for_request
 from airflow_provider_kinetic.core.jobs.resultref import REF_KEY, make_result_ref
@@ -281,7 +282,8 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
         store_uri: Callable[[str], str],
         context: Mapping[str, Any] | None = None,
     ) -> JobRequest:
-        """The ``JobRequest`` of this task: every operator option lands here, once.
+        """The ``JobRequest`` of this task: every operator option lands here, once (how
+        and where the job runs as one ``JobOptions``, checked as it is made).
 
         Captured env values are registered with Airflow's secrets masker, so a value
         the function prints is masked in the task log.
@@ -295,24 +297,26 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
             func=self.python_callable,
             args=self.request_args(),
             kwargs=dict(self.op_kwargs or {}),
-            accelerator=self.accelerator,
-            spot=self.spot,
+            options=JobOptions(
+                accelerator=self.accelerator,
+                spot=self.spot,
+                cpu=self.cpu,
+                memory=self.memory,
+                **capacity_fields(
+                    self.capacity, self.capacity_wait, self.priority_class, self.max_run_duration
+                ),
+                checkpoint_sync_s=self.checkpoint_sync_s,
+                checkpoint_restore=self.checkpoint_restore,
+            ),
             volumes=self.rendered_volumes(context),
             capture_env_vars=self.capture_env_vars,
             output_dir=output_dir,
             identity=dict(identity),
             by_value_roots=by_value_roots(),
-            cpu_request=self.cpu,
-            memory_request=self.memory,
             entry_file=self.dag.fileloc if self.has_dag() else None,
             context_excludes=list(self.context_excludes),
             container_image=self.container_image,
             requirements=self.requirements,
-            **capacity_fields(
-                self.capacity, self.capacity_wait, self.priority_class, self.max_run_duration
-            ),
-            checkpoint_sync_s=self.checkpoint_sync_s,
-            checkpoint_restore=self.checkpoint_restore,
             max_context_mb=conf.getfloat(
                 "kinetic", "max_context_mb", fallback=DEFAULT_MAX_CONTEXT_MB
             ),

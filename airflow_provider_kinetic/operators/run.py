@@ -368,7 +368,7 @@ class KineticRunOperator(KineticOperatorBase):
         planned = plan_job(request, config, store, "job-dryrun00", deployment_secret())
         manifest = backend_class(planned.template.backend).manifest(planned.spec)
         print("\n".join(self.image_report(image, config)))
-        chain = planned.template.capacity
+        chain = planned.template.options.capacity
         for step in range(len(chain)):  # a fallback chain: what each step would send
             job = (
                 planned

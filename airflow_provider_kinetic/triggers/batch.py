@@ -135,7 +135,9 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
         driver = None  # set once it has resumed: only then is the batch its to save
         try:
             template = self._batch.template  # its metrics: the batch's task, accelerator, backend
-            trigger_scope(self, template.identity, template.accelerator, self._batch.backend)
+            trigger_scope(
+                self, template.identity, template.options.accelerator, self._batch.backend
+            )
             backend = await asyncio.to_thread(self._backend)
             if self.drive:
                 made = await asyncio.to_thread(

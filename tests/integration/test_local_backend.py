@@ -27,6 +27,7 @@ from airflow_provider_kinetic.core.backends.local.backend import (
 )
 from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.jobs.options import JobOptions
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.results import collect
 from airflow_provider_kinetic.core.jobs.submit import submit_job
@@ -434,7 +435,9 @@ def test_gpu_job_really_runs_on_cpu_here(config, backend, caplog) -> None:
     if local_devices()["gpu"]:
         pytest.skip("this machine has GPUs")
     caplog.set_level(logging.INFO, logger="airflow_provider_kinetic")
-    request = JobRequest(func=report_process, args=(["JAX_PLATFORMS"],), accelerator="gpu-l4x4")
+    request = JobRequest(
+        func=report_process, args=(["JAX_PLATFORMS"],), options=JobOptions(accelerator="gpu-l4x4")
+    )
     handle, _ = submit_job(request, config, backend)
     assert "no GPU on this machine" in caplog.text
     report = wait_terminal(backend, handle, JobStatus.SUCCEEDED)

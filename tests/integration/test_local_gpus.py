@@ -20,6 +20,7 @@ from airflow_provider_kinetic.core.backends.local import supervise
 from airflow_provider_kinetic.core.backends.local.backend import STATE_DIR, LocalBackend
 from airflow_provider_kinetic.core.backends.local.gpus import GPUS_ENV, LOCKS_ENV, LocalGpuError
 from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.jobs.options import JobOptions
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.results import collect
 from airflow_provider_kinetic.core.jobs.submit import submit_job
@@ -47,7 +48,7 @@ def machine(monkeypatch, tmp_path: Path) -> Callable[[str], None]:
 
 
 def run(config: KineticConfig, backend: LocalBackend, accelerator: str, *args: Any) -> JobHandle:
-    request = JobRequest(func=devices_when, args=args, accelerator=accelerator)
+    request = JobRequest(func=devices_when, args=args, options=JobOptions(accelerator=accelerator))
     return submit_job(request, config, backend)[0]
 
 

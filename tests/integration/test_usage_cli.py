@@ -19,6 +19,7 @@ from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs import history, usage
 from airflow_provider_kinetic.core.jobs.checkpoint import read_started, started_key
+from airflow_provider_kinetic.core.jobs.options import JobOptions
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
@@ -64,7 +65,9 @@ def run_job(config: KineticConfig, accel: str, identity: dict[str, Any]) -> JobH
     """A real job on the local backend, to its end: recorded in its history as a
     waiting task records it, its state dir released."""
     backend = LocalBackend(config.bucket_name)
-    request = JobRequest(func=add, args=(1, 2), accelerator=accel, identity=identity)
+    request = JobRequest(
+        func=add, args=(1, 2), options=JobOptions(accelerator=accel), identity=identity
+    )
     handle, _ = submit_job(request, config, backend, config.store(), deployment_secret())
     report = wait_for(f"{handle.job_id} to end", lambda: ended(backend.status(handle)), DEADLINE_S)
     status = report.status

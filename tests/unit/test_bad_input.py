@@ -15,6 +15,7 @@ from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.catalog.accelerators import InvalidAcceleratorError
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.jobs.options import JobOptions
 from airflow_provider_kinetic.core.jobs.payload import UnpicklableArgumentError
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.submit import submit_job
@@ -61,11 +62,12 @@ def stored_files(store: LocalStore) -> list[str]:
     return [os.path.join(d, f) for d, _, fs in os.walk(store.bucket) for f in fs]
 
 
-def submit_fails(env, exc_type, **request: Any) -> str:
+def submit_fails(env, exc_type, accelerator: str = "cpu", **request: Any) -> str:
     config, store, backend, good = env
     request.setdefault("args", (good,))
     with pytest.raises(exc_type) as info:
-        submit_job(JobRequest(func=noop, **request), config, backend, store)
+        options = JobOptions(accelerator=accelerator)  # a bad one fails here, as it is made
+        submit_job(JobRequest(func=noop, options=options, **request), config, backend, store)
     assert stored_files(store) == [], "nothing may be uploaded before validation passes"
     assert backend.calls == [], "the backend must not be asked to create anything"
     return str(info.value)

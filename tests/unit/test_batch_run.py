@@ -170,7 +170,7 @@ def test_a_child_without_capacity_moves_to_the_next_step_apart_from_retries(tmp_
 
     store, backend = LocalStore(str(tmp_path)), Recorder()
     s = state(2, {0: "job-r0", 1: "job-r1"}, retries=0)
-    s.template.capacity = ["reservation:r1", "spot"]
+    s.template.options = s.template.options.but(capacity=["reservation:r1", "spot"])
     s.active = {i: handle(f"job-r{i}", capacity="reservation:r1") for i in (0, 1)}
     no_capacity = StatusReport(JobStatus.FAILED, REASON_NO_CAPACITY, "nothing started")
     # Child 1's runner did start (its start record is there): it must not run again.

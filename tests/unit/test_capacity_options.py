@@ -80,14 +80,14 @@ def test_the_connections_capacity_is_the_default(gke) -> None:
     store = config.store()
     default = KineticRunOperator(task_id="t", python_callable=work, kinetic_conn_id=conn)
     plan = plan_job(default.build_request(IDENTITY, store.uri), config, store, "job-00000002")
-    assert plan.template.capacity == ["reservation:r1", "spot"]
+    assert plan.template.options.capacity == ["reservation:r1", "spot"]
     assert plan.spec.pod["nodeSelector"]["cloud.google.com/reservation-name"] == "r1"
     assert (plan.handle.capacity, plan.handle.capacity_wait_s) == ("reservation:r1", 900.0)
     own = KineticRunOperator(
         task_id="t", python_callable=work, kinetic_conn_id=conn, capacity="spot"
     )
     plan = plan_job(own.build_request(IDENTITY, store.uri), config, store, "job-00000003")
-    assert plan.template.capacity == ["spot"] and plan.handle.capacity_wait_s is None
+    assert plan.template.options.capacity == ["spot"] and plan.handle.capacity_wait_s is None
 
 
 def test_a_bad_connection_capacity_names_the_extra(gke) -> None:

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from airflow_provider_kinetic.core.jobs import checkpoint as ck
+from airflow_provider_kinetic.core.jobs.options import JobOptions
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.template import JobTemplate
 from airflow_provider_kinetic.core.storage import LocalStore
@@ -57,9 +58,9 @@ def test_env_names_the_slot_and_the_interval_only_when_not_the_default(tmp_path)
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "soon", None])
 def test_the_sync_interval_must_be_positive(bad):
     with pytest.raises(ValueError, match="checkpoint_sync_s must be a positive number"):
-        JobRequest(func=len, checkpoint_sync_s=bad)
-    assert JobRequest(func=len).checkpoint_sync_s == ck.DEFAULT_SYNC_S == 60.0
-    assert JobRequest(func=len, checkpoint_sync_s="2.5").checkpoint_sync_s == 2.5
+        JobOptions(checkpoint_sync_s=bad)
+    assert JobRequest(func=len).options.checkpoint_sync_s == ck.DEFAULT_SYNC_S == 60.0
+    assert JobOptions(checkpoint_sync_s="2.5").checkpoint_sync_s == 2.5
 
 
 def test_the_template_gives_each_job_and_child_its_slot(tmp_path):
@@ -68,9 +69,9 @@ def test_the_template_gives_each_job_and_child_its_slot(tmp_path):
     config = KineticConfig(backend="local", root=str(tmp_path))
     store = config.store()
     template = JobTemplate(
-        backend="local", accelerator="cpu", func_name="f", payload_uri="file:///p",
+        backend="local", func_name="f", payload_uri="file:///p",
         payload_sha256="0" * 64, context_uri="file:///c", context_sha256="1" * 64,
-        output_dir=store.uri("out"), identity=dict(TASK), checkpoint_sync_s=2.0,
+        output_dir=store.uri("out"), identity=dict(TASK), options=JobOptions(checkpoint_sync_s=2.0),
     )  # fmt: skip
     single = template.spec(config, store, "job-1").env
     children = [template.spec(config, store, f"job-c{i}", index=i).env for i in (0, 1)]
@@ -78,7 +79,7 @@ def test_the_template_gives_each_job_and_child_its_slot(tmp_path):
     assert len(set(uris)) == 3 and uris[0] == store.uri(ck.checkpoint_key(TASK, "job-1"))
     assert all(e[ck.SYNC_S_ENV] == "2.0" for e in (single, *children))
     # The wire form keeps the interval (a batch carries its template across deferrals).
-    assert JobTemplate.from_dict(template.to_dict()).checkpoint_sync_s == 2.0
+    assert JobTemplate.from_dict(template.to_dict()).options.checkpoint_sync_s == 2.0
 
 
 def test_remove_checkpoints_deletes_the_task_runs_slots_only(tmp_path):

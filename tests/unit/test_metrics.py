@@ -206,7 +206,7 @@ def test_a_batch_counts_preemptions_and_capacity_steps_as_they_happen(sink, tmp_
 
     store = LocalStore(str(tmp_path))
     s = batch_state(2, {0: "job-p", 1: "job-r"}, retries=0)
-    s.template.capacity = ["reservation:r1", "spot"]
+    s.template.options = s.template.options.but(capacity=["reservation:r1", "spot"])
     s.active = {0: handle("job-p", capacity="spot"), 1: handle("job-r", capacity="reservation:r1")}
     reports = {
         "job-p": StatusReport(JobStatus.FAILED, REASON_PREEMPTED),

@@ -12,6 +12,7 @@ import pytest
 
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.data.mounts import FuseMount
+from airflow_provider_kinetic.core.jobs.options import JobOptions
 from airflow_provider_kinetic.core.spec.handles import (
     GROUP_FIELDS,
     HANDLE_FIELDS,
@@ -68,8 +69,7 @@ def test_template_round_trip_with_fuse_mounts():
         "gke",
         fuse=[FuseMount("gs://b/p/", "/mnt/p", True)],
         env={"A": "1"},
-        labels={"team": "ml"},
-        cpu="2",
+        options=JobOptions(labels={"team": "ml"}, cpu="2"),
         group_id="grp-9",
     )
     wire = json.loads(json.dumps(template.to_dict()))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_kinetic.core.jobs.checkpoint import checkpoint_key, work_slot
+from airflow_provider_kinetic.core.jobs.options import JobOptions
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.keys.publish import check_policy
 
@@ -14,8 +15,8 @@ IDENTITY = {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1}
 
 def test_a_bad_checkpoint_restore_is_refused_naming_the_choices():
     with pytest.raises(ValueError, match=r"'same_work' or 'any', got 'newest'"):
-        JobRequest(func=print, checkpoint_restore="newest")
-    assert JobRequest(func=print).checkpoint_restore == "same_work"
+        JobOptions(checkpoint_restore="newest")
+    assert JobRequest(func=print).options.checkpoint_restore == "same_work"
 
 
 def test_a_bad_output_key_policy_is_refused_naming_the_choices():

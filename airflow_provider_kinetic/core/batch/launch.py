@@ -53,13 +53,13 @@ def start_batch(
         state.group_id,
         state.template.identity,
         backend=state.template.backend,
-        accelerator=state.template.accelerator,
+        accelerator=state.template.options.accelerator,
         func=state.template.func_name,
         output_dir=state.template.output_dir,
         submitted_at=state.created_at,
         kind="batch",
         total=state.total,
-        capacity=state.template.capacity[0] if state.template.capacity else None,
+        capacity=state.template.options.capacity[0] if state.template.options.capacity else None,
         # What its children read: ``data gc`` keeps it while the entry is there.
         **({DATA_HASHES: list(held)} if (held := state.extra.get(DATA_HASHES)) else {}),
     )

@@ -121,7 +121,7 @@ def plan_batch(
     """
     items = validate_options(inputs, input_mode, max_concurrent, retries)
     split = [split_input(item, input_mode, i) for i, item in enumerate(items)]
-    kind = config.backend_kind(request.accelerator_spec)
+    kind = config.backend_kind(request.options.accelerator)
     use_default_capacity(request, config)
     found = [(d, w) for i, (a, k) in enumerate(split) for d, w in find_data((a, k), f"inputs[{i}]")]
     validate_data(found)
@@ -173,7 +173,7 @@ def plan_batch(
                 exc,
             )
             work = unsure(type(exc).__name__)
-    checkpoint_slots(template, work, request.checkpoint_restore)
+    checkpoint_slots(template, work)
     state = BatchState(
         group_id=group_id,
         group_name=group_name or request.func_name,

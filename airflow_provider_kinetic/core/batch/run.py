@@ -89,7 +89,7 @@ def _fold(
         # Its outcome is in the store (or it failed): delete the Job / LeaderWorkerSet
         # now, so no finished child holds a node (a stuck pod's Job goes before a retry).
         backend.cancel(handle)
-        step = next_step(state.template.capacity, handle, report, store)
+        step = next_step(state.template.options.capacity, handle, report, store)
         preempted = (
             report.status is not JobStatus.SUCCEEDED
             and step is None
@@ -109,9 +109,9 @@ def _fold(
                 "inputs[%d] (%s): giving up %s: %s; trying %s",
                 index,
                 handle.job_id,
-                describe_step(state.template.capacity, step - 1),
+                describe_step(state.template.options.capacity, step - 1),
                 report.message,
-                describe_step(state.template.capacity, step),
+                describe_step(state.template.options.capacity, step),
             )
             state.queue.insert(0, index)
             continue

@@ -46,7 +46,7 @@ class BatchState:
     #: child's deterministic job id, so a resumed batch finds every child again.
     launches: dict[int, int] = field(default_factory=dict)
     preemptions: dict[int, int] = field(default_factory=dict)
-    #: The capacity step (index into ``template.capacity``) each input's next job asks
+    #: The capacity step (index into ``template.options.capacity``) each input's next job asks
     #: for, and the step its latest job was made for (``core.capacity``).
     steps: dict[int, int] = field(default_factory=dict)
     capacity_used: dict[int, str] = field(default_factory=dict)

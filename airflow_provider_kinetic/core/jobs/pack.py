@@ -89,7 +89,7 @@ def prepare(
 
     ``batch_inputs`` / ``input_refs``: a batch's shared payload (see ``core.batch.plan``).
     """
-    accel = parse_accelerator(request.accelerator_spec)
+    accel = parse_accelerator(request.options.accelerator)
     volumes = validate_volumes(request.volumes)
     excludes = job_context.check_patterns(request.context_excludes)
     found = [(d, f"volumes[{p!r}]", p) for p, d in volumes.items()]

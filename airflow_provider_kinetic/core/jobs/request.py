@@ -1,6 +1,7 @@
 """One remote call as the operator (or plain Python) describes it, and the checks on it.
 
-A :class:`JobRequest` holds every option a task gives; everything here runs before
+A :class:`JobRequest` holds every option a task gives (how and where it runs as one
+:class:`~airflow_provider_kinetic.core.jobs.options.JobOptions`); everything here runs before
 anything is packed or uploaded: which environment variables travel
 (:func:`capture_env`), whether volumes and Data are usable, and which image the job
 needs (:func:`plan_for_request`).
@@ -15,20 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.registry import backend_class
-from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator, with_spot
-from airflow_provider_kinetic.core.catalog.capacity import (
-    DEFAULT_CAPACITY_WAIT_S,
-    Capacity,
-    chain_for,
-)
+from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.mounts import FUSE_ROOT, check_mount_paths
-from airflow_provider_kinetic.core.jobs.checkpoint import (
-    DEFAULT_SYNC_S,
-    RESTORE_SAME_WORK,
-    validate_restore,
-    validate_sync_s,
-)
+from airflow_provider_kinetic.core.jobs.options import JobOptions
 from airflow_provider_kinetic.core.jobs.payload import underlying
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, plan_image
 
@@ -63,26 +54,14 @@ class JobRequest:
     func: Callable[..., Any]
     args: tuple = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
-    accelerator: str = "cpu"
+    #: How and where the job runs (accelerator, resources, labels, capacity, checkpoints).
+    options: JobOptions = field(default_factory=JobOptions)
     volumes: dict[str, Data] | None = None
     capture_env_vars: list[str] | None = None
     output_dir: str | None = None
     identity: dict[str, Any] = field(default_factory=dict)
     by_value_roots: list[str] = field(default_factory=list)
-    cpu_request: str | None = None
-    memory_request: str | None = None
     job_id: str | None = None
-    extra_labels: dict[str, str] = field(default_factory=dict)
-    #: Spot VMs; the same as a ``:spot`` suffix on ``accelerator`` (kinetic has both).
-    spot: bool = False
-    #: ``capacity=``: one capacity kind or a fallback chain (``core.capacity``); None:
-    #: on-demand (spot with ``spot``/``:spot``).  ``capacity_wait_s``: per step.
-    capacity: Any = None
-    capacity_wait_s: float = DEFAULT_CAPACITY_WAIT_S
-    #: A Kueue WorkloadPriorityClass for ``queue:NAME`` steps.
-    priority_class: str | None = None
-    #: Flex-start VMs' run limit in seconds; None: GKE's limit (seven days).
-    max_run_duration_s: float | None = None
     #: The DAG file: its project directory becomes the job context (``core.runtime.context``);
     #: None (plain Python without a DAG) sends a plan-only context.
     entry_file: str | None = None
@@ -99,29 +78,13 @@ class JobRequest:
     requirements: list[str] | str | None = None
     #: The image plan the operator already resolved (and built); None: resolved here.
     image_plan: ImagePlan | None = None
-    #: Seconds between the runner's syncs of ``KINETIC_CHECKPOINT_DIR`` to the store
-    #: (``core.jobs.checkpoint``); it also syncs on SIGTERM and at exit.
-    checkpoint_sync_s: float = DEFAULT_SYNC_S
-    #: Which checkpoint a job restores (``core.jobs.checkpoint``): ``"same_work"``
-    #: only one its own work wrote; ``"any"``: the task run's, whatever work wrote it.
-    checkpoint_restore: str = RESTORE_SAME_WORK
 
     def __post_init__(self) -> None:
         # One name is a list of one (a templated "{{ var.value.key_name }}" renders to a
         # string); iterating a string would forward single characters.
         self.capture_env_vars = names_option(self.capture_env_vars, "capture_env_vars") or None
-        self.checkpoint_sync_s = validate_sync_s(self.checkpoint_sync_s)
-        self.checkpoint_restore = validate_restore(self.checkpoint_restore)
-
-    @property
-    def accelerator_spec(self) -> str:
-        """``accelerator`` with ``:spot`` appended when ``spot`` asks for it."""
-        return with_spot(self.accelerator, self.spot)
-
-    @property
-    def capacity_chain(self) -> tuple[Capacity, ...]:
-        """The capacity steps, checked against the accelerator (before any upload)."""
-        return chain_for(self.capacity, self.accelerator_spec)
+        if not isinstance(self.options, JobOptions):
+            raise TypeError(f"options must be a JobOptions(...), got {self.options!r}")
 
     @property
     def func_name(self) -> str:
@@ -198,7 +161,7 @@ def plan_for_request(request: JobRequest, config: Any, kind: str) -> ImagePlan:
         container_image=request.container_image,
         requirements=request.requirements,
         entry_file=request.entry_file,
-        accelerator=parse_accelerator(request.accelerator_spec),
+        accelerator=parse_accelerator(request.options.accelerator),
         local=not backend_class(kind).needs_cluster,
         config=config,
         ceilings=request.by_value_roots or (),

@@ -93,19 +93,19 @@ def template_for(
     image: ImagePlan | None = None,
     requirements_uri: str | None = None,
 ) -> JobTemplate:
-    """The one place a request's options become a job template (jobs and batches).
+    """The one place a request becomes a job template (jobs and batches); its options
+    travel as one record (``request.options``, resolved: the capacity chain spelled out).
 
-    ``image``: the task's image plan (its URI is the job's image; its requirements are
-    installed from ``requirements_uri`` at start when the plan says so).
+        ``image``: the task's image plan (its URI is the job's image; its requirements are
+        installed from ``requirements_uri`` at start when the plan says so).
 
-    With the deployment's ``signing_secret`` the job signs its result and the
-    ``captured`` env travels encrypted, to become secrets of the job; without it
-    (kinetic's own runner) the captured env is plain env, as kinetic does it.
+        With the deployment's ``signing_secret`` the job signs its result and the
+        ``captured`` env travels encrypted, to become secrets of the job; without it
+        (kinetic's own runner) the captured env is plain env, as kinetic does it.
     """
     signed = signing_secret is not None
     return JobTemplate(
         backend=kind,
-        accelerator=request.accelerator_spec,
         func_name=request.func_name,
         payload_uri=payload_uri,
         payload_sha256=hashlib.sha256(packed.payload).hexdigest(),
@@ -115,10 +115,8 @@ def template_for(
         env={} if signed else dict(captured),
         sealed_env=encrypt_env(signing_secret, captured) if signed and captured else None,
         identity=dict(request.identity),
-        labels=dict(request.extra_labels),
         fuse=list(packed.fuse),
-        cpu=request.cpu_request,
-        memory=request.memory_request,
+        options=request.options.resolved(),
         group_id=group_id,
         result_auth=AUTH_HMAC if signed else AUTH_NONE,
         image=image.uri if image is not None else None,
@@ -126,17 +124,13 @@ def template_for(
         requirements_uri=requirements_uri
         if image is not None and image.needs_requirements_upload
         else None,
-        capacity=[str(step) for step in request.capacity_chain],
-        capacity_wait_s=request.capacity_wait_s,
-        priority_class=request.priority_class,
-        max_run_duration_s=request.max_run_duration_s,
-        checkpoint_sync_s=request.checkpoint_sync_s,
     )
 
 
-def checkpoint_slots(template: JobTemplate, work: str | None, restore: str) -> None:
-    """Key ``template``'s checkpoint slots on ``work`` (``restore="same_work"``) or on
-    the task run alone (``"any"``), and say which in the log."""
+def checkpoint_slots(template: JobTemplate, work: str | None) -> None:
+    """Key ``template``'s checkpoint slots on ``work`` (``checkpoint_restore="same_work"``)
+    or on the task run alone (``"any"``), and say which in the log."""
+    restore = template.options.checkpoint_restore
     template.checkpoint_work = work_slot(work, restore)
     if not has_task_ids(template.identity):
         return
@@ -155,11 +149,10 @@ def checkpoint_slots(template: JobTemplate, work: str | None, restore: str) -> N
 
 
 def use_default_capacity(request: JobRequest, config: KineticConfig) -> None:
-    """A request that names no capacity gets the connection's (``capacity`` extra);
-    either is checked against the accelerator here, before anything is packed."""
-    if request.capacity is None:
-        request.capacity = config.capacity
-    _ = request.capacity_chain  # raises InvalidCapacityError naming the value
+    """A request that names no capacity gets the connection's (``capacity`` extra),
+    checked against the accelerator here (InvalidCapacityError naming the value),
+    before anything is packed."""
+    request.options = request.options.with_default_capacity(config.capacity)
 
 
 @dataclass
@@ -190,7 +183,7 @@ def plan_job(
     """Validate, pack and build the spec and handle of one job; uploads nothing
     (dry runs stop here).  With ``signing_secret`` the job signs its result (the
     Airflow layer always passes it; ``None`` is for kinetic's own runner)."""
-    kind = config.backend_kind(request.accelerator_spec)
+    kind = config.backend_kind(request.options.accelerator)
     use_default_capacity(request, config)
     output_uri = request.output_dir or store.uri(f"outputs/{job_id}")
     captured = capture_env(request.capture_env_vars)
@@ -214,7 +207,7 @@ def plan_job(
     if packed.call_sha256 is not None:
         options = template_options(template, request.capture_env_vars)
         work = work_digest(call=packed.call_sha256, options=options)
-    checkpoint_slots(template, work, request.checkpoint_restore)
+    checkpoint_slots(template, work)
     spec = template.spec(config, store, job_id, signing_secret=signing_secret, step=step)
     handle = template.handle(config, store, spec, step=step)
     if packed.data_hashes:  # what the job reads: data gc keeps it while the job is known

@@ -4,11 +4,12 @@ A :class:`JobTemplate` is everything a job is made of once its payload is packed
 which payload and context to run, on what accelerator and backend, with which env,
 labels, FUSE mounts, resources and output dir.  A single job is the template run
 once; a batch child is the same template plus its input index (its own output
-subdirectory, ``KINETIC_GROUP_INDEX`` and group labels).  So an option added to
-``JobRequest`` reaches both kinds of job by being added here once.
+subdirectory, ``KINETIC_GROUP_INDEX`` and group labels).  The job's options travel as
+one record (``JobTemplate.options``, a :class:`JobOptions`), so an option added to
+``JobOptions`` reaches both kinds of job with no edit here.
 
 The template is JSON-able (``to_dict``/``from_dict``) because a batch carries it
-across deferrals.
+across deferrals; its options are flat in that form (one key per field).
 """
 
 from __future__ import annotations
@@ -19,16 +20,12 @@ from typing import Any
 from airflow_provider_kinetic.core.backends.k8s.manifests import GROUP_LABEL
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator, with_spot
-from airflow_provider_kinetic.core.catalog.capacity import (
-    DEFAULT_CAPACITY,
-    DEFAULT_CAPACITY_WAIT_S,
-    Capacity,
-    parse_capacity,
-)
+from airflow_provider_kinetic.core.catalog.capacity import Capacity
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data.mounts import FuseMount
 from airflow_provider_kinetic.core.jobs.batchwire import GROUP_ID_ENV, GROUP_INDEX_ENV
-from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S, checkpoint_env
+from airflow_provider_kinetic.core.jobs.checkpoint import checkpoint_env
+from airflow_provider_kinetic.core.jobs.options import JobOptions, option_names
 from airflow_provider_kinetic.core.jobs.signing import (
     AUTH_HMAC,
     AUTH_NONE,
@@ -68,7 +65,6 @@ class JobTemplate:
     """A packed job, minus its id (and, for batch children, minus its index)."""
 
     backend: str
-    accelerator: str
     func_name: str
     payload_uri: str
     payload_sha256: str
@@ -77,10 +73,10 @@ class JobTemplate:
     output_dir: str
     env: dict[str, str] = field(default_factory=dict)
     identity: dict[str, Any] = field(default_factory=dict)
-    labels: dict[str, str] = field(default_factory=dict)
     fuse: list[FuseMount] = field(default_factory=list)
-    cpu: str | None = None
-    memory: str | None = None
+    #: How and where every job of the template runs, resolved: its capacity chain
+    #: spelled out, a job made for one step of it (``spec(step=)``).
+    options: JobOptions = field(default_factory=JobOptions)
     group_id: str | None = None
     #: ``hmac-sha256``: the runner gets a per-job key (as a secret) and signs its result.
     result_auth: str = AUTH_NONE
@@ -94,17 +90,9 @@ class JobTemplate:
     requirements: list[str] = field(default_factory=list)
     #: Uploaded requirements the runner installs at start (``--requirements-gcs``).
     requirements_uri: str | None = None
-    #: Seconds between checkpoint syncs (``KINETIC_CHECKPOINT_SYNC_S`` when not 60).
-    checkpoint_sync_s: float = DEFAULT_SYNC_S
     #: The work segment of the checkpoint slots (``core.jobs.checkpoint.work_slot``):
     #: set once the work digest is known; None: one slot per task run (``"any"``).
     checkpoint_work: str | None = None
-    #: The capacity steps (``core.capacity``, text form), tried in order; a job is made
-    #: for one step (``spec(step=)``).  Spot is a step here, not part of ``accelerator``.
-    capacity: list[str] = field(default_factory=lambda: [DEFAULT_CAPACITY])
-    capacity_wait_s: float = DEFAULT_CAPACITY_WAIT_S
-    priority_class: str | None = None
-    max_run_duration_s: float | None = None
 
     # ---- per job ------------------------------------------------------------------
     def output_uri(self, index: int | None = None) -> str:
@@ -132,6 +120,7 @@ class JobTemplate:
             secrets.update(decrypt_env(signing_secret, self.sealed_env))
         if self.result_auth == AUTH_HMAC:
             secrets[RESULT_KEY_ENV] = job_key(signing_secret, job_id)
+        options = self.options
         env = dict(self.env)
         # Peers (core/keys/peer/registry.py): one scope per batch (every child) or per job (every
         # LWS host), for file and tensor broadcasts alike; the token only when signed.
@@ -141,10 +130,10 @@ class JobTemplate:
         # The checkpoint slot: per task run and work, and per input for a batch child.
         env.update(
             checkpoint_env(
-                store, self.identity, job_id, index, self.checkpoint_sync_s, self.checkpoint_work
+                store, self.identity, job_id, index, options.checkpoint_sync_s, self.checkpoint_work
             )
         )
-        labels = dict(self.labels)
+        labels = dict(options.labels)
         if index is not None:
             env[GROUP_INDEX_ENV] = str(index)
             labels[GROUP_INDEX_LABEL] = str(index)
@@ -152,7 +141,7 @@ class JobTemplate:
             labels[GROUP_LABEL] = self.group_id
             env[GROUP_ID_ENV] = self.group_id
         capacity = self.capacity_step(step)
-        accel = parse_accelerator(with_spot(self.accelerator, capacity.kind == "spot"))
+        accel = parse_accelerator(with_spot(options.accelerator, capacity.kind == "spot"))
         spec = build_job_spec(
             SpecInputs(
                 job_id=job_id,
@@ -173,13 +162,10 @@ class JobTemplate:
                 identity=self.identity,
                 extra_labels=labels,
                 fuse=list(self.fuse),
-                cpu_request=self.cpu,
-                memory_request=self.memory,
                 secrets=secrets,
                 ttl_seconds=config.ttl_seconds_after_finished,
                 capacity=capacity,
-                priority_class=self.priority_class,
-                max_run_duration_s=self.max_run_duration_s,
+                **options.pod_inputs(),  # resources, priority, run limit: by construction
             )
         )
         spec.requirements = list(self.requirements)
@@ -189,8 +175,8 @@ class JobTemplate:
 
     def capacity_step(self, step: int) -> Capacity:
         """Step ``step`` of the capacity chain (the last one past its end)."""
-        chain = self.capacity or [DEFAULT_CAPACITY]
-        return parse_capacity(chain[min(step, len(chain) - 1)])
+        chain = self.options.capacity_chain
+        return chain[min(step, len(chain) - 1)]
 
     def handle(
         self,
@@ -214,7 +200,9 @@ class JobTemplate:
             bucket_name=store.bucket,
             k8s_name=backend_class(self.backend).object_name(spec.job_id),
             image_uri=spec.container["image"],
-            accelerator=with_spot(self.accelerator, self.capacity_step(step).kind == "spot"),
+            accelerator=with_spot(
+                self.options.accelerator, self.capacity_step(step).kind == "spot"
+            ),
             func_name=self.func_name,
             display_name=f"kinetic-{self.func_name}-{spec.job_id}",
             created_at=utc_now_iso(),
@@ -222,18 +210,22 @@ class JobTemplate:
             result_auth=self.result_auth,
             result_key_id=spec.result_key_id,
             capacity=str(self.capacity_step(step)),
-            capacity_wait_s=self.capacity_wait_s if step + 1 < len(self.capacity) else None,
+            capacity_wait_s=self.options.capacity_wait_s
+            if step + 1 < len(self.options.capacity_chain)
+            else None,
             **group,
         )
 
     # ---- wire form ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        """The template as JSON-able data; its options' fields sit beside its own."""
         out = asdict(self)
+        out.update(out.pop("options"))
         out["fuse"] = [[m.uri, m.mount_path, m.is_dir] for m in self.fuse]
         return out
 
     @classmethod
     def from_dict(cls, value: dict[str, Any]) -> JobTemplate:
-        data = dict(value)
+        data = {k: v for k, v in value.items() if k not in option_names()}
         data["fuse"] = [FuseMount(*m) for m in data.get("fuse") or []]
-        return cls(**data)
+        return cls(**data, options=JobOptions.from_dict(value))

@@ -23,8 +23,11 @@ The digest covers:
 - the call: the arguments (Data as their refs, so local data by content hash),
   volumes and env, through the same pickler (sets sorted, every string written in
   full, never as a back-reference whose presence depends on interning);
-- the options that change what runs or where: backend, accelerator, image,
-  requirements, resources, FUSE mounts, labels, output dir, captured env names;
+- the options that change what runs or where: backend, image, requirements, FUSE
+  mounts, output dir, captured env names, and the job's ``JobOptions`` as their
+  fields' ``work`` metadata says (accelerator, resources and labels always; a new
+  option when set; capacity, priority, run limit and checkpointing never: they change
+  where or how a job runs, not what it computes);
 - for a batch, every child's input.
 
 Where the call cannot be digested (a value no pickler takes), the digest is unique
@@ -252,17 +255,17 @@ def is_sure(work: str | None) -> bool:
 
 
 def template_options(template: Any, capture_names: Iterable[str] | None) -> dict[str, Any]:
-    """The options of a ``JobTemplate`` that change what runs or where."""
+    """The options of a ``JobTemplate`` that change what runs or where: what the template
+    resolved (backend, image, mounts, output dir, env) and its ``JobOptions`` by their
+    ``work`` metadata (``core.jobs.options``: a new option is covered with no edit here,
+    and only when set, so the digests made before it stay as they were)."""
     return {
         "backend": template.backend,
-        "accelerator": template.accelerator,
         "image": template.image,
         "requirements": list(template.requirements),
-        "cpu": template.cpu,
-        "memory": template.memory,
         "fuse": [[m.uri, m.mount_path, m.is_dir] for m in template.fuse],
-        "labels": dict(sorted(template.labels.items())),
         "output_dir": template.output_dir,
         "env": dict(sorted(template.env.items())),
         "capture": sorted(capture_names or []),
+        **template.options.work_options(),
     }

@@ -43,7 +43,8 @@ def label_value(value: Any) -> str:
 
 @dataclass
 class SpecInputs:
-    """Everything the builder needs; collected by ``core.jobs.submit``."""
+    """Everything the builder needs; collected by ``JobTemplate.spec`` (a field a job
+    option feeds is named by that option's ``pod`` metadata, ``core.jobs.options``)."""
 
     job_id: str
     bucket: str
