@@ -182,4 +182,5 @@ def test_a_try_terminated_after_delivery_leaves_the_value_to_the_retry(tmp_path,
     assert rec.delivered and rec.returned and rec.try_number == 2
     # Returned: now the policy (on_success) deletes the job's artifacts.
     assert store.list(f"{job_id}/") == []
-    assert history.read(store, job_id)["artifacts"]["state"] == "deleted"
+    entry = history.read(store, job_id)
+    assert entry["state"] == "SUCCEEDED" and entry["artifacts"]["state"] == "deleted"

@@ -155,13 +155,15 @@ def _record_end(
     not be read is left exactly as it is: a retry collects it, nothing runs twice.
     ``hold``: a delivered value's artifacts stay (``release_held`` deletes them)."""
     handle, report, failure = done.handle, done.report, done.failure
-    state = report.status.value
+    state, reason = report.status.value, report.reason
+    if done.read and failure is None and report.status is JobStatus.NOT_FOUND:
+        state, reason = JobStatus.SUCCEEDED.value, None  # its result says so; the job is gone
     if failure is not None and cancel_requested(store, handle):
         state = history.CANCELLED  # stopped on purpose: not the function's failure
     if failure is not None and report.status is JobStatus.SUCCEEDED:
         history.update(store, handle.job_id, state, f"not collected: {failure}")
         return
-    history.update(store, handle.job_id, state, failure or report.reason)
+    history.update(store, handle.job_id, state, failure or reason)
     kept = result_ref_uris(done.value)
     result = store.uri(artifact_key(handle.job_id, "result.pkl"))
     done.held = hold and done.read and done.succeeded and deletes(mode, True)
