@@ -292,6 +292,7 @@ class KineticRunOperator(KineticOperatorBase):
         attempt: int,
         log_offset: int = 0,
     ) -> NoReturn:
+        run.deferring(handle)  # the record says DEFERRED from here on, not before
         self.defer(
             trigger=KineticJobTrigger(
                 handle=handle.to_dict(),

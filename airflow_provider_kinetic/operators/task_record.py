@@ -47,6 +47,7 @@ def next_record(
     try_number: int | None,
     work: str | None,
     delivered: bool,
+    returned: bool = False,
     preemptions: int | None,
 ) -> TaskRecord:
     """The record after ``old`` for ``handle``: its work digest (``work``, else the
@@ -65,6 +66,7 @@ def next_record(
         try_number=try_number,
         handle=handle.to_dict(),
         delivered=delivered,
+        returned=returned,
         preemptions=preemptions,
         work=work,
         attempts=attempts,

@@ -6,8 +6,8 @@ backend, the task's identity, the deployment secret, and the task's record (read
 once, ``operators.task_record``: the try keeps it current as it writes it).  Its
 methods are the try's steps: plan and look back (``core.jobs.taskrecord``: adopt,
 collect or submit anew), start / submit / publish, wait (``operators.job_wait``)
-following the jobs that take over from an ended one (capacity steps, preemption
-re-submits), finish (``core.jobs.finish``, as the job sensor's, then what needs
+following the jobs that take over from an ended one (``operators.takeover``: capacity
+steps, preemption re-submits), finish (``core.jobs.finish``, as the job sensor's, then what needs
 Airflow), and the record's writes.
 """
 
@@ -17,13 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
-from airflow_provider_kinetic.core.catalog.capacity import chain_for, parse_capacity
+from airflow_provider_kinetic.core.catalog.capacity import parse_capacity
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.cleanup import after_job
-from airflow_provider_kinetic.core.jobs.fallback import describe_step, next_step
-from airflow_provider_kinetic.core.jobs.finish import finish_job
-from airflow_provider_kinetic.core.jobs.results import is_preemption
+from airflow_provider_kinetic.core.jobs.finish import finish_job, release_held
 from airflow_provider_kinetic.core.jobs.submit import PlannedJob, plan_job, submit_planned
 from airflow_provider_kinetic.core.jobs.taskrecord import (
     DEFERRED,
@@ -40,7 +38,6 @@ from airflow_provider_kinetic.deployment.signing import deployment_secret, resul
 from airflow_provider_kinetic.exceptions import KineticJobFailed
 from airflow_provider_kinetic.links import job_links
 from airflow_provider_kinetic.operators import assets, job_wait, keyio
-from airflow_provider_kinetic.operators.capacity import request_fields as capacity_fields
 from airflow_provider_kinetic.operators.common import (
     XCOM_JOB,
     XCOM_OUTPUT_DIR,
@@ -50,11 +47,11 @@ from airflow_provider_kinetic.operators.common import (
     task_identity,
     xcom_value,
 )
+from airflow_provider_kinetic.operators.takeover import takeover
 from airflow_provider_kinetic.operators.task_record import (
     load_record,
     next_record,
     note_in_state_store,
-    preemptions_of,
     restore_record,
     stored_record,
 )
@@ -171,7 +168,7 @@ class TaskTry:
         if handle is None:
             handle = self.submit(planned)
         self.publish(handle)
-        self.write_record(handle, delivered=True)
+        self.write_record(handle, delivered=True, returned=True)  # the handle is the value
         self.handle = None  # nobody waits here: on_kill must not cancel it
         return handle.to_dict()
 
@@ -260,77 +257,24 @@ class TaskTry:
 
     # ---- jobs that take over from an ended one -----------------------------------------
     def next_job(self, handle: JobHandle, report: StatusReport) -> JobHandle | None:
-        """The job that takes over from ``handle``, which ended with ``report``: the
-        next capacity step's, or a preempted job's re-submit; None: finish this one."""
-        new = self.next_capacity(handle, report)
-        if new is None and self.preempted(handle, report):
-            new = self.resubmit_preempted(handle, report)
-        return new
-
-    def capacity_chain(self) -> list[str]:
-        """The task's capacity steps as rendered (the connection's default when the
-        task names none): the same chain the task's jobs were planned with."""
-        op = self.op
-        fields = capacity_fields(
-            op.capacity, op.capacity_wait, op.priority_class, op.max_run_duration
-        )
-        chain = chain_for(fields["capacity"], op.accelerator_spec(), self.config.capacity)
-        return [str(step) for step in chain]
-
-    def next_capacity(self, handle: JobHandle, report: StatusReport) -> JobHandle | None:
-        """The job of the next capacity step, when ``handle``'s step found no capacity
-        and nothing of it ever started (``core.jobs.fallback``); None otherwise."""
-        chain = self.capacity_chain()
-        step = next_step(chain, handle, report, self.store)
-        if step is None:
+        """The job that takes over from ``handle``, which ended with ``report``
+        (``operators.takeover``): the next capacity step's, or a preempted job's
+        re-submit; None: finish this one."""
+        then = takeover(self.op, self.config, self.store, self.record, handle, report, self.log)
+        if then is None:
             return None
-        self.log.warning(
-            "kinetic job %s: giving up %s: %s; trying %s",
-            handle.job_id,
-            describe_step(chain, step - 1),
-            report.message,
-            describe_step(chain, step),
-        )
-        history.update(
-            self.store, handle.job_id, history.CANCELLED, f"{report.reason}: {report.message}"
-        )
-        self.backend.cancel(handle)  # delete the Job that never ran (its pods never started)
-        self.retire(handle)
-        new = self.submit(self.plan(step))
-        self.write_record(new)
-        self.publish(new)
-        return new
-
-    def preempted(self, handle: JobHandle, report: StatusReport) -> bool:
-        """A platform kill (spot reclaim, eviction) with budget left for this task."""
-        if not is_preemption(report, self.store, handle):
-            return False
-        if preemptions_of(self.record) >= self.op.preemption_retries:
-            self.log.warning(
-                "kinetic job %s was preempted (%s) and the task's %d preemption retries are "
-                "used up",
-                handle.job_id,
-                report.describe(),
-                self.op.preemption_retries,
-            )
-            return False
-        return True
-
-    def resubmit_preempted(self, handle: JobHandle, report: StatusReport) -> JobHandle:
-        used = preemptions_of(self.record)
-        self.log.warning(
-            "kinetic job %s was preempted (%s): submitting it again (preemption retry %d/%d; "
-            "the task's Airflow retries are not used)",
-            handle.job_id,
-            report.describe(),
-            used + 1,
-            self.op.preemption_retries,
-        )
-        history.update(self.store, handle.job_id, "PREEMPTED", report.reason)
-        self.retire(handle, archive_logs=True)
-        self.backend.cancel(handle)  # delete what is left of it
-        new = self.submit()
-        self.write_record(new, preemptions=used + 1)
+        if then.preempted:
+            history.update(self.store, handle.job_id, "PREEMPTED", report.reason)
+            self.retire(handle, archive_logs=True)
+            self.backend.cancel(handle)  # delete what is left of it
+            new = self.submit()
+        else:
+            why = f"{report.reason}: {report.message}"
+            history.update(self.store, handle.job_id, history.CANCELLED, why)
+            self.backend.cancel(handle)  # delete the Job that never ran (its pods never started)
+            self.retire(handle)
+            new = self.submit(self.plan(then.step))
+        self.write_record(new, preemptions=then.preemptions)
         self.publish(new)
         return new
 
@@ -338,8 +282,11 @@ class TaskTry:
     def finish(self, handle: JobHandle, report: StatusReport, offset: int) -> Any:
         """The rest of the job's log, then ``core.jobs.finish`` (its value to XCom and
         the record "delivered" before anything is deleted), the task's usage; on
-        success its output key and the output dir's asset event.  On every path that
-        delivers a value (this worker, a resumed deferral, a later try)."""
+        success its output key and the output dir's asset event, then the record
+        "returned" and only then the artifacts the policy deletes: a try ended before
+        that (Airflow terminating it) leaves the next try the same value to collect.
+        On every path that delivers a value (this worker, a resumed deferral, a later
+        try)."""
         self.show_logs(handle, offset)
         self.log.info("kinetic job %s finished: %s", handle.job_id, report.describe())
         self.handle = None  # done: on_kill must not touch a finished job
@@ -352,6 +299,7 @@ class TaskTry:
             result_key=result_key(handle),
             deliver=lambda value, blob: self.deliver(handle, value, blob),
             checkpoints_of=self.identity,
+            hold=True,
             log_=self.log,
         )
         # The task's usage over every job its run had (the record's attempts).
@@ -365,6 +313,8 @@ class TaskTry:
         if handle.output_dir:
             out = directory_uri(handle.output_dir) or handle.output_dir
             assets.emit(self.op, self.context, out, assets.job_extra(handle, done.value, out))
+        self.write_record(handle, delivered=True, returned=True)  # the try's last word
+        release_held(self.store, done, self.op.cleanup, self.log)
         return done.value
 
     def deliver(self, handle: JobHandle, value: Any, blob: bytes) -> Any:
@@ -377,18 +327,34 @@ class TaskTry:
         return delivered
 
     # ---- the task's record -------------------------------------------------------------
+    def deferring(self, handle: JobHandle) -> None:
+        """The record says DEFERRED from the moment the try hands ``handle`` to the
+        triggerer, never before: until then the worker waits for it (a deferrable try
+        watching its job for ``defer_grace_s`` first), so a try killed there leaves a
+        job the next try adopts, not one it cancels as a cleared deferred try's."""
+        self.write_record(handle, mode=DEFERRED)
+
     def write_record(
-        self, handle: JobHandle, *, delivered: bool = False, preemptions: int | None = None
+        self,
+        handle: JobHandle,
+        *,
+        mode: str = SYNC,
+        delivered: bool = False,
+        returned: bool = False,
+        preemptions: int | None = None,
     ) -> None:
-        """The task's record: this try's job, how it waits, its work digest; while the
-        job is not delivered, the task state store names it too."""
+        """The task's record: this try's job, how it waits now (``mode``: SYNC in the
+        worker, DEFERRED once handed to the triggerer), its work digest, whether its
+        value is in XCom (``delivered``) and handed back to Airflow (``returned``);
+        while the job is not delivered, the task state store names it too."""
         record = next_record(
             self.record,
             handle,
-            mode=DEFERRED if self.op.deferrable else SYNC,
+            mode=mode,
             try_number=self.identity.get("try_number"),
             work=self.work,
             delivered=delivered,
+            returned=returned,
             preemptions=preemptions,
         )
         write_record(self.store, self.identity, record, self.secret)

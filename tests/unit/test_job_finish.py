@@ -9,7 +9,7 @@ import pytest
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.checkpoint import checkpoint_key
 from airflow_provider_kinetic.core.jobs.cleanup import ALWAYS, NEVER, ON_SUCCESS
-from airflow_provider_kinetic.core.jobs.finish import describe_failure, finish_job
+from airflow_provider_kinetic.core.jobs.finish import describe_failure, finish_job, release_held
 from airflow_provider_kinetic.core.jobs.resultref import make_result_ref
 from airflow_provider_kinetic.core.jobs.taskrecord import CANCEL_MARKER
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
@@ -140,6 +140,51 @@ def test_a_result_a_reference_points_at_is_kept(store, backend, job):
 
     assert done.removed == 0 and store.exists(f"{job.job_id}/result.pkl")
     assert history.read(store, job.job_id)["artifacts"]["state"].startswith("kept: an XCom")
+
+
+@pytest.mark.parametrize("mode", [ON_SUCCESS, ALWAYS])
+def test_held_artifacts_stay_until_released(store, backend, job, mode):
+    """``hold``: an operator's try keeps what the policy deletes until its record says
+    it returned the value; a try ended in between leaves it for the next to collect."""
+    put_result(store, job, value=3)
+
+    done = finish(store, backend, job, JobStatus.SUCCEEDED, mode=mode, hold=True)
+
+    assert done.held and done.removed == 0 and store.exists(f"{job.job_id}/result.pkl")
+    artifacts = history.read(store, job.job_id)["artifacts"]
+    assert artifacts["state"].startswith("held") and artifacts["objects"] > 0
+    assert backend.events[-2:] == [("release", job.job_id), ("cancel", job.job_id)]
+
+    release_held(store, done, mode)
+
+    assert not done.held and done.removed > 0 and not store.list(f"{job.job_id}/")
+    artifacts = history.read(store, job.job_id)["artifacts"]
+    assert artifacts == {"state": "deleted", "objects": 0, "bytes": 0, "policy": mode}
+
+
+def test_nothing_is_held_that_the_policy_keeps(store, backend, job):
+    put_result(store, job, value=3)
+    kept = finish(store, backend, job, JobStatus.SUCCEEDED, mode=NEVER, hold=True)
+    other = records.handle("job-00000002", store.bucket)
+    put_result(store, other, error=ValueError("bad"))
+    failed = finish(store, backend, other, JobStatus.FAILED, hold=True)
+
+    assert not kept.held and not failed.held
+    release_held(store, kept, NEVER)
+    release_held(store, failed, ON_SUCCESS)
+    assert store.exists(f"{job.job_id}/result.pkl") and store.exists(f"{other.job_id}/result.pkl")
+
+
+def test_a_result_collected_after_its_job_is_gone_is_a_success(store, backend, job):
+    """A later try collects a job whose backend state is gone (NOT_FOUND) from its
+    result: history says it succeeded, not that it was not found."""
+    put_result(store, job, value=3)
+
+    done = finish(store, backend, job, JobStatus.NOT_FOUND, reason="no such local job")
+
+    assert done.succeeded and done.value == 3
+    entry = history.read(store, job.job_id)
+    assert (entry["state"], entry["reason"]) == ("SUCCEEDED", None)
 
 
 @pytest.mark.parametrize(("mode", "removed"), [(ON_SUCCESS, True), (NEVER, False)])

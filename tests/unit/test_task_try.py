@@ -22,7 +22,7 @@ from airflow_provider_kinetic.core.spec.handles import (
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.exceptions import KineticJobFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
-from airflow_provider_kinetic.operators import task_record, task_try
+from airflow_provider_kinetic.operators import takeover, task_record, task_try
 from airflow_provider_kinetic.operators.task_try import TaskTry
 from tests.fixtures import records
 from tests.fixtures.ended_jobs import EndedBackend, put_result
@@ -122,12 +122,16 @@ def test_preemptions_are_counted_from_the_record(backend, context):
     handle = job(backend, 6)
     reclaimed = StatusReport(JobStatus.FAILED, sorted(PREEMPTION_REASONS)[0])
     run.write_record(handle)
-    assert run.preempted(handle, reclaimed)
-    assert not run.preempted(handle, StatusReport(JobStatus.FAILED, "exit code 1"))
+
+    def then(report: StatusReport) -> takeover.Takeover | None:
+        return takeover.takeover(op, run.config, run.store, run.record, handle, report, run.log)
+
+    assert then(reclaimed) == takeover.Takeover(step=None, preemptions=1)
+    assert then(StatusReport(JobStatus.FAILED, "exit code 1")) is None
 
     run.write_record(handle, preemptions=1)  # the budget is used up
 
-    assert not run.preempted(handle, reclaimed)
+    assert then(reclaimed) is None
     assert run.next_job(handle, reclaimed) is None  # finish this one
 
 

@@ -65,16 +65,24 @@ def store(tmp_path: Path) -> LocalStore:
     return LocalStore(str(tmp_path))
 
 
-def record(mode: str = SYNC, delivered: bool = False) -> TaskRecord:
+def record(mode: str = SYNC, delivered: bool = False, returned: bool = False) -> TaskRecord:
     handle = records.handle("job-00000001", "/r").to_dict()
-    return TaskRecord(kind="job", mode=mode, handle=handle, delivered=delivered)
+    return TaskRecord(kind="job", mode=mode, handle=handle, delivered=delivered, returned=returned)
+
+
+DELIVERED = record(delivered=True, returned=True)  # its try returned it: a clear
+UNRETURNED = record(delivered=True)  # its try ended between the XCom push and its return
 
 
 @pytest.mark.parametrize(
     ("rec", "status", "result", "step", "why"),
     [
         (None, JobStatus.RUNNING, None, Step.SUBMIT, "no earlier job"),
-        (record(delivered=True), JobStatus.SUCCEEDED, True, Step.SUBMIT, "already delivered"),
+        (DELIVERED, JobStatus.SUCCEEDED, True, Step.SUBMIT, "already delivered"),
+        (DELIVERED, JobStatus.NOT_FOUND, True, Step.SUBMIT, "already delivered"),
+        (UNRETURNED, JobStatus.NOT_FOUND, True, Step.COLLECT, "collecting the same result again"),
+        (UNRETURNED, JobStatus.SUCCEEDED, True, Step.COLLECT, "collecting the same result again"),
+        (UNRETURNED, JobStatus.NOT_FOUND, None, Step.SUBMIT, "ended NOT_FOUND"),
         (record(), JobStatus.RUNNING, None, Step.ADOPT, "still RUNNING"),
         (record(), JobStatus.PENDING, None, Step.ADOPT, "still PENDING"),
         (record(), JobStatus.SUCCEEDED, True, Step.COLLECT, "collecting"),

@@ -17,6 +17,11 @@ One order, whoever finishes the job:
 6. with ``checkpoints_of`` (a task's identity): the task's checkpoints, once its
    value is delivered and the policy deletes a succeeded job's artifacts.
 
+With ``hold`` (an operator's try, whose record says "delivered" at step 2) the
+artifacts the policy would delete at step 4 are kept (history: "held") until the
+caller's record says the try returned the value (:func:`release_held`): a try ended
+in between (Airflow terminating it) leaves a later try the same value to collect.
+
 A job that succeeded but whose result cannot be read (the store, a key) keeps its
 artifacts and history says "not collected": a retry collects it, nothing runs twice.
 Whatever needs Airflow (the XCom push, the task's usage line) is the caller's.
@@ -32,11 +37,16 @@ from typing import Any
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.checkpoint import remove_checkpoints
-from airflow_provider_kinetic.core.jobs.cleanup import after_job, deletes
+from airflow_provider_kinetic.core.jobs.cleanup import after_job, deletes, left_behind
 from airflow_provider_kinetic.core.jobs.resultref import result_ref_uris
 from airflow_provider_kinetic.core.jobs.results import collect_with_blob
 from airflow_provider_kinetic.core.jobs.taskrecord import cancel_requested
-from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
+from airflow_provider_kinetic.core.spec.handles import (
+    JobHandle,
+    JobStatus,
+    StatusReport,
+    artifact_key,
+)
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -66,6 +76,8 @@ class FinishedJob:
     read: bool = False
     #: Artifact objects the policy deleted.
     removed: int = 0
+    #: The policy deletes its artifacts, but they are kept until ``release_held``.
+    held: bool = False
 
     @property
     def succeeded(self) -> bool:
@@ -92,6 +104,7 @@ def finish_job(
     read_value: bool = True,
     deliver: Callable[[Any, bytes], Any] | None = None,
     checkpoints_of: Mapping[str, Any] | None = None,
+    hold: bool = False,
     log_: Any = None,
 ) -> FinishedJob:
     """Finish an ended job (``report``: how it ended) in the order above.
@@ -100,8 +113,9 @@ def finish_job(
     ``read_value=False``: its result is not read (nobody wants the value); ``deliver``
     (value, verified ``result.pkl`` bytes) -> what was delivered, called for a job
     that succeeded before anything is deleted (if it raises, the job is left as it
-    is).  The job's failure is returned (``FinishedJob.error``), not raised: the
-    caller raises it its own way, after what it still has to do."""
+    is).  ``hold``: a delivered value's artifacts are kept until ``release_held``.
+    The job's failure is returned (``FinishedJob.error``), not raised: the caller
+    raises it its own way, after what it still has to do."""
     logger = log_ or log
     done = FinishedJob(handle, report, read=read_value)
     value, blob = None, b""
@@ -123,7 +137,7 @@ def finish_job(
     if read_value and done.succeeded:
         done.value = deliver(value, blob) if deliver is not None else value
     try:  # its log archived before the Job (and its pods) go
-        _record_end(store, backend, done, mode, logger)
+        _record_end(store, backend, done, mode, logger, hold)
     finally:
         _delete_job(backend, handle, logger)
     if checkpoints_of is not None and done.succeeded and deletes(mode, True):
@@ -135,27 +149,62 @@ def finish_job(
 
 
 def _record_end(
-    store: ObjectStore, backend: Backend, done: FinishedJob, mode: str, logger: Any
+    store: ObjectStore, backend: Backend, done: FinishedJob, mode: str, logger: Any, hold: bool
 ) -> None:
     """History, then the cleanup policy.  A job that succeeded but whose result could
-    not be read is left exactly as it is: a retry collects it, nothing runs twice."""
+    not be read is left exactly as it is: a retry collects it, nothing runs twice.
+    ``hold``: a delivered value's artifacts stay (``release_held`` deletes them)."""
     handle, report, failure = done.handle, done.report, done.failure
-    state = report.status.value
+    state, reason = report.status.value, report.reason
+    if done.read and failure is None and report.status is JobStatus.NOT_FOUND:
+        state, reason = JobStatus.SUCCEEDED.value, None  # its result says so; the job is gone
     if failure is not None and cancel_requested(store, handle):
         state = history.CANCELLED  # stopped on purpose: not the function's failure
     if failure is not None and report.status is JobStatus.SUCCEEDED:
         history.update(store, handle.job_id, state, f"not collected: {failure}")
         return
-    history.update(store, handle.job_id, state, failure or report.reason)
+    history.update(store, handle.job_id, state, failure or reason)
+    kept = result_ref_uris(done.value)
+    result = store.uri(artifact_key(handle.job_id, "result.pkl"))
+    done.held = hold and done.read and done.succeeded and deletes(mode, True)
+    done.held = done.held and result not in kept  # a referenced result stays anyway
     done.removed = after_job(
         store,
         backend,
         [handle],
         succeeded=done.succeeded,
         mode=mode,
-        kept_uris=result_ref_uris(done.value),
+        kept_uris=kept | ({result} if done.held else set()),
         log_=logger,
         archive_logs=True,
+    )
+    if done.held:
+        _note_artifacts(store, handle.job_id, mode, HELD)
+
+
+#: History's word for a delivered job's artifacts kept until its try has returned.
+HELD = "held: the value is delivered; kept until the task's try has returned it"
+
+
+def release_held(store: ObjectStore, done: FinishedJob, mode: str, log_: Any = None) -> None:
+    """Delete the artifacts ``finish_job(hold=True)`` kept, once the caller's record
+    says the value was returned (never fatal: the value is home; ``jobs cleanup``
+    deletes what is left)."""
+    if not done.held:
+        return
+    job_id = done.handle.job_id
+    try:
+        done.removed += store.delete_prefix(f"{job_id}/")
+        _note_artifacts(store, job_id, mode, "deleted")
+        done.held = False
+    except Exception as exc:  # noqa: BLE001 - the value is home already
+        (log_ or log).warning("could not delete the artifacts of job %s: %s", job_id, exc)
+
+
+def _note_artifacts(store: ObjectStore, job_id: str, mode: str, state: str) -> None:
+    """The history entry's ``artifacts`` (as ``core.jobs.cleanup`` writes it)."""
+    history.update(
+        store, job_id, artifacts={"state": state, **left_behind(store, job_id), "policy": mode}
     )
 
 

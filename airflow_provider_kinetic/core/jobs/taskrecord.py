@@ -11,7 +11,10 @@ What the next try does is read from real state, never from memory:
 ==========================================  =========================================
 job found for this task                     the new try
 ==========================================  =========================================
-none, or its result was already delivered   submit (a clear of a finished task re-runs)
+none, or its result was delivered and the   submit (a clear of a finished task re-runs)
+try that delivered it returned
+delivered, but its try ended before it      collect: the same value again, kept for it
+returned (a termination while finishing)      (the same rows below: never a second run)
 PENDING / RUNNING                            adopt and wait
 PENDING / RUNNING, but cancel requested,    submit anew (a clear or mark-failed of a
 or owned by a deferred try that ended          deferred task: "run it again"; the old
@@ -35,7 +38,14 @@ A deferred try never ends while its job still runs: its trigger fires only for a
 terminal job, a timeout, or an error the operator turns into a cancel.  So a live job
 owned by a deferred try means the try was killed from outside (user clear or
 mark-failed), where a new try must not adopt it.  A live job owned by a sync try means
-the worker died (SIGKILL, OOM), where adopting avoids running the job twice.
+the worker died (SIGKILL, OOM), where adopting avoids running the job twice.  So the
+record says DEFERRED only from the moment the try hands its job to the triggerer; a
+deferrable try watching its job in the worker first (``defer_grace_s``) says SYNC.
+
+What the record says of the value: ``delivered`` once it is in XCom (the try may still
+be finishing; its job's artifacts are kept), ``returned`` once that try handed it back
+to Airflow (only then do the artifacts go).  A later try of a delivered record that was
+never returned collects the same value again; of a returned one, it is a clear.
 """
 
 from __future__ import annotations
@@ -87,7 +97,11 @@ class TaskRecord:
     try_number: int | None = None
     handle: dict[str, Any] | None = None
     group_id: str | None = None
+    #: The job's value is in XCom (the try that pushed it may still be finishing).
     delivered: bool = False
+    #: The try that delivered the value returned it to Airflow: nothing of that try is
+    #: left to do, so a later try of this record is a clear ("run it again").
+    returned: bool = False
     #: Platform kills (spot reclaim, eviction) resubmitted so far, across tries.
     preemptions: int = 0
     #: ``core.jobs.work`` digest of what the job (or batch) runs; None: not known.
@@ -204,7 +218,7 @@ def decide_job(
     job = record.job if record is not None else None
     if record is None or job is None:
         return Step.SUBMIT, None, None, "no earlier job for this task"
-    if record.delivered:
+    if record.delivered and record.returned:
         return Step.SUBMIT, job, None, f"job {job.job_id} already delivered its result: run again"
     report = backend.status(job)
     live = report.status in (JobStatus.PENDING, JobStatus.RUNNING)
@@ -226,5 +240,8 @@ def decide_job(
     if report.status is JobStatus.SUCCEEDED or (
         report.status is JobStatus.NOT_FOUND and succeeded_result(store, job, result_key)
     ):
+        if record.delivered:  # its try ended between the XCom push and its return
+            why = f"job {job.job_id} delivered its result to a try that ended before returning"
+            return Step.COLLECT, job, report, why + " it; collecting the same result again"
         return Step.COLLECT, job, report, f"job {job.job_id} finished; collecting its result"
     return Step.SUBMIT, job, report, f"job {job.job_id} ended {report.describe()}"

@@ -1,0 +1,186 @@
+"""A try's record says what the try really did, so the next try never runs the function
+again for work that is running or a value that was computed.
+
+Real processes: each try runs ``KineticRunOperator.execute`` in its own Python process
+(a fake task instance), killed or terminated where Airflow or the machine would; jobs
+are real local jobs; the function counts its runs in a marker file.
+
+- Mode: a deferrable try watches its job in the worker first (``defer_grace_s``); a
+  worker killed there has not deferred, so its record says SYNC and the retry adopts
+  the job (a DEFERRED record made the retry cancel it as a cleared deferred try's and
+  run the function again).
+- Value: a try terminated after its value reached XCom and before it returned (Airflow
+  deciding it "shouldn't be running anymore") leaves the record "delivered" but not
+  "returned" and the job's result in the store: the retry delivers that same value
+  (the artifacts used to be deleted already, and the retry ran the job again).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.taskrecord import DEFERRED, SYNC, read_record
+from airflow_provider_kinetic.core.storage import LocalStore
+from airflow_provider_kinetic.deployment.signing import deployment_secret
+from tests.fixtures.fake_ti import FakeTI
+from tests.fixtures.waiting import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+IDENTITY = {"dag_id": "d", "run_id": "manual__1", "task_id": "t", "map_index": -1}
+
+TASK = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    from airflow_provider_kinetic import KineticRunOperator
+    from airflow_provider_kinetic.operators import task_try
+    from tests.fixtures.fake_ti import FakeTI
+
+    ARGS = json.loads(sys.argv[1])
+
+    def work(marker):
+        import os, time
+        with open(marker, "a") as f:
+            f.write("ran\\n")
+        while os.path.exists(marker + ".hold"):  # the test releases the job
+            time.sleep(0.05)  # timing-ok: the job's workload, held until the test releases it
+        return {"answer": 99}
+
+    if ARGS.get("terminate_after_delivery"):
+        # Airflow terminates the try at its next step after the job's finish (the value
+        # is in XCom, the record says delivered, the cleanup policy has run).
+        def terminated(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        task_try.report_usage = terminated
+
+    op = KineticRunOperator(
+        task_id="t", python_callable=work, op_args=[ARGS["marker"]],
+        kinetic_conn_id="kinetic_local", poll_interval=0.1, deferrable=ARGS["deferrable"],
+    )
+    ti = FakeTI(try_number=ARGS["try"], echo=True)
+    print("RESULT", json.dumps(op.execute({"ti": ti})), flush=True)
+    """
+)
+
+
+def start(tmp_path: Path, **args) -> subprocess.Popen:  # noqa: ANN003
+    script = tmp_path / "task.py"
+    script.write_text(TASK)
+    # A deferrable try's watch in the worker outlasts the test: it is killed inside it.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AIRFLOW__KINETIC__DEFER_GRACE_S": "600"}
+    return subprocess.Popen(
+        [sys.executable, str(script), json.dumps(args)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+
+
+def finish(proc: subprocess.Popen) -> tuple[object, str]:
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, out
+    line = next(line for line in out.splitlines() if line.startswith("RESULT "))
+    return json.loads(line.split(" ", 1)[1]), out
+
+
+def runs(marker: Path) -> int:
+    return marker.read_text().count("ran") if marker.exists() else 0
+
+
+def jobs(root: Path) -> list[str]:
+    return sorted(p.parent.name for p in (root / "history").glob("*/entry.json"))
+
+
+def record(root: Path):  # noqa: ANN201
+    return read_record(LocalStore(str(root)), IDENTITY, deployment_secret())
+
+
+def test_a_worker_killed_before_it_defers_leaves_a_job_the_retry_adopts(tmp_path, local_conn):
+    marker = tmp_path / "executions"
+    hold = Path(f"{marker}.hold")
+    hold.touch()
+    first = start(tmp_path, marker=str(marker), deferrable=True, **{"try": 1})
+    wait_for("the job to run", lambda: runs(marker) == 1)
+    (job_id,) = jobs(local_conn)
+    store = LocalStore(str(local_conn))
+    running = lambda: (history.read(store, job_id) or {}).get("state") == "RUNNING"  # noqa: E731
+    wait_for("try 1 to watch its job RUNNING", running)
+    rec = record(local_conn)
+    assert rec.job.job_id == job_id and rec.mode == SYNC  # watching in the worker
+    first.send_signal(signal.SIGKILL)  # inside the watch, before any defer
+    first.wait(30)
+    assert first.returncode == -signal.SIGKILL
+
+    second = start(tmp_path, marker=str(marker), deferrable=True, **{"try": 2})
+    wait_for("try 2 to take the job over", lambda: record(local_conn).try_number == 2)
+    hold.unlink()
+    value, out = finish(second)
+    assert value == {"answer": 99}
+    assert runs(marker) == 1  # the function ran once
+    assert jobs(local_conn) == [job_id]  # and no second job exists
+    assert f"adopting still-RUNNING kinetic job {job_id}" in out
+    assert "belonged to a deferred try" not in out
+
+
+def test_a_try_that_defers_says_so(monkeypatch, tmp_path, local_conn):
+    """The other side: the record says DEFERRED once the try hands its job over."""
+    from airflow.providers.common.compat.sdk import TaskDeferred
+
+    from airflow_provider_kinetic import KineticRunOperator
+
+    def held(release: str) -> int:
+        import os
+        import time
+
+        while not os.path.exists(release):
+            time.sleep(0.05)  # timing-ok: the job's workload, until the fixture cancels it
+        return 1
+
+    monkeypatch.setenv("AIRFLOW__KINETIC__DEFER_GRACE_S", "0")  # defer at once
+    op = KineticRunOperator(
+        task_id="t", python_callable=held, op_args=[str(tmp_path / "never")],
+        kinetic_conn_id="kinetic_local", poll_interval=0.1, deferrable=True,
+    )  # fmt: skip
+    ti = FakeTI()
+    with pytest.raises(TaskDeferred):
+        op.execute({"ti": ti})
+    rec = record(local_conn)
+    assert rec.mode == DEFERRED and not rec.delivered
+    assert rec.job.job_id == ti.xcom["kinetic_job"]["job_id"]
+
+
+def test_a_try_terminated_after_delivery_leaves_the_value_to_the_retry(tmp_path, local_conn):
+    marker = tmp_path / "executions"
+    first = start(
+        tmp_path, marker=str(marker), deferrable=False, terminate_after_delivery=True,
+        **{"try": 1},
+    )  # fmt: skip
+    out, _ = first.communicate(timeout=180)
+    assert first.returncode == -signal.SIGTERM, out
+    assert 'XCOM return_value {"answer": 99}' in out  # delivered before the termination
+    (job_id,) = jobs(local_conn)
+    rec = record(local_conn)
+    assert rec.delivered and not rec.returned
+    store = LocalStore(str(local_conn))
+    assert store.exists(f"{job_id}/result.pkl")  # kept for a later try
+    assert history.read(store, job_id)["artifacts"]["state"].startswith("held")
+
+    value, out = finish(start(tmp_path, marker=str(marker), deferrable=False, **{"try": 2}))
+    assert value == {"answer": 99}
+    assert 'XCOM return_value {"answer": 99}' in out
+    assert runs(marker) == 1  # the function ran once
+    assert jobs(local_conn) == [job_id]  # and no second job exists
+    assert "collecting the same result again -> collect" in out
+    rec = record(local_conn)
+    assert rec.delivered and rec.returned and rec.try_number == 2
+    # Returned: now the policy (on_success) deletes the job's artifacts.
+    assert store.list(f"{job_id}/") == []
+    entry = history.read(store, job_id)
+    assert entry["state"] == "SUCCEEDED" and entry["artifacts"]["state"] == "deleted"
