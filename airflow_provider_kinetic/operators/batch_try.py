@@ -25,6 +25,7 @@ from functools import cached_property
 from typing import Any, NoReturn
 
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.batch import finish as batchfinish
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
@@ -252,6 +253,7 @@ class BatchTry:
             )
             return None
         log.info("kinetic: resuming batch %s of an earlier try (same work)", record.group_id)
+        batchfinish.batch_resumed(self.store, record.group_id, self.identity)  # its entry
         return state
 
     def write_record(self, delivered: bool = False) -> None:
@@ -395,6 +397,7 @@ class BatchTry:
         state = self.state
         for handle in list(state.active.values()):
             request_cancel(self.store, self.backend, handle)
+        batchfinish.batch_cancelled(state, self.store, "cancelled")
         self.op.log.info("cancelled %d children of batch %s", len(state.active), state.group_id)
 
     # ---- observing and reporting the batch -------------------------------------------
