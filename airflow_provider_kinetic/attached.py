@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.registry import backend_class
+from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.cleanup import release
 from airflow_provider_kinetic.core.jobs.results import collect
 from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC
@@ -49,7 +50,9 @@ class AttachedJob:
         return self._backend
 
     def status(self) -> StatusReport:
-        return self.backend.status(self.handle)
+        """Its backend's report; a job its backend released once its outcome was
+        collected (NOT_FOUND) as its history says it ended."""
+        return history.settled(self.store, self.job_id, self.backend.status(self.handle))
 
     def logs(self) -> str:
         """The job's whole log so far."""

@@ -165,6 +165,47 @@ def parse_since(text: str, now: float) -> float:
     )
 
 
+def _task_name(entry: Mapping[str, Any]) -> str:
+    """``dag/run/task[map]`` of an entry, as Airflow names the task instance."""
+    name = f"{entry.get('dag_id')}/{entry.get('run_id')}/{entry.get('task_id')}"
+    index = entry.get("map_index")
+    return name + (f"[{index}]" if index not in (None, -1) else "")
+
+
+def result_fate(entry: Mapping[str, Any]) -> str:
+    """What became of a job's (or batch's) result, from its history entry: for a job
+    its backend no longer knows (``jobs status``, ``jobs result``), e.g. ``delivered
+    to XCom of dag/run/task (try 2) and deleted by cleanup on_success``."""
+    state = str(entry.get("state") or history.SUBMITTED)
+    artifacts = entry.get("artifacts") or {}
+    kept = str(artifacts.get("state") or "present")
+    policy = artifacts.get("policy")
+    if kept == "deleted":
+        gone = f"deleted by cleanup {policy}" if policy else "deleted"
+    elif kept.startswith("deleted"):
+        gone = kept
+    else:
+        gone = f"its artifacts {kept}"
+    if state not in history.ENDED:
+        return f"not ended ({state}): no result yet"
+    if state == "SUCCEEDED":
+        if entry.get("dag_id"):
+            where = f"XCom of {_task_name(entry)}"
+            if entry.get("try_number") is not None:
+                where += f" (try {entry['try_number']})"
+        else:
+            where = "its caller"
+        return (
+            f"delivered to {where} and {gone}"
+            if gone.startswith("deleted")
+            else (f"delivered to {where}; {gone}")
+        )
+    why = f" ({entry['reason']})" if entry.get("reason") else ""
+    return f"no value: it ended {state}{why}; " + (
+        f"its artifacts {gone}" if gone.startswith("deleted") else gone
+    )
+
+
 def entry_row(entry: dict[str, Any]) -> dict[str, Any]:
     artifacts = entry.get("artifacts") or {}
     return {
@@ -190,6 +231,7 @@ def entry_row(entry: dict[str, Any]) -> dict[str, Any]:
         "artifacts": artifacts.get("state"),
         "artifacts_bytes": artifacts.get("bytes"),
         "children": entry.get("children"),
+        "result": result_fate(entry),
     }
 
 
@@ -197,7 +239,9 @@ def _legacy_row(entry: inventory.JobEntry) -> dict[str, Any]:
     """A job with a ``handle.json`` but no history entry (submitted by an older version)."""
     h = entry.handle
     return {
-        **dict.fromkeys(("reason", "started_at", "ended_at", "log", "children", "logical_date")),
+        **dict.fromkeys(
+            ("reason", "started_at", "ended_at", "log", "children", "logical_date", "result")
+        ),
         "job_id": h.job_id,
         "kind": "job",
         "state": None,
@@ -240,7 +284,8 @@ def history_rows(
     :class:`TaskFilter`) before any backend is asked."""
     store = statuses.store
     index = inventory.task_index(store, deployment_secret())
-    rows = [_with_task(entry_row(e), index) for e in history.entries(store)]
+    found = history.without_children(history.entries(store))
+    rows = [_with_task(entry_row(e), index) for e in found]
     known = {row["job_id"] for row in rows}
     for entry in inventory.list_jobs(store, deployment_secret(), index):
         if entry.handle.job_id not in known and entry.handle.group_id not in known:
@@ -288,6 +333,14 @@ def child_rows(statuses: JobStatuses, batch: Mapping[str, Any]) -> list[dict[str
         jobs[int(index)] = (str(job_id), (live.get("attempts") or {}).get(index))
     entry = history.read(store, group) or {}
     failed, created = set(entry.get("failed_jobs") or ()), set(entry.get("child_jobs") or ())
+    # How the batch saw each child end (``core.batch.finish``): once the batch ended,
+    # the word on a child its backend no longer knows, or that it cancelled.
+    recorded: dict[str, str] = {}
+    for index, child in (entry.get("child_states") or {}).items():
+        if isinstance(child, dict) and child.get("job_id"):
+            recorded[str(child["job_id"])] = str(child.get("state"))
+            jobs.setdefault(int(index), (str(child["job_id"]), None))
+    ended = entry.get("state") in history.ENDED
     handles = [
         JobHandle(
             job_id=job_id,
@@ -304,7 +357,10 @@ def child_rows(statuses: JobStatuses, batch: Mapping[str, Any]) -> list[dict[str
         index = int(handle.group_index or 0)
         report = reports.get(handle.job_id)
         state, reason = (report.status.value, report.reason) if report else ("NOT_FOUND", None)
-        if state == "NOT_FOUND":
+        if handle.job_id in recorded and (ended or state == "NOT_FOUND"):
+            if recorded[handle.job_id] != state:
+                state, reason = recorded[handle.job_id], None
+        elif state == "NOT_FOUND":
             if handle.job_id in failed:
                 state = "FAILED"
             elif handle.job_id in created or done.get(index) == "SUCCEEDED":

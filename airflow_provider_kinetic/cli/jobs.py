@@ -28,6 +28,7 @@ from airflow_provider_kinetic.cli.joblist import (
     history_rows,
     parse_logical_date,
     parse_since,
+    result_fate,
 )
 from airflow_provider_kinetic.cli.output import emit
 from airflow_provider_kinetic.core.jobs import history
@@ -88,8 +89,9 @@ def jobs_status(args: Namespace) -> None:
             raise
         emit(entry_row(entry), output_format(args))
         return
-    report = job.status()
+    report = job.status()  # a job its backend released: how its history says it ended
     h = job.handle
+    entry = history.read(job.store, h.job_id)
     emit(
         {
             "job_id": h.job_id,
@@ -104,6 +106,8 @@ def jobs_status(args: Namespace) -> None:
             "group_index": h.group_index,
             "output_dir": h.output_dir,
             "artifacts": job.store.uri(f"{h.job_id}/"),
+            "try_number": (entry or {}).get("try_number"),
+            "result": result_fate(entry) if entry and report.status.is_terminal else None,
         },
         output_format(args),
     )
@@ -164,8 +168,15 @@ def failure_text(job_id: str, exc: BaseException) -> str:
 
 @command
 def jobs_result(args: Namespace) -> None:
-    """The job's return value (verified against its signature before it is unpickled)."""
-    job = _attach(args)
+    """The job's return value (verified against its signature before it is unpickled);
+    a job whose artifacts are gone: what its history says became of its result."""
+    try:
+        job = _attach(args)
+    except CliError:
+        entry = history.read(KineticHook(args.conn_id).get_store(), args.job_id)
+        if entry is None:
+            raise
+        raise CliError(f"kinetic job {args.job_id}: {result_fate(entry)}") from None
     report = job.status()
     if not report.status.is_terminal and not args.wait:
         raise CliError(f"kinetic job {job.job_id} is still {report.status.value}: pass --wait")

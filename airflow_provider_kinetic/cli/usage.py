@@ -84,7 +84,9 @@ def usage(args: Namespace) -> None:
     since = parse_since(args.since, now) if getattr(args, "since", None) else None
     prices = load_price_table()
     store = KineticHook(args.conn_id).get_store()
-    entries = history.entries(store, history.Filter(args.dag_id, None, since))
+    entries = history.without_children(
+        history.entries(store, history.Filter(args.dag_id, None, since))
+    )
     usages = [job_usage(store, entry, now=now) for entry in entries]
     rows, overall = usage_rows(usages, by, prices)
     if output_format(args) == "json":

@@ -23,6 +23,7 @@ from functools import cached_property
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.batch import finish as batchfinish
 from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
@@ -246,6 +247,7 @@ class BatchTry(BatchWaits):
             )
             return None
         log.info("kinetic: resuming batch %s of an earlier try (same work)", record.group_id)
+        batchfinish.batch_resumed(self.store, record.group_id, self.identity)  # its entry
         return state
 
     def write_record(self, delivered: bool = False) -> None:

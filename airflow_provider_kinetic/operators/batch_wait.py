@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.batch import finish as batchfinish
 from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
@@ -144,6 +145,7 @@ class BatchWaits:
         state = self.state
         for handle in list(state.active.values()):
             request_cancel(self.store, self.backend, handle)
+        batchfinish.batch_cancelled(state, self.store, "cancelled")
         self.op.log.info("cancelled %d children of batch %s", len(state.active), state.group_id)
 
     # ---- observing and reporting the batch -------------------------------------------

@@ -309,3 +309,6 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
         )
         for handle in handles:  # markers first: a new try never adopts these
             await asyncio.to_thread(request_cancel, store, backend, handle)
+        from airflow_provider_kinetic.core.batch.finish import batch_cancelled
+
+        await asyncio.to_thread(batch_cancelled, self._batch, store, "task killed")

@@ -4,7 +4,7 @@ and from the batch sensor (``core.jobs.cleanup`` is the policy)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,8 +13,13 @@ from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
-from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
-from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.batch.state import (
+    CANCELLED,
+    NOT_SUBMITTED,
+    SUCCEEDED,
+    BatchState,
+)
+from airflow_provider_kinetic.core.jobs import history, usage
 from airflow_provider_kinetic.core.jobs.checkpoint import remove_checkpoints
 from airflow_provider_kinetic.core.jobs.cleanup import after_job, deletes
 from airflow_provider_kinetic.core.spec.handles import JobHandle
@@ -73,33 +78,12 @@ def batch_ended(
     Not ``delivered`` (the batch failed as a whole, nobody has its values): succeeded
     children are left exactly as they are, so a retry of the task resumes the batch
     and collects them instead of running them again."""
-    jobs = [
-        JobHandle(batchlaunch.child_job_id(state.group_id, index, launch), state.backend, "")
-        for index, launches in state.launches.items()
-        for launch in range(1, launches + 1)
-    ]
+    jobs = [JobHandle(job_id, state.backend, "") for job_id in _created(state)]
     ok = {state.jobs[i] for i, outcome in state.done.items() if outcome == SUCCEEDED}
-    ids = [job.job_id for job in jobs]
     if not delivered:
         jobs, ok = [j for j in jobs if j.job_id not in ok], set()
-    counts = batchrun.counts(state)
     batchlaunch.save_launches(store, state)  # before the policy may delete launch records
-    history.update(
-        store,
-        state.group_id,
-        "SUCCEEDED" if delivered else "FAILED",
-        ", ".join(f"{counts[k]} {k}" for k in OUTCOMES if counts.get(k)) or None,
-        children=counts,
-        # ``jobs cleanup``: whose failed artifacts expire, whose archived logs go with
-        # the entry.
-        child_jobs=ids,
-        failed_jobs=[job_id for job_id in ids if job_id not in ok],
-        preemptions=sum(state.preemptions.values()),
-        # ``core.jobs.holds``: a batch that failed as a whole holds these for a retry.
-        succeeded_children={
-            state.jobs[i]: i for i, o in state.done.items() if o == SUCCEEDED and i in state.jobs
-        },
-    )
+    _record(store, state, "SUCCEEDED" if delivered else "FAILED")
     removed = after_job(
         store,
         backend,
@@ -116,3 +100,90 @@ def batch_ended(
         except Exception as exc:  # noqa: BLE001 - the values are delivered already
             log.warning("could not delete the checkpoints of batch %s: %s", state.group_id, exc)
     return removed
+
+
+def _created(state: BatchState) -> list[str]:
+    """Every job the batch created (retries and earlier tries' launches too)."""
+    return [
+        batchlaunch.child_job_id(state.group_id, index, launch)
+        for index, launches in sorted(state.launches.items())
+        for launch in range(1, launches + 1)
+    ]
+
+
+def _record(store: ObjectStore, state: BatchState, ended: str, why: str = "") -> None:
+    """The batch's history entry says how it ended: ``ended`` with its children counted
+    in the reason, each child's outcome (``child_states``: what ``jobs list
+    --children`` and the Kinetic tab show once its backend forgot it), and what
+    ``jobs cleanup`` and the holds read.  A frozen usage (an earlier try's end) is
+    dropped first: the policy freezes this end's, every child counted."""
+    counts = batchrun.counts(state)
+    ids = _created(state)
+    ok = {state.jobs[i] for i, outcome in state.done.items() if outcome == SUCCEEDED}
+    reason = ", ".join(f"{counts[k]} {k}" for k in OUTCOMES if counts.get(k)) or None
+    if why:
+        reason = f"{why}: {reason}" if reason else why
+    history.update(
+        store,
+        state.group_id,
+        ended,
+        reason,
+        children=counts,
+        # ``jobs cleanup``: whose failed artifacts expire, whose archived logs go with
+        # the entry.
+        child_jobs=ids,
+        failed_jobs=[job_id for job_id in ids if job_id not in ok],
+        child_states={
+            str(i): {"job_id": state.jobs[i], "state": state.done[i]}
+            for i in sorted(state.done)
+            if i in state.jobs
+        },
+        preemptions=sum(state.preemptions.values()),
+        # ``core.jobs.holds``: a batch that failed as a whole holds these for a retry.
+        succeeded_children={
+            state.jobs[i]: i for i, o in state.done.items() if o == SUCCEEDED and i in state.jobs
+        },
+        usage=None,
+    )
+
+
+def batch_cancelled(state: BatchState, store: ObjectStore, why: str) -> None:
+    """A batch stopped from outside (its task marked failed or cleared, a timeout):
+    once its running children were cancelled (``request_cancel``), they are counted
+    CANCELLED, the manifest names every child and the history entry says how it
+    ended, its usage frozen.  Nothing is deleted: a retry resumes the batch (its
+    succeeded children are collected, not run again) and ``jobs cleanup`` applies the
+    retention.  ``state`` itself is left as it is (a copy is counted): the try's own
+    loop may still be reading it.  Never raises (the task is being stopped)."""
+    try:
+        state = BatchState.from_dict(state.to_dict())
+        for index in list(state.active):
+            state.done.setdefault(index, CANCELLED)
+            state.order.append(index)
+        state.active.clear()
+        for index in state.queue:
+            state.done.setdefault(index, NOT_SUBMITTED)
+        state.queue.clear()
+        batchmanifest.write_manifest(state, store)
+        batchlaunch.save_launches(store, state)
+        _record(store, state, history.CANCELLED, why)
+        usage.record_usage(store, state.group_id)
+    except Exception as exc:  # noqa: BLE001 - history never fails a job
+        log.warning("could not record the end of batch %s: %s", state.group_id, exc)
+
+
+def batch_resumed(store: ObjectStore, group_id: str, identity: Mapping[str, Any]) -> None:
+    """A later try of the task took the batch over: its entry is running again under
+    that try (its number as Airflow shows it), the earlier end's time and usage
+    dropped, so the end this try records is the one shown."""
+    try_number = identity.get("try_number")
+    history.update(
+        store,
+        group_id,
+        history.SUBMITTED,
+        f"resumed by try {try_number}" if try_number is not None else "resumed",
+        create=False,
+        try_number=try_number,
+        ended_at=None,
+        usage=None,
+    )

@@ -122,7 +122,7 @@ def after_job(
         if entry_id is None:
             _note(store, handle.job_id, mode, here, referenced)
     if entry_id is not None:
-        _note(store, entry_id, mode, left, any_referenced)
+        _note(store, entry_id, mode, left, any_referenced, whose="its failed child jobs")
     if removed:
         logger.info(
             "cleanup (%s): deleted %d artifact object(s) of %d job(s)", mode, removed, len(handles)
@@ -136,6 +136,7 @@ def _note(
     mode: str,
     left: dict[str, int],
     referenced: bool,
+    whose: str = "the job failed",
 ) -> None:
     if not left["objects"]:
         why = "deleted"
@@ -144,5 +145,5 @@ def _note(
     elif mode == NEVER:
         why = "kept: cleanup='never'"
     else:
-        why = "kept: the job failed ([kinetic] failed_retention_days)"
+        why = f"kept: {whose} ([kinetic] failed_retention_days)"
     history.update(store, job_id, artifacts={"state": why, **left, "policy": mode})

@@ -291,6 +291,19 @@ def entries(store: ObjectStore, keep: Filter | None = None) -> list[dict[str, An
     return found
 
 
+def without_children(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``found`` less the entries of jobs a batch among them names as its children: a
+    child's history is its batch's entry; a cancel used to give a cancelled child an
+    entry of its own, with no task (a row without a DAG in ``jobs list`` and ``usage``)."""
+    children = {
+        str(child)
+        for entry in found
+        if entry.get("kind") == "batch"
+        for child in entry.get("child_jobs") or ()
+    }
+    return [e for e in found if e.get("kind") == "batch" or e["job_id"] not in children]
+
+
 def expired(found: Iterable[Mapping[str, Any]], older_than_s: float, now: float) -> list:
     """Entries of jobs that ended more than ``older_than_s`` ago (running ones never)."""
     out = []

@@ -177,7 +177,9 @@ def request_cancel(store: ObjectStore, backend: Backend, handle: JobHandle) -> N
     """Cancel a job so that no later try adopts it: the marker first, then the cancel."""
     store.write_bytes(artifact_key(handle.job_id, CANCEL_MARKER), b"")
     # Before the cancel: whoever collects the job after it stops writes the last word.
-    history.update(store, handle.job_id, history.CANCELLED, "cancel requested")
+    # A batch child has no entry of its own (its batch's says how it ended).
+    create = handle.group_id is None
+    history.update(store, handle.job_id, history.CANCELLED, "cancel requested", create=create)
     backend.cancel(handle)
 
 
@@ -220,7 +222,7 @@ def decide_job(
         return Step.SUBMIT, None, None, "no earlier job for this task"
     if record.delivered and record.returned:
         return Step.SUBMIT, job, None, f"job {job.job_id} already delivered its result: run again"
-    report = backend.status(job)
+    report = history.settled(store, job.job_id, backend.status(job))  # released: its history
     live = report.status in (JobStatus.PENDING, JobStatus.RUNNING)
     if live and cancel_requested(store, job):
         return Step.SUBMIT, job, report, f"job {job.job_id} is being cancelled"
