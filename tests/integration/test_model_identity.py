@@ -68,6 +68,11 @@ from tests.fixtures.waiting import wait_for
 CONN = "kinetic_model"
 IDENTITY = {"dag_id": "model", "run_id": "manual__m", "task_id": "t", "map_index": -1}
 KEY = "models/m"
+#: A try of other work that finds the earlier try's job ended does not write how it
+#: ended: its history entry stays SUBMITTED (NOT_FOUND after ``jobs cleanup``).  The
+#: state machine skips that one check while this is true; the regression test below
+#: fails (strict xfail) once it is fixed, and then this goes.
+KNOWN_GAP = True
 
 settings.register_profile(
     "kinetic-bounded",
@@ -118,6 +123,12 @@ class Job:
     delivered: bool = False
     #: Its artifacts were deleted (``jobs cleanup``): nothing can collect it.
     gone: bool = False
+    #: Something saw it ended (a try collected it, ``jobs cleanup`` asked its backend):
+    #: its history entry says how it ended.  Until then a job that ended while nobody
+    #: watched may still read SUBMITTED.
+    seen_end: bool = False
+    #: A try of other work found it ended and did not collect it (``KNOWN_GAP``).
+    superseded_ended: bool = False
 
 
 @dataclass
@@ -211,8 +222,11 @@ class IdentityMachine(RuleBasedStateMachine):
             assert job_id == reused.job_id, f"{job_id} instead of reusing {reused}"
             return reused
         assert job_id not in {j.job_id for j in self.m.jobs}, f"{job_id} reused: {self.m}"
-        if self.m.latest and self.m.latest.state == "running":
-            self.m.latest.state = "cancelled"  # other work: the new try cancels it
+        latest = self.m.latest
+        if latest and latest.state == "running":
+            latest.state = "cancelled"  # other work: the new try cancels it
+        elif latest and latest.state == "succeeded" and not latest.delivered:
+            latest.seen_end = latest.superseded_ended = True  # other work: not collected
         job = Job(str(job_id), self.m.work, "running")
         self.m.jobs.append(job)
         self.m.runs += 1
@@ -230,16 +244,23 @@ class IdentityMachine(RuleBasedStateMachine):
 
     @rule(same=st.booleans())
     def full_try(self, same: bool) -> None:
-        """A try that runs to its end (a held job is released first)."""
-        self.gate.unlink(missing_ok=True)
+        """A try that runs to its end.  A held job is released once the try starts to
+        wait: by then it has cancelled one of other work, or adopted it."""
         reused = self.m.reusable()
         ctx = self.context(self.next_try(same))
-        value = self.operator().execute(ctx)
+        op = self.operator()
+
+        def released(run: Any, handle: Any, deadline: Any) -> Any:
+            self.gate.unlink(missing_ok=True)
+            return KineticRunOperator._wait_sync(op, run, handle, deadline)
+
+        op._wait_sync = released
+        value = op.execute(ctx)
         job = self.started(reused)
-        job.state, job.delivered = "succeeded", True
+        job.state, job.delivered, job.seen_end = "succeeded", True, True
         want = "v{}:{}".format(*self.m.work)
         assert value == want, f"delivered {value!r}, the current work gives {want!r}"
-        assert ctx["ti"].xcom.get("return_value") in (None, want)
+        assert ctx["ti"].xcom["return_value"] == want  # pushed before anything is deleted
 
     @rule(after_end=st.booleans())
     def dying_try(self, after_end: bool) -> None:
@@ -279,14 +300,17 @@ class IdentityMachine(RuleBasedStateMachine):
         wait_for("the job to end", lambda: self.status(job.job_id).status.is_terminal)
         job.state = "cancelled"
 
-    @rule()
-    def change_code(self) -> None:
-        self.m.version += 1
+    @rule(version=st.integers(1, 3))
+    def change_code(self, version: int) -> None:
+        """The module rewritten and loaded again: new code, earlier code, or the same
+        text again (which is the same work)."""
+        self.m.version = version
         self.write_code()
 
-    @rule()
-    def change_data(self) -> None:
-        self.m.data += 1
+    @rule(data=st.integers(0, 2))
+    def change_data(self, data: int) -> None:
+        """The Data file rewritten: new bytes, earlier bytes, or the same bytes."""
+        self.m.data = data
         self.write_data()
 
     @rule(older=st.booleans())
@@ -294,10 +318,10 @@ class IdentityMachine(RuleBasedStateMachine):
         args = ["--older-than", "0s"] if older else []
         out = run_cli("jobs", "cleanup", *args, "--conn-id", CONN, "-o", "json")
         assert out.returncode == 0, out.stderr[-3000:]
-        if older:
+        if older:  # no XCom in Airflow's database holds them (the module's docstring)
             for job in self.m.jobs:
                 if job.state != "running":
-                    job.gone = True
+                    job.gone = job.seen_end = True
 
     @rule()
     def data_gc(self) -> None:
@@ -338,8 +362,12 @@ class IdentityMachine(RuleBasedStateMachine):
                 assert state not in history.ENDED, (job, state)
             elif job.state == "cancelled":
                 assert state == history.CANCELLED, (job, state)
-            elif job.delivered:
+            elif job.superseded_ended and KNOWN_GAP:
+                continue  # test_a_superseded_ended_job_says_how_it_ended
+            elif job.seen_end or job.delivered:
                 assert state == "SUCCEEDED", (job, state)
+            else:
+                assert state in (history.SUBMITTED, "SUCCEEDED"), (job, state)
 
     def teardown(self) -> None:
         self.gate.unlink(missing_ok=True)
@@ -367,12 +395,12 @@ SEQUENCES = {
     "collect": [("dying_try", {"after_end": True}), ("full_try", {"same": True})],
     "fixed_code_running": [
         ("dying_try", {"after_end": False}),
-        ("change_code", {}),
+        ("change_code", {"version": 2}),
         ("full_try", {"same": False}),
     ],
     "new_data_ended": [
         ("dying_try", {"after_end": True}),
-        ("change_data", {}),
+        ("change_data", {"data": 1}),
         ("full_try", {"same": False}),
     ],
     "cancelled": [
@@ -389,6 +417,17 @@ SEQUENCES = {
         ("dying_try", {"after_end": False}),
         ("data_gc", {}),
         ("jobs_cleanup", {"older": True}),
+        ("full_try", {"same": False}),
+    ],
+    "fixed_code_ended": [
+        ("dying_try", {"after_end": True}),
+        ("change_code", {"version": 2}),
+        ("full_try", {"same": False}),
+    ],
+    "same_code_again": [
+        ("dying_try", {"after_end": False}),
+        ("change_code", {"version": 1}),
+        ("change_data", {"data": 0}),
         ("full_try", {"same": False}),
     ],
     "keys": [("put_key", {})] * 4 + [("full_try", {"same": False}), ("data_gc", {})],
@@ -408,5 +447,30 @@ def test_a_sequence_holds(
             machine.ran_as_the_model_says()
             machine.nothing_held_is_gone()
             machine.history_says_what_happened()
+    finally:
+        machine.teardown()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a superseded job that had ended keeps its history entry SUBMITTED: "
+    "TaskTry.look_back retires it without recording its end",
+)
+def test_a_superseded_ended_job_says_how_it_ended(
+    airflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The minimal sequence the state machine found: a worker dies after its job
+    succeeded; the code changes; the next try runs the new work.  The old job's entry
+    must say it ended (SUCCEEDED), not SUBMITTED as if it still ran."""
+    set_local_conn(monkeypatch, tmp_path / "unset", CONN)
+    machine = IdentityMachine(tmp_path)
+    try:
+        machine.start()
+        machine.dying_try(after_end=True)
+        machine.change_code(version=2)
+        machine.full_try(same=False)
+        old = machine.m.jobs[0]
+        assert old.superseded_ended
+        assert machine.entry(old.job_id).get("state") == "SUCCEEDED"
     finally:
         machine.teardown()
