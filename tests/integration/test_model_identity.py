@@ -40,6 +40,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from hypothesis.configuration import set_hypothesis_home_dir
 from hypothesis.stateful import run_state_machine_as_test
 
 from tests.fixtures.identity_model import CONN, IdentityMachine
@@ -75,9 +76,13 @@ def test_the_model_holds(
     airflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     set_local_conn(monkeypatch, tmp_path / "unset", CONN)  # undone at the end
-    run_state_machine_as_test(
-        lambda: IdentityMachine(tmp_path), settings=settings.get_profile(PROFILE)
-    )
+    set_hypothesis_home_dir(tmp_path / "hypothesis")  # its caches: not in the checkout
+    try:
+        run_state_machine_as_test(
+            lambda: IdentityMachine(tmp_path), settings=settings.get_profile(PROFILE)
+        )
+    finally:
+        set_hypothesis_home_dir(None)
 
 
 #: Sequences the model test may not draw in its bounded run, each through the same
