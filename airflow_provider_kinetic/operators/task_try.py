@@ -130,6 +130,12 @@ class TaskTry:
             self.log.info("kinetic: earlier try found: %s -> %s", why, step.value)
             if step is Step.SUBMIT and old is not None:  # keep the old record for history
                 supersede_record(self.store, self.identity, record, self.secret)
+                if report is not None and report.status.is_terminal:
+                    # It ended and nobody collected it: its entry says how, not
+                    # SUBMITTED as if it still ran (holds would keep its files).
+                    history.update(
+                        self.store, old.job_id, report.status.value, f"not collected: {why}"
+                    )
                 self.retire(old)  # cancelled or ended, and never collected
         return Earlier(step, old, report)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic.core.batch import run as batchrun
+from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs import history
@@ -95,7 +95,7 @@ def test_a_sweep_marked_failed_is_cancelled_with_its_children_counted(
         request, [0, 1, 2, 3], "single", store, config=config, max_concurrent=4, retries=0,
         fail_fast=False, signing_secret=deployment_secret(),
     )  # fmt: skip
-    batchrun.start_batch(state, objects, local, store)
+    batchlaunch.start_batch(state, objects, local, store)
     state.driver = "deferral-1"
     trigger = KineticBatchTrigger(
         state=state.to_dict(), config=config_to_json(config), poll_interval=0.05,

@@ -20,10 +20,10 @@ holder names is gone (the Data of every job in the history, the running job's
 artifacts, the retryable job's result until ``jobs cleanup --older-than`` deletes it,
 each kept version of the key); (4) every job's history entry says what happened to it.
 
-What it found: a try of other work that finds the earlier try's job *ended* retires
-it without writing its end, so that job's history entry stays SUBMITTED
-(``test_a_superseded_ended_job_says_how_it_ended``, a strict xfail; the machine skips
-that one check while ``identity_model.KNOWN_GAP`` is set).
+What it found: a try of other work that found the earlier try's job *ended* retired
+it without writing its end, so that job's history entry stayed SUBMITTED and holds
+kept its files as a running job's (``test_a_superseded_ended_job_says_how_it_ended``,
+fixed in ``TaskTry.look_back``).
 
 The tries' XComs stay in the fake task instance (not in Airflow's database), so the
 holders ``jobs cleanup`` and ``data gc`` read from XComs are absent here: the model
@@ -147,11 +147,6 @@ def test_a_sequence_holds(
         machine.teardown()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a superseded job that had ended keeps its history entry SUBMITTED: "
-    "TaskTry.look_back retires it without recording its end",
-)
 def test_a_superseded_ended_job_says_how_it_ended(
     airflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
