@@ -5,15 +5,22 @@ a deferral, ``dry`` for ``dry_run``) with what it needs computed once: the
 connection's config, the store, the task identity, the deployment secret, and (made
 when first needed) the batch's backend.  Its steps are methods: plan, resume or start
 the batch, record it, wait for it (``wait_sync`` or ``wait_deferred``, with the polls
-and the deferral: ``operators.batch_wait``), finish it.
+and the deferral: ``operators.batch_wait``), finish it (``operators.batch_finish``).
 
 Every try of the task keeps a record of its batch in the store (``core.jobs.taskrecord``)
 with the batch's work digest (function, shared arguments, every input, options).  A
 later try resumes the batch only when its own plan is the same work: then only failed
 or missing children run again; otherwise (the function was fixed, the inputs changed)
 the old batch's running children are cancelled, its record is kept for history and a
-new batch starts.  Results reach XCom before the record says "delivered" and before
-any artifact is deleted.
+new batch starts.
+
+The record says what the try really does: mode SYNC while the worker watches the
+batch (a deferrable try's watch before it defers too), DEFERRED only from the moment
+it hands the batch to the triggerer (``deferring``); "delivered" once the values are
+in XCom (the batch's ended state saved first, its artifacts held:
+``core.batch.finish``), "returned" as the try's last step, and only then do the held
+artifacts go.  A retry of a delivered batch that was never returned collects the same
+values again from that state; of a returned one, it is a clear and starts anew.
 """
 
 from __future__ import annotations
@@ -27,11 +34,13 @@ from airflow_provider_kinetic.core.batch import finish as batchfinish
 from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
-from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
-from airflow_provider_kinetic.core.batch import run as batchrun
-from airflow_provider_kinetic.core.batch.finish import batch_ended, gather_values
 from airflow_provider_kinetic.core.batch.plan import plan_batch
-from airflow_provider_kinetic.core.batch.resume import resume_batch, save_live, save_plan
+from airflow_provider_kinetic.core.batch.resume import (
+    delivered_state,
+    resume_batch,
+    save_live,
+    save_plan,
+)
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
@@ -48,27 +57,19 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
 from airflow_provider_kinetic.core.keys import databroadcast
 from airflow_provider_kinetic.core.runtime.images import ImagePlan
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
-from airflow_provider_kinetic.deployment.signing import (
-    deployment_secret,
-    result_key,
-    result_key_for_job,
-)
-from airflow_provider_kinetic.exceptions import KineticBatchFailed
+from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.links import KineticBatchLink, batch_url
 from airflow_provider_kinetic.operators import assets, keyio
+from airflow_provider_kinetic.operators.batch_finish import BatchFinish, child_output_dirs
 from airflow_provider_kinetic.operators.batch_wait import BatchWaits
 from airflow_provider_kinetic.operators.common import (
     XCOM_OUTPUT_DIR,
     XCOM_OUTPUT_DIRS,
     deadline,
     directory_uri,
-    push_value,
-    result_ref_uris,
     task_identity,
-    xcom_value,
 )
-from airflow_provider_kinetic.operators.usage import report_usage
 
 
 @dataclass
@@ -82,7 +83,7 @@ class PlannedBatch:
 
 
 @dataclass
-class BatchTry(BatchWaits):
+class BatchTry(BatchWaits, BatchFinish):
     """What one try of a map task needs, computed once, and the try's steps.
 
     ``context`` is None only for a dry run (nothing is executed, nothing recorded).
@@ -102,6 +103,9 @@ class BatchTry(BatchWaits):
     record: TaskRecord | None = None
     image_plan: ImagePlan | None = None
     waiting: bool = False
+    #: The batch's values were delivered by an earlier try that ended before it
+    #: returned them: this try collects them again from the batch's ended state.
+    collecting: bool = False
     line: batchlogs.StatusLine = field(default_factory=batchlogs.StatusLine)
 
     # ---- opening ---------------------------------------------------------------------
@@ -220,10 +224,20 @@ class BatchTry(BatchWaits):
         record = self.record = read_record(self.store, self.identity, self.secret)
         if record is None or record.kind != "batch" or not record.group_id:
             return None
-        if record.delivered:
+        if record.delivered and record.returned:  # a clear of a finished task
             supersede_record(self.store, self.identity, record, self.secret)
             return None
         changed = other_work(record, work)
+        if record.delivered and not changed:  # its try ended before it returned them
+            ended = delivered_state(self.store, record.group_id, self.secret)
+            if ended is not None:
+                log.info(
+                    "kinetic: batch %s delivered its values to a try that ended before "
+                    "returning them; collecting the same values again",
+                    record.group_id,
+                )
+                self.collecting = True
+                return ended
         try:
             state = resume_batch(
                 self.store,
@@ -250,18 +264,31 @@ class BatchTry(BatchWaits):
         batchfinish.batch_resumed(self.store, record.group_id, self.identity)  # its entry
         return state
 
-    def write_record(self, delivered: bool = False) -> None:
-        """The task's record of this try's batch (``core.jobs.taskrecord``)."""
+    def deferring(self) -> None:
+        """The record says DEFERRED from the moment the try hands its batch to the
+        triggerer, never before: a try killed while the worker still watches leaves
+        running children the next try adopts, not ones it cancels as a cleared
+        deferred try's."""
+        self.write_record(mode=DEFERRED)
+
+    def write_record(
+        self, *, mode: str = SYNC, delivered: bool = False, returned: bool = False
+    ) -> None:
+        """The task's record of this try's batch (``core.jobs.taskrecord``): how it
+        waits now (``mode``), whether its values are in XCom (``delivered``) and
+        handed back to Airflow (``returned``)."""
         state = self.batch
         record = TaskRecord(
             kind="batch",
-            mode=DEFERRED if self.op.deferrable else SYNC,
+            mode=mode,
             try_number=self.identity.get("try_number"),
             group_id=state.group_id,
             delivered=delivered,
+            returned=returned,
             work=state.work,
         )
         write_record(self.store, self.identity, record, self.secret)
+        self.record = record
 
     # ---- submit only ------------------------------------------------------------------
     def submit_only(self) -> dict[str, Any]:
@@ -272,7 +299,7 @@ class BatchTry(BatchWaits):
         batchmanifest.write_manifest(state, self.store)
         save_live(self.store, state, self.secret)
         self.report()
-        self.write_record(delivered=True)
+        self.write_record(delivered=True, returned=True)  # the handle is the value
         self.push_output_dirs()
         return batchmanifest.batch_handle(state, self.store)
 
@@ -282,7 +309,7 @@ class BatchTry(BatchWaits):
         link in XCom; returns the link's URL."""
         state = self.batch
         state.deadline = deadline(self.context, self.op.execution_timeout)
-        self.write_record()
+        self.write_record(delivered=self.collecting)  # collecting: the values are in XCom
         self.push_output_dirs()
         url = batch_url(
             state.backend,
@@ -302,72 +329,3 @@ class BatchTry(BatchWaits):
         ti = self.context["ti"]
         ti.xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(self.batch.template.output_dir))
         ti.xcom_push(key=XCOM_OUTPUT_DIRS, value=child_output_dirs(self.batch))
-
-    # ---- finishing -------------------------------------------------------------------
-    def finish(self) -> list[Any]:
-        """Every child has ended: deliver the values, then the asset event."""
-        capacity = batchrun.counts(self.batch)["capacity"]  # counted before the batch ends
-        result = self.deliver()
-        self.emit(result, capacity)
-        return result
-
-    def deliver(self) -> list[Any]:
-        """Gather every child's value (references where XCom cannot hold one), push the
-        list to XCom, then mark the record delivered and end the batch (its history
-        entry, its artifacts by the cleanup policy: ``core.batch.finish``)."""
-        state, store, op = self.batch, self.store, self.op
-        gathered = gather_values(
-            state,
-            store,
-            ordered=op.ordered,
-            result_key=lambda job: result_key_for_job(job, state.template.result_auth),
-            deliver=lambda value, job, blob: xcom_value(value, store, job, blob, op.log),
-        )
-        self.waiting = False  # nothing is left running to cancel
-        values, failures = gathered.values, gathered.failures
-        if failures and not op.return_exceptions:
-            self.end_batch(set(), delivered=False)
-            report_usage(op, self.context, store, [state.group_id])
-            raise KineticBatchFailed(
-                batchlogs.failure_summary(state, failures),
-                group_id=state.group_id,
-                failures=failures,
-                partial_results=values,
-            )
-        if failures:  # returned as error values: their errors and log tails still show
-            op.log.warning(
-                "%s\n(return_exceptions=True: returned as error values in their positions)",
-                batchlogs.failure_summary(state, failures),
-            )
-        result = [
-            batchoutcomes.describe_exception(v) if isinstance(v, BaseException) else v
-            for v in values
-        ]
-        push_value(op, self.context, result)  # Airflow has it before anything is deleted
-        self.write_record(delivered=True)
-        self.end_batch(result_ref_uris(values), delivered=True)
-        report_usage(op, self.context, store, [state.group_id])
-        return result
-
-    def end_batch(self, kept_uris: set[str], delivered: bool) -> None:
-        batch_ended(
-            self.batch,
-            self.store,
-            self.backend,
-            delivered=delivered,
-            mode=self.op.cleanup,
-            kept_uris=kept_uris,
-            log_=self.op.log,
-        )
-
-    def emit(self, result: Any, capacity: dict[str, int]) -> None:
-        """The batch's asset event: its parent output dir (``operators.assets``)."""
-        state = self.batch
-        out = directory_uri(state.template.output_dir) or state.template.output_dir
-        extra = assets.batch_extra(state, result, out, child_output_dirs(state), capacity)
-        assets.emit(self.op, self.context, out, extra)
-
-
-def child_output_dirs(state: BatchState) -> list[str]:
-    """Each input's output dir of a batch, in input order, as ``Data`` takes it."""
-    return [directory_uri(state.template.output_uri(i)) or "" for i in range(state.total)]

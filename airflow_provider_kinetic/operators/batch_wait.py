@@ -47,6 +47,7 @@ class BatchWaits:
     line: batchlogs.StatusLine
     backend: Backend  # the try's (made when first needed)
     batch: BatchState  # the try's batch
+    # ``BatchTry.deferring`` and ``BatchTry.write_record`` keep the task's record.
 
     # ---- waiting ---------------------------------------------------------------------
     def wait_sync(self) -> None:
@@ -109,6 +110,7 @@ class BatchWaits:
             len(state.active),
             len(state.queue),
         )
+        self.deferring()  # the record says DEFERRED from here on, not before
         self.op.defer(
             trigger=KineticBatchTrigger(
                 state=state.to_dict(),
@@ -124,9 +126,11 @@ class BatchWaits:
         raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
 
     def resumed(self, event: Mapping[str, Any]) -> None:
-        """Back from the trigger: say how it ended (a timeout cancels the running
-        children and fails), then re-read the real status of the active children."""
+        """Back from the trigger: the record says SYNC again (the worker watches the
+        batch from here), say how it ended (a timeout cancels the running children
+        and fails), then re-read the real status of the active children."""
         state, status = self.batch, event["status"]
+        self.write_record()
         if status == "finished":  # driven to its end by the trigger: collect
             self.op.log.info("batch %s: every child has ended; collecting", state.group_id)
         if status in ("error", "timeout"):
@@ -148,7 +152,6 @@ class BatchWaits:
         batchfinish.batch_cancelled(state, self.store, "cancelled")
         self.op.log.info("cancelled %d children of batch %s", len(state.active), state.group_id)
 
-    # ---- observing and reporting the batch -------------------------------------------
     # ---- observing and reporting the batch -------------------------------------------
     def poll(self) -> None:
         """Fold the active children's status into the state, their new log lines into

@@ -227,6 +227,8 @@ class KineticMapOperator(KineticOperatorBase):
         if not self.wait_for_completion:  # a KineticBatchSensor waits for it
             return batch.submit_only()
         self.published_links = {KineticBatchLink.key: batch.publish()}
+        if batch.collecting:  # delivered by a try that ended before returning the values
+            return batch.finish()
         if self.deferrable:
             batch.wait_deferred()  # defers, unless every child ends first
         else:

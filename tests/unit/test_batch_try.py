@@ -11,6 +11,7 @@ from airflow.providers.common.compat.sdk import TaskDeferred
 
 from airflow_provider_kinetic import KineticBatchFailed, KineticJobCancelled
 from airflow_provider_kinetic.core.batch.resume import load_live, plan_key
+from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.taskrecord import (
     DEFERRED,
     SYNC,
@@ -89,7 +90,7 @@ def test_a_retry_of_other_work_or_after_delivery_starts_a_new_batch():
     assert changed.resume_or_start(changed.plan()).group_id != first.batch.group_id
 
     delivered = started(open_try(map_operator(python_callable=double, inputs=[5])))
-    delivered.write_record(delivered=True)
+    delivered.write_record(delivered=True, returned=True)
     retry = open_try(map_operator(python_callable=double, inputs=[5]), try_number=2)
     assert retry.resume_or_start(retry.plan()).group_id != delivered.batch.group_id
     assert retry.record is not None and retry.record.delivered
@@ -181,6 +182,37 @@ def test_wait_deferred_hands_the_batch_to_the_trigger(tmp_path, monkeypatch):
         back.resumed({"status": "timeout", "message": "deadline"})
     (handle,) = back.batch.active.values()
     assert cancel_requested(back.store, handle)
+    # Back in the worker, the worker watches the batch: the record says so.
+    assert read_record(back.store, back.identity, back.secret).mode == SYNC
+
+
+def test_a_delivered_batch_holds_its_artifacts_until_the_try_returned(monkeypatch):
+    """cleanup='always' deletes every child's artifacts, the failed one's too; until
+    the record says "returned" they are all held, so a try ended before that leaves
+    the next try the same values (tests/integration/test_map_try_record_truth.py)."""
+    op = map_operator(python_callable=broken, inputs=[0, 1], return_exceptions=True)
+    op.cleanup = "always"
+    batch = started(open_try(op))
+    batch.publish()
+    batch.wait_sync()
+    store, jobs = batch.store, list(batch.batch.jobs.values())
+    seen = {}
+
+    def emit(result, capacity):  # noqa: ANN001, ANN202 - the step before "returned"
+        record = read_record(store, batch.identity, batch.secret)
+        seen["record"] = (record.delivered, record.returned)
+        seen["held"] = [store.exists(f"{job_id}/result.pkl") for job_id in jobs]
+        seen["history"] = history.read(store, batch.batch.group_id)["artifacts"]["state"]
+
+    monkeypatch.setattr(batch, "emit", emit)
+    result = batch.finish()
+    assert result[0] == 0 and result[1]["__kinetic_error__"]
+    assert seen["record"] == (True, False) and seen["held"] == [True, True]
+    assert seen["history"].startswith("held")
+    record = read_record(store, batch.identity, batch.secret)
+    assert record.delivered and record.returned
+    assert all(store.list(f"{job_id}/") == [] for job_id in jobs)  # released
+    assert history.read(store, batch.batch.group_id)["artifacts"]["state"] == "deleted"
 
 
 def test_a_dry_try_plans_without_a_context():

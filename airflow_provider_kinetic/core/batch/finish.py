@@ -1,5 +1,11 @@
 """A finished batch's values, history entry and cleanup, the same from the map operator
-and from the batch sensor (``core.jobs.cleanup`` is the policy)."""
+and from the batch sensor (``core.jobs.cleanup`` is the policy).
+
+With ``hold`` (a map task's try, whose record says "delivered" once the values are in
+XCom) the ended inputs' artifacts the policy would delete are kept (history: "held")
+until the try's record says it returned them (:func:`release_held`): a try ended in
+between (Airflow terminating it) leaves a later try the same values to collect, as
+``core.jobs.finish`` does for a single job."""
 
 from __future__ import annotations
 
@@ -22,7 +28,8 @@ from airflow_provider_kinetic.core.batch.state import (
 from airflow_provider_kinetic.core.jobs import history, usage
 from airflow_provider_kinetic.core.jobs.checkpoint import remove_checkpoints
 from airflow_provider_kinetic.core.jobs.cleanup import after_job, deletes
-from airflow_provider_kinetic.core.spec.handles import JobHandle
+from airflow_provider_kinetic.core.jobs.finish import HELD
+from airflow_provider_kinetic.core.spec.handles import JobHandle, artifact_key
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -68,6 +75,7 @@ def batch_ended(
     mode: str,
     kept_uris: Iterable[str] = (),
     log_: Any = None,
+    hold: bool = False,
 ) -> int:
     """Record how the batch ended (SUCCEEDED: its values were delivered, failed
     children among them with ``return_exceptions``; the reason counts them), then
@@ -77,23 +85,29 @@ def batch_ended(
 
     Not ``delivered`` (the batch failed as a whole, nobody has its values): succeeded
     children are left exactly as they are, so a retry of the task resumes the batch
-    and collects them instead of running them again."""
+    and collects them instead of running them again.
+
+    ``hold`` (``delivered`` only): what a later try needs to collect the same values
+    again stays until :func:`release_held` (see the module)."""
     jobs = [JobHandle(job_id, state.backend, "") for job_id in _created(state)]
     ok = {state.jobs[i] for i, outcome in state.done.items() if outcome == SUCCEEDED}
     if not delivered:
         jobs, ok = [j for j in jobs if j.job_id not in ok], set()
     batchlaunch.save_launches(store, state)  # before the policy may delete launch records
     _record(store, state, "SUCCEEDED" if delivered else "FAILED")
+    held = held_results(state, store, mode, kept_uris) if hold and delivered else set()
     removed = after_job(
         store,
         backend,
         jobs,
         succeeded=ok,
         mode=mode,
-        kept_uris=kept_uris,
+        kept_uris=set(kept_uris) | held,
         entry_id=state.group_id,
         log_=log_,
     )
+    if held:
+        _note_held(store, state.group_id)
     if delivered and deletes(mode, True):  # done for good: nothing resumes from them
         try:
             remove_checkpoints(store, state.template.identity)
@@ -187,3 +201,61 @@ def batch_resumed(store: ObjectStore, group_id: str, identity: Mapping[str, Any]
         ended_at=None,
         usage=None,
     )
+
+
+def held_results(
+    state: BatchState, store: ObjectStore, mode: str, kept_uris: Iterable[str] = ()
+) -> set[str]:
+    """The result URIs whose jobs a delivered batch's end holds: each ended input's
+    latest job (what its value, or its error, is collected from again) whose
+    artifacts the policy deletes and no XCom reference keeps anyway."""
+    kept = set(kept_uris)
+    uris = {
+        store.uri(artifact_key(state.jobs[index], "result.pkl"))
+        for index, outcome in state.done.items()
+        if index in state.jobs and deletes(mode, outcome == SUCCEEDED)
+    }
+    return uris - kept
+
+
+def _note_held(store: ObjectStore, group_id: str) -> None:
+    """The batch's history entry says its artifacts are held (what is left, as the
+    policy counted it, stays as it is)."""
+    entry = history.read(store, group_id) or {}
+    artifacts = dict(entry.get("artifacts") or {})
+    history.update(store, group_id, artifacts={**artifacts, "state": HELD})
+
+
+def release_held(
+    state: BatchState,
+    store: ObjectStore,
+    backend: Backend,
+    *,
+    mode: str,
+    kept_uris: Iterable[str] = (),
+    log_: Any = None,
+) -> int:
+    """Once the try's record says the values were returned: the policy applied to the
+    batch's jobs as ``batch_ended`` would have without ``hold`` (what it held goes,
+    the history entry says what is left).  Never fatal: the values are home; ``jobs
+    cleanup`` deletes what is left.  Returns how many artifact objects were deleted."""
+    if not held_results(state, store, mode, kept_uris):
+        return 0
+    jobs = [JobHandle(job_id, state.backend, "") for job_id in _created(state)]
+    ok = {state.jobs[i] for i, outcome in state.done.items() if outcome == SUCCEEDED}
+    try:
+        return after_job(
+            store,
+            backend,
+            jobs,
+            succeeded=ok,
+            mode=mode,
+            kept_uris=kept_uris,
+            entry_id=state.group_id,
+            log_=log_,
+        )
+    except Exception as exc:  # noqa: BLE001 - the values are home already
+        (log_ or log).warning(
+            "could not delete the held artifacts of batch %s: %s", state.group_id, exc
+        )
+        return 0

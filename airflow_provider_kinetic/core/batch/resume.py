@@ -8,6 +8,11 @@ record, so a batch still writes N + c objects.  Then the try-rule applies per ch
 succeeded children are collected, running ones adopted (unless the earlier try was
 deferred and killed from outside: then they are cancelled and run again), and only
 failed, cancelled or missing ones are submitted again.
+
+A batch whose values were delivered by a try that ended before it returned them (a
+termination while finishing) is not resumed but collected again: its ended state,
+saved (as the live state) before the values went to XCom, names every input's job and
+outcome, so a later try delivers the same values (:func:`delivered_state`).
 """
 
 from __future__ import annotations
@@ -62,6 +67,21 @@ def save_live(store: ObjectStore, state: BatchState, secret: bytes) -> None:
 def load_live(store: ObjectStore, group_id: str, secret: bytes) -> BatchState:
     """The state :func:`save_live` wrote (``ObjectNotFound`` if none)."""
     return BatchState.from_dict(unseal(secret, store.read_bytes(live_key(group_id)), group_id))
+
+
+def delivered_state(store: ObjectStore, group_id: str, secret: bytes) -> BatchState | None:
+    """The ended state a try saved before it delivered the batch's values (the live
+    state, every input ended); None when there is none to collect from (then the batch
+    is resumed: succeeded inputs are collected, only the others run again)."""
+    try:
+        state = load_live(store, group_id, secret)
+    except Exception as exc:  # noqa: BLE001 - absent, unreadable or forged: resume instead
+        log.warning("batch %s: no delivered state to collect again (%s)", group_id, exc)
+        return None
+    if not state.finished or len(state.done) != state.total:
+        log.warning("batch %s: its saved state has not ended; resuming it", group_id)
+        return None
+    return state
 
 
 def driven_key(group_id: str) -> str:
