@@ -59,6 +59,7 @@ SLOW_FIRST = (
     "tests/integration/test_hostile_ids_standalone.py",
     "tests/integration/test_sweep_standalone.py",
     "tests/integration/test_map_dags.py",
+    "tests/integration/test_model_identity.py",
     "tests/integration/test_hostile_ids_and_clears.py",
     "tests/integration/test_tries.py",
     "tests/integration/test_cli.py",
