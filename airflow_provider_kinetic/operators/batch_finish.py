@@ -58,7 +58,7 @@ class BatchFinish:
             self.batch,
             self.store,
             self.backend,
-            mode=self.op.cleanup,
+            cleanup=self.op.cleanup,
             kept_uris=result_ref_uris(result),
             log_=self.op.log,
         )
@@ -111,7 +111,7 @@ class BatchFinish:
             self.store,
             self.backend,
             delivered=delivered,
-            mode=self.op.cleanup,
+            cleanup=self.op.cleanup,
             kept_uris=kept_uris,
             log_=self.op.log,
             hold=delivered,  # until the record says returned (``finish``)

@@ -147,7 +147,7 @@ class TaskTry:
             self.backend,
             [handle],
             succeeded=False,
-            mode=self.op.cleanup,
+            cleanup=self.op.cleanup,
             log_=self.log,
             archive_logs=archive_logs,
         )
@@ -301,7 +301,7 @@ class TaskTry:
             self.backend,
             handle,
             report,
-            mode=self.op.cleanup,
+            cleanup=self.op.cleanup,
             result_key=result_key(handle),
             deliver=lambda value, blob: self.deliver(handle, value, blob),
             checkpoints_of=self.identity,

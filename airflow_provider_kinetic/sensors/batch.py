@@ -162,7 +162,7 @@ class KineticBatchSensor(KineticBatchSensorLineage, BaseSensorOperator):
             store,
             backend,
             delivered=not failures,
-            mode=self.cleanup,
+            cleanup=self.cleanup,
             kept_uris=kept,
             log_=self.log,
         )

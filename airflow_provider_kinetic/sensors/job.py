@@ -99,7 +99,7 @@ class KineticJobSensor(KineticJobSensorLineage, BaseSensorOperator):
             backend,
             handle,
             report,
-            mode=self.cleanup,
+            cleanup=self.cleanup,
             result_key=result_key(handle),
             read_value=self.return_result,
             deliver=lambda value, blob: xcom_value(value, store, handle.job_id, blob, self.log),

@@ -126,7 +126,7 @@ def test_a_succeeded_child_is_not_run_again_after_cleanup_always(
     assert state.done == {0: SUCCEEDED, 1: FAILED} and state.launches == {0: 2, 1: 2}
     first = batchlaunch.child_job_id(state.group_id, 0, 1)
     succeeded = state.jobs[0]
-    batch_ended(state, store, backend, delivered=False, mode="always")
+    batch_ended(state, store, backend, delivered=False, cleanup="always")
     assert store.list(f"{first}/") == [] and store.exists(f"{succeeded}/result.pkl")
 
     # jobs cleanup keeps the succeeded child for the retry, and says why.

@@ -37,7 +37,7 @@ def job(store: LocalStore) -> JobHandle:
 
 
 def finish(store, backend, job, status, **kw):
-    kw.setdefault("mode", ON_SUCCESS)
+    kw.setdefault("cleanup", ON_SUCCESS)
     return finish_job(
         store,
         backend,
@@ -95,7 +95,7 @@ def test_a_cancel_requested_makes_the_failure_cancelled(store, backend, job):
     put_result(store, job, error=RuntimeError("stopped"))
     store.write_bytes(f"{job.job_id}/{CANCEL_MARKER}", b"")
 
-    done = finish(store, backend, job, JobStatus.FAILED, mode=ALWAYS)
+    done = finish(store, backend, job, JobStatus.FAILED, cleanup=ALWAYS)
 
     assert done.error is not None
     assert history.read(store, job.job_id)["state"] == history.CANCELLED
@@ -106,7 +106,7 @@ def test_a_succeeded_job_whose_result_cannot_be_read_is_left_for_a_retry(store, 
     put_result(store, job, value=1)
     store.write_bytes(f"{job.job_id}/result.pkl.sig", b"forged")
 
-    done = finish(store, backend, job, JobStatus.SUCCEEDED, mode=ALWAYS)
+    done = finish(store, backend, job, JobStatus.SUCCEEDED, cleanup=ALWAYS)
 
     assert done.error is not None and not done.succeeded
     entry = history.read(store, job.job_id)
@@ -123,7 +123,7 @@ def test_a_delivery_that_fails_leaves_the_job_as_it_is(store, backend, job):
         raise TypeError("XCom refused it")
 
     with pytest.raises(TypeError, match="XCom refused it"):
-        finish(store, backend, job, JobStatus.SUCCEEDED, mode=ALWAYS, deliver=deliver)
+        finish(store, backend, job, JobStatus.SUCCEEDED, cleanup=ALWAYS, deliver=deliver)
 
     assert backend.events == [] and store.exists(f"{job.job_id}/result.pkl")
     assert history.read(store, job.job_id) is None
@@ -148,7 +148,7 @@ def test_held_artifacts_stay_until_released(store, backend, job, mode):
     it returned the value; a try ended in between leaves it for the next to collect."""
     put_result(store, job, value=3)
 
-    done = finish(store, backend, job, JobStatus.SUCCEEDED, mode=mode, hold=True)
+    done = finish(store, backend, job, JobStatus.SUCCEEDED, cleanup=mode, hold=True)
 
     assert done.held and done.removed == 0 and store.exists(f"{job.job_id}/result.pkl")
     artifacts = history.read(store, job.job_id)["artifacts"]
@@ -164,7 +164,7 @@ def test_held_artifacts_stay_until_released(store, backend, job, mode):
 
 def test_nothing_is_held_that_the_policy_keeps(store, backend, job):
     put_result(store, job, value=3)
-    kept = finish(store, backend, job, JobStatus.SUCCEEDED, mode=NEVER, hold=True)
+    kept = finish(store, backend, job, JobStatus.SUCCEEDED, cleanup=NEVER, hold=True)
     other = records.handle("job-00000002", store.bucket)
     put_result(store, other, error=ValueError("bad"))
     failed = finish(store, backend, other, JobStatus.FAILED, hold=True)
@@ -193,7 +193,7 @@ def test_a_delivered_tasks_checkpoints_go_with_the_policy(store, backend, job, m
     checkpoint = checkpoint_key(IDENTITY, job.job_id) + "state.bin"
     store.write_bytes(checkpoint, b"x")
 
-    finish(store, backend, job, JobStatus.SUCCEEDED, mode=mode, checkpoints_of=IDENTITY)
+    finish(store, backend, job, JobStatus.SUCCEEDED, cleanup=mode, checkpoints_of=IDENTITY)
 
     assert store.exists(checkpoint) is not removed
 

@@ -72,7 +72,7 @@ def batch_ended(
     backend: Backend,
     *,
     delivered: bool,
-    mode: str,
+    cleanup: str,
     kept_uris: Iterable[str] = (),
     log_: Any = None,
     hold: bool = False,
@@ -95,20 +95,20 @@ def batch_ended(
         jobs, ok = [j for j in jobs if j.job_id not in ok], set()
     batchlaunch.save_launches(store, state)  # before the policy may delete launch records
     _record(store, state, "SUCCEEDED" if delivered else "FAILED")
-    held = held_results(state, store, mode, kept_uris) if hold and delivered else set()
+    held = held_results(state, store, cleanup, kept_uris) if hold and delivered else set()
     removed = after_job(
         store,
         backend,
         jobs,
         succeeded=ok,
-        mode=mode,
+        cleanup=cleanup,
         kept_uris=set(kept_uris) | held,
         entry_id=state.group_id,
         log_=log_,
     )
     if held:
         _note_held(store, state.group_id)
-    if delivered and deletes(mode, True):  # done for good: nothing resumes from them
+    if delivered and deletes(cleanup, True):  # done for good: nothing resumes from them
         try:
             remove_checkpoints(store, state.template.identity)
         except Exception as exc:  # noqa: BLE001 - the values are delivered already
@@ -204,7 +204,7 @@ def batch_resumed(store: ObjectStore, group_id: str, identity: Mapping[str, Any]
 
 
 def held_results(
-    state: BatchState, store: ObjectStore, mode: str, kept_uris: Iterable[str] = ()
+    state: BatchState, store: ObjectStore, cleanup: str, kept_uris: Iterable[str] = ()
 ) -> set[str]:
     """The result URIs whose jobs a delivered batch's end holds: each ended input's
     latest job (what its value, or its error, is collected from again) whose
@@ -213,7 +213,7 @@ def held_results(
     uris = {
         store.uri(artifact_key(state.jobs[index], "result.pkl"))
         for index, outcome in state.done.items()
-        if index in state.jobs and deletes(mode, outcome == SUCCEEDED)
+        if index in state.jobs and deletes(cleanup, outcome == SUCCEEDED)
     }
     return uris - kept
 
@@ -231,7 +231,7 @@ def release_held(
     store: ObjectStore,
     backend: Backend,
     *,
-    mode: str,
+    cleanup: str,
     kept_uris: Iterable[str] = (),
     log_: Any = None,
 ) -> int:
@@ -239,7 +239,7 @@ def release_held(
     batch's jobs as ``batch_ended`` would have without ``hold`` (what it held goes,
     the history entry says what is left).  Never fatal: the values are home; ``jobs
     cleanup`` deletes what is left.  Returns how many artifact objects were deleted."""
-    if not held_results(state, store, mode, kept_uris):
+    if not held_results(state, store, cleanup, kept_uris):
         return 0
     jobs = [JobHandle(job_id, state.backend, "") for job_id in _created(state)]
     ok = {state.jobs[i] for i, outcome in state.done.items() if outcome == SUCCEEDED}
@@ -249,7 +249,7 @@ def release_held(
             backend,
             jobs,
             succeeded=ok,
-            mode=mode,
+            cleanup=cleanup,
             kept_uris=kept_uris,
             entry_id=state.group_id,
             log_=log_,

@@ -50,9 +50,9 @@ def policy(value: Any) -> str:
     raise ValueError(f"cleanup={value!r}: allowed values are {', '.join(map(repr, POLICIES))}")
 
 
-def deletes(mode: str, succeeded: bool) -> bool:
-    """Whether ``mode`` deletes the artifacts of a job that ended this way."""
-    return mode == ALWAYS or (mode == ON_SUCCESS and succeeded)
+def deletes(cleanup: str, succeeded: bool) -> bool:
+    """Whether ``cleanup`` deletes the artifacts of a job that ended this way."""
+    return cleanup == ALWAYS or (cleanup == ON_SUCCESS and succeeded)
 
 
 def release(
@@ -88,7 +88,7 @@ def after_job(
     handles: list[JobHandle],
     *,
     succeeded: bool | set[str],
-    mode: str,
+    cleanup: str,
     kept_uris: Iterable[str] = (),
     entry_id: str | None = None,
     log_: Any = None,
@@ -113,19 +113,22 @@ def after_job(
         ok = succeeded if isinstance(succeeded, bool) else handle.job_id in succeeded
         referenced = store.uri(artifact_key(handle.job_id, "result.pkl")) in kept
         any_referenced = any_referenced or referenced
-        if deletes(mode, ok) and not referenced:
+        if deletes(cleanup, ok) and not referenced:
             removed += store.delete_prefix(f"{handle.job_id}/")
             here = {"objects": 0, "bytes": 0}
         else:
             here = left_behind(store, handle.job_id)
         left = {k: left[k] + here[k] for k in left}
         if entry_id is None:
-            _note(store, handle.job_id, mode, here, referenced)
+            _note(store, handle.job_id, cleanup, here, referenced)
     if entry_id is not None:
-        _note(store, entry_id, mode, left, any_referenced, whose="its failed child jobs")
+        _note(store, entry_id, cleanup, left, any_referenced, whose="its failed child jobs")
     if removed:
         logger.info(
-            "cleanup (%s): deleted %d artifact object(s) of %d job(s)", mode, removed, len(handles)
+            "cleanup (%s): deleted %d artifact object(s) of %d job(s)",
+            cleanup,
+            removed,
+            len(handles),
         )
     return removed
 
@@ -133,7 +136,7 @@ def after_job(
 def _note(
     store: ObjectStore,
     job_id: str,
-    mode: str,
+    cleanup: str,
     left: dict[str, int],
     referenced: bool,
     whose: str = "the job failed",
@@ -142,8 +145,8 @@ def _note(
         why = "deleted"
     elif referenced:
         why = "kept: an XCom result reference points at a result"
-    elif mode == NEVER:
+    elif cleanup == NEVER:
         why = "kept: cleanup='never'"
     else:
         why = f"kept: {whose} ([kinetic] failed_retention_days)"
-    history.update(store, job_id, artifacts={"state": why, **left, "policy": mode})
+    history.update(store, job_id, artifacts={"state": why, **left, "policy": cleanup})

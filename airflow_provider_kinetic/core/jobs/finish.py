@@ -99,7 +99,7 @@ def finish_job(
     handle: JobHandle,
     report: StatusReport,
     *,
-    mode: str,
+    cleanup: str,
     result_key: str | None,
     read_value: bool = True,
     deliver: Callable[[Any, bytes], Any] | None = None,
@@ -109,7 +109,8 @@ def finish_job(
 ) -> FinishedJob:
     """Finish an ended job (``report``: how it ended) in the order above.
 
-    ``mode``: the cleanup policy; ``result_key``: the job's result key;
+    ``cleanup``: the cleanup policy (``on_success`` | ``always`` | ``never``);
+    ``result_key``: the job's result key;
     ``read_value=False``: its result is not read (nobody wants the value); ``deliver``
     (value, verified ``result.pkl`` bytes) -> what was delivered, called for a job
     that succeeded before anything is deleted (if it raises, the job is left as it
@@ -137,10 +138,10 @@ def finish_job(
     if read_value and done.succeeded:
         done.value = deliver(value, blob) if deliver is not None else value
     try:  # its log archived before the Job (and its pods) go
-        _record_end(store, backend, done, mode, logger, hold)
+        _record_end(store, backend, done, cleanup, logger, hold)
     finally:
         _delete_job(backend, handle, logger)
-    if checkpoints_of is not None and done.succeeded and deletes(mode, True):
+    if checkpoints_of is not None and done.succeeded and deletes(cleanup, True):
         try:  # done for good: nothing will resume from them
             remove_checkpoints(store, checkpoints_of)
         except Exception as exc:  # noqa: BLE001 - the value is delivered already
@@ -149,7 +150,7 @@ def finish_job(
 
 
 def _record_end(
-    store: ObjectStore, backend: Backend, done: FinishedJob, mode: str, logger: Any, hold: bool
+    store: ObjectStore, backend: Backend, done: FinishedJob, cleanup: str, logger: Any, hold: bool
 ) -> None:
     """History, then the cleanup policy.  A job that succeeded but whose result could
     not be read is left exactly as it is: a retry collects it, nothing runs twice.
@@ -166,27 +167,27 @@ def _record_end(
     history.update(store, handle.job_id, state, failure or reason)
     kept = result_ref_uris(done.value)
     result = store.uri(artifact_key(handle.job_id, "result.pkl"))
-    done.held = hold and done.read and done.succeeded and deletes(mode, True)
+    done.held = hold and done.read and done.succeeded and deletes(cleanup, True)
     done.held = done.held and result not in kept  # a referenced result stays anyway
     done.removed = after_job(
         store,
         backend,
         [handle],
         succeeded=done.succeeded,
-        mode=mode,
+        cleanup=cleanup,
         kept_uris=kept | ({result} if done.held else set()),
         log_=logger,
         archive_logs=True,
     )
     if done.held:
-        _note_artifacts(store, handle.job_id, mode, HELD)
+        _note_artifacts(store, handle.job_id, cleanup, HELD)
 
 
 #: History's word for a delivered job's artifacts kept until its try has returned.
 HELD = "held: the value is delivered; kept until the task's try has returned it"
 
 
-def release_held(store: ObjectStore, done: FinishedJob, mode: str, log_: Any = None) -> None:
+def release_held(store: ObjectStore, done: FinishedJob, cleanup: str, log_: Any = None) -> None:
     """Delete the artifacts ``finish_job(hold=True)`` kept, once the caller's record
     says the value was returned (never fatal: the value is home; ``jobs cleanup``
     deletes what is left)."""
@@ -195,16 +196,16 @@ def release_held(store: ObjectStore, done: FinishedJob, mode: str, log_: Any = N
     job_id = done.handle.job_id
     try:
         done.removed += store.delete_prefix(f"{job_id}/")
-        _note_artifacts(store, job_id, mode, "deleted")
+        _note_artifacts(store, job_id, cleanup, "deleted")
         done.held = False
     except Exception as exc:  # noqa: BLE001 - the value is home already
         (log_ or log).warning("could not delete the artifacts of job %s: %s", job_id, exc)
 
 
-def _note_artifacts(store: ObjectStore, job_id: str, mode: str, state: str) -> None:
+def _note_artifacts(store: ObjectStore, job_id: str, cleanup: str, state: str) -> None:
     """The history entry's ``artifacts`` (as ``core.jobs.cleanup`` writes it)."""
     history.update(
-        store, job_id, artifacts={"state": state, **left_behind(store, job_id), "policy": mode}
+        store, job_id, artifacts={"state": state, **left_behind(store, job_id), "policy": cleanup}
     )
 
 
