@@ -184,8 +184,11 @@ class GkeBackend(PlanDriver, StatusReads, OwnedWrites, Backend):
         if proof.found is not None and not proof.owned:
             log.warning(
                 "%s %s/%s exists but is not job %s's (%s)",
-                self.owned_kind, *self.where(handle), handle.job_id, proof.why,
-            )  # fmt: skip
+                self.owned_kind,
+                *self.where(handle),
+                handle.job_id,
+                proof.why,
+            )
         return proof.owned
 
     def batch_status(self, group_id: str, handles: list[JobHandle]) -> dict[str, StatusReport]:

@@ -129,8 +129,9 @@ class OwnershipConflict(KubernetesApiError):
             "it was left as it is: another party owns that name"
         )
         body = json.dumps({"reason": "AlreadyExists", "message": message}).encode()
-        super().__init__(f"creating {ownership.kind} {ownership.namespace}/{ownership.name}",
-                         Reply(409, body))  # fmt: skip
+        super().__init__(
+            f"creating {ownership.kind} {ownership.namespace}/{ownership.name}", Reply(409, body)
+        )
 
 
 def stamp(body: dict[str, Any], token: str | None) -> dict[str, Any]:

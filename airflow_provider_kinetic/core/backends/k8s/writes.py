@@ -182,8 +182,11 @@ class OwnedWrites:
         if not proof.owned:
             log.warning(
                 "not deleting %s: it is not job %s's (%s; its labels: %s)",
-                what, handle.job_id, proof.why, dict(proof.labels),
-            )  # fmt: skip
+                what,
+                handle.job_id,
+                proof.why,
+                dict(proof.labels),
+            )
             return
         reply = yield from self._delete_plan(ownership, proof.uid)
         if reply.status == 409:  # the precondition failed: the name holds another object now
