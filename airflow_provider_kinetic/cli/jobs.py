@@ -77,16 +77,24 @@ def jobs_list(args: Namespace) -> None:
     emit(expanded, output_format(args), CHILD_COLUMNS)
 
 
-@command
-def jobs_status(args: Namespace) -> None:
-    """One job: its state (with the reason a person acts on) and where it lives; from
-    the history once its artifacts are gone."""
+def _attach_or_history(args: Namespace) -> tuple[AttachedJob | None, dict]:
+    """The job attached, or (None, its history entry) once its artifacts are gone; the
+    attach error when neither knows it."""
     try:
-        job = _attach(args)
+        return _attach(args), {}
     except CliError:
         entry = history.read(KineticHook(args.conn_id).get_store(), args.job_id)
         if entry is None:
             raise
+        return None, entry
+
+
+@command
+def jobs_status(args: Namespace) -> None:
+    """One job: its state (with the reason a person acts on) and where it lives; from
+    the history once its artifacts are gone."""
+    job, entry = _attach_or_history(args)
+    if job is None:
         emit(entry_row(entry), output_format(args))
         return
     report = job.status()  # a job its backend released: how its history says it ended
@@ -170,13 +178,9 @@ def failure_text(job_id: str, exc: BaseException) -> str:
 def jobs_result(args: Namespace) -> None:
     """The job's return value (verified against its signature before it is unpickled);
     a job whose artifacts are gone: what its history says became of its result."""
-    try:
-        job = _attach(args)
-    except CliError:
-        entry = history.read(KineticHook(args.conn_id).get_store(), args.job_id)
-        if entry is None:
-            raise
-        raise CliError(f"kinetic job {args.job_id}: {result_fate(entry)}") from None
+    job, entry = _attach_or_history(args)
+    if job is None:
+        raise CliError(f"kinetic job {args.job_id}: {result_fate(entry)}")
     report = job.status()
     if not report.status.is_terminal and not args.wait:
         raise CliError(f"kinetic job {job.job_id} is still {report.status.value}: pass --wait")

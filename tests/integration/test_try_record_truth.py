@@ -17,11 +17,9 @@ are real local jobs; the function counts its runs in a marker file.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -31,10 +29,11 @@ from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.taskrecord import DEFERRED, SYNC, read_record
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
+from tests.fixtures import task_process
 from tests.fixtures.fake_ti import FakeTI
+from tests.fixtures.task_process import finish
 from tests.fixtures.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 IDENTITY = {"dag_id": "d", "run_id": "manual__1", "task_id": "t", "map_index": -1}
 
 TASK = textwrap.dedent(
@@ -73,21 +72,7 @@ TASK = textwrap.dedent(
 
 
 def start(tmp_path: Path, **args) -> subprocess.Popen:  # noqa: ANN003
-    script = tmp_path / "task.py"
-    script.write_text(TASK)
-    # A deferrable try's watch in the worker outlasts the test: it is killed inside it.
-    env = {**os.environ, "PYTHONPATH": str(REPO), "AIRFLOW__KINETIC__DEFER_GRACE_S": "600"}
-    return subprocess.Popen(
-        [sys.executable, str(script), json.dumps(args)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
-
-
-def finish(proc: subprocess.Popen) -> tuple[object, str]:
-    out, _ = proc.communicate(timeout=180)
-    assert proc.returncode == 0, out
-    line = next(line for line in out.splitlines() if line.startswith("RESULT "))
-    return json.loads(line.split(" ", 1)[1]), out
+    return task_process.start(tmp_path, TASK, **args)
 
 
 def runs(marker: Path) -> int:
@@ -136,7 +121,6 @@ def test_a_try_that_defers_says_so(monkeypatch, tmp_path, local_conn):
     from airflow_provider_kinetic import KineticRunOperator
 
     def held(release: str) -> int:
-        import os
         import time
 
         while not os.path.exists(release):
