@@ -100,11 +100,9 @@ def launch(
 
     ``probe``: the state may be older than the batch (a trigger re-created after a
     triggerer restart starts from its last saved state): a child whose derived job
-    id already has a ``handle.json`` (its create intent) is adopted, not created
-    again once its create was answered (``jobs.submit.adopted``: each child's create
-    is marked made after the backend answered), so no input ever runs twice.
-    ``halted``: asked before each launch; once true, the rest stay queued (a trigger
-    being stopped).
+    id already has a ``handle.json`` is adopted, not created again
+    (``jobs.submit.adopted``), so no input ever runs twice.  ``halted``: asked before
+    each launch; once true, the rest stay queued (a trigger being stopped).
 
     An input leaves the queue only as it becomes active (or failed to submit), with
     no I/O between: an error on the way leaves it queued, never neither."""
@@ -125,7 +123,7 @@ def launch(
             if not (probe and adopted(store, backend, spec, handle)):
                 if launch_no > 1:  # the input's earlier job left its files there
                     start_empty(store, state.template.output_uri(index), f"inputs[{index}]")
-                create_job(store, backend, spec, handle, mark_created=True)
+                create_job(store, backend, spec, handle)
         except Exception as exc:  # noqa: BLE001 - recorded per index, never retried
             state.queue.pop(0)
             state.launches[index] = launch_no

@@ -8,7 +8,6 @@ nothing is left behind that looks like a job.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from dataclasses import dataclass, replace
 
@@ -37,26 +36,11 @@ from airflow_provider_kinetic.core.storage import ObjectStore
 log = logging.getLogger(__name__)
 
 
-#: A job's create marker, written once the backend answered its create (its
-#: ``handle.json``, written before, is the intent only): a driver that restarts tells
-#: a job never created from one created and gone since (``adopted``).
-CREATED = "created.json"
-
-
-def create_job(
-    store: ObjectStore,
-    backend: Backend,
-    spec: JobSpec,
-    handle: JobHandle,
-    *,
-    mark_created: bool = False,
-) -> None:
+def create_job(store: ObjectStore, backend: Backend, spec: JobSpec, handle: JobHandle) -> None:
     """Write ``handle.json``, then create the job.
 
     If creation fails and the job does not exist after all, the job's artifacts are
     removed (nothing is left that looks like a job) and the error is re-raised.
-    ``mark_created`` (a batch's children): once the backend answered, :data:`CREATED`
-    says so (``adopted`` reads it).
     """
     job_id = spec.job_id
     store.write_bytes(
@@ -68,54 +52,23 @@ def create_job(
     except Exception:
         if backend.exists(handle):
             log.warning("create reported an error but job %s exists; keeping it", job_id)
-            if mark_created:
-                record_created(store, handle)
             return
         log.error("could not create job %s; removing its artifacts", job_id)
         store.delete_prefix(f"{job_id}/")
         raise
-    if mark_created:
-        record_created(store, handle)
-
-
-def record_created(store: ObjectStore, handle: JobHandle) -> None:
-    """The job was created (the backend answered): never create it again under its id."""
-    key = artifact_key(handle.job_id, CREATED)
-    body = {"job_id": handle.job_id, "k8s_name": handle.k8s_name, "backend": handle.backend}
-    store.write_bytes(
-        key, json.dumps(body, sort_keys=True).encode(), content_type="application/json"
-    )
-    make_private(store, key)
 
 
 def adopted(store: ObjectStore, backend: Backend, spec: JobSpec, handle: JobHandle) -> bool:
     """Whether this child was made already (by a driver that died before saving its
-    state): its ``handle.json`` (the intent) exists.
-
-    * its job exists, proven its own (``backend.exists``: on GKE the owner token of
-      ``core.backends.k8s.ownership``), or it left a result: adopted as it is;
-    * its create was answered (:data:`CREATED`) and the job is gone: adopted, not
-      created again under the same id — it ran and failed or was preempted, and its
-      next status (not found) makes it read its result or failure from the store;
-    * the intent alone (the driver died before the create was answered): created
-      now, once, under the same id.
-    """
+    state): its ``handle.json`` exists.  A job that exists or left a result is
+    adopted as it is; one whose handle was written but whose create never happened
+    is created now, under the same id."""
     if not store.exists(artifact_key(handle.job_id, "handle.json")):
         return False
-    index = handle.group_index
     if backend.exists(handle) or store.exists(artifact_key(handle.job_id, "result.pkl")):
-        log.info("inputs[%s] (%s) was launched already: adopted", index, spec.job_id)
+        log.info("inputs[%s] (%s) was launched already: adopted", handle.group_index, spec.job_id)
         return True
-    if store.exists(artifact_key(handle.job_id, CREATED)):
-        log.warning(
-            "inputs[%s] (%s) was created and its job is gone: adopted as it ended, "
-            "not created again",
-            index,
-            spec.job_id,
-        )
-        return True
-    log.info("inputs[%s] (%s) was never created: creating it now", index, spec.job_id)
-    create_job(store, backend, spec, handle, mark_created=True)
+    backend.submit(spec)
     return True
 
 
