@@ -130,7 +130,12 @@ class TaskTry:
             self.log.info("kinetic: earlier try found: %s -> %s", why, step.value)
             if step is Step.SUBMIT and old is not None:  # keep the old record for history
                 supersede_record(self.store, self.identity, record, self.secret)
-                if report is not None and report.status.is_terminal:
+                entry = history.read(self.store, old.job_id) or {}
+                if (
+                    report is not None
+                    and report.status.is_terminal
+                    and entry.get("state") not in history.ENDED
+                ):
                     # It ended and nobody collected it: its entry says how, not
                     # SUBMITTED as if it still ran (holds would keep its files).
                     history.update(

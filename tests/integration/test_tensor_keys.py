@@ -25,6 +25,7 @@ from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes  # noq
 from airflow_provider_kinetic.core.batch import run as batchrun  # noqa: E402
 from airflow_provider_kinetic.core.batch.plan import plan_batch  # noqa: E402
 from airflow_provider_kinetic.core.config import KineticConfig  # noqa: E402
+from airflow_provider_kinetic.core.data.hashing import statrecord  # noqa: E402
 from airflow_provider_kinetic.core.jobs.request import JobRequest  # noqa: E402
 from airflow_provider_kinetic.core.keys.keystore import KeyStore  # noqa: E402
 from airflow_provider_kinetic.core.keys.names import KeyNameError  # noqa: E402
@@ -97,8 +98,11 @@ def test_put_stores_safetensors_and_get_fills_in_place(store: ObjectStore, tmp_p
     tensors.get(keys, "models/one", into)
     assert torch.equal(into, one)
     assert [p for p in store.list("") if "kinetic-tensors" in p] == []
-    # The staging files' stat-cache records are dropped (they would only evict others).
-    assert list((tmp_path / "statcache").glob("*")) == []
+    # The staging files' stat-cache records are dropped (they would only evict others);
+    # what stays is the record of a cache entry the unchanged put verified in place.
+    roots = [statrecord.decode(p.read_bytes()).root for p in (tmp_path / "statcache").glob("*")]
+    assert [r for r in roots if "kinetic-tensors-" in r] == []
+    assert all("data-cache" in r for r in roots), roots
 
 
 @pytest.mark.parametrize(

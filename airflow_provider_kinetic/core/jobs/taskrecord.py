@@ -222,7 +222,9 @@ def decide_job(
         return Step.SUBMIT, None, None, "no earlier job for this task"
     if record.delivered and record.returned:
         return Step.SUBMIT, job, None, f"job {job.job_id} already delivered its result: run again"
-    report = history.settled(store, job.job_id, backend.status(job))  # released: its history
+    seen = backend.status(job)
+    report = history.settled(store, job.job_id, seen)  # released: its history
+    released = seen.status is JobStatus.NOT_FOUND  # what says how it ended: the history
     live = report.status in (JobStatus.PENDING, JobStatus.RUNNING)
     if live and cancel_requested(store, job):
         return Step.SUBMIT, job, report, f"job {job.job_id} is being cancelled"
@@ -239,11 +241,16 @@ def decide_job(
         return Step.SUBMIT, job, report, why + ": cancelled it, running again"
     if live:
         return Step.ADOPT, job, report, f"job {job.job_id} is still {report.status.value}"
-    if report.status is JobStatus.SUCCEEDED or (
-        report.status is JobStatus.NOT_FOUND and succeeded_result(store, job, result_key)
+    if (report.status is JobStatus.SUCCEEDED and not released) or (
+        released
+        and report.status in (JobStatus.SUCCEEDED, JobStatus.NOT_FOUND)
+        and succeeded_result(store, job, result_key)
     ):
         if record.delivered:  # its try ended between the XCom push and its return
             why = f"job {job.job_id} delivered its result to a try that ended before returning"
             return Step.COLLECT, job, report, why + " it; collecting the same result again"
         return Step.COLLECT, job, report, f"job {job.job_id} finished; collecting its result"
+    if report.status is JobStatus.SUCCEEDED:  # released, and its result is gone
+        why = f"job {job.job_id} succeeded, but its result is gone (cleaned up): running again"
+        return Step.SUBMIT, job, report, why
     return Step.SUBMIT, job, report, f"job {job.job_id} ended {report.describe()}"
