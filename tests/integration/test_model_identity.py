@@ -1,4 +1,4 @@
-"""A model of "the same work" and "still needed" (docs/IDENTITY.md, docs/LIVENESS.md),
+"""A model of "the same work" and "still needed" (docs/ARCHITECTURE.md, "Identity and liveness"),
 checked against the real thing by a Hypothesis state machine.
 
 One task (``model / manual__m / t``) runs ``KineticRunOperator.execute`` in this process

@@ -1,4 +1,4 @@
-"""Tensors as keys (``core/keys/tensors*.py``): put as safetensors, get in place, the
+"""Tensors as keys (``core/keys/tensors/``): put as safetensors, get in place, the
 checks before anything is modified, and the ``torch.distributed`` broadcast among a
 batch's children (gloo among 4 real local children; the rendezvous on both stores).
 """
