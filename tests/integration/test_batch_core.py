@@ -8,7 +8,6 @@ import pytest
 
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.batch import launch as batchlaunch
-from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import PAYLOAD_CACHE, plan_batch
@@ -16,7 +15,7 @@ from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.storage import LocalStore
-from tests.fixtures.waiting import wait_for
+from tests.fixtures.batch_drive import drive
 
 
 class CountingStore(LocalStore):
@@ -38,20 +37,8 @@ def scale(x: int, factor: int, table: str) -> int:
 
 
 def _run(state, config, backend, store, timeout=240.0):
-    """Drive the batch as its sensor would, a poll every 0.1 s, until it has finished."""
-
-    def poll() -> bool:
-        batchlaunch.launch(state, config, backend, store)
-        batchmanifest.maybe_write_manifest(state, store)
-        if batchrun.is_finished(state):
-            return True
-        reports = backend.batch_status(state.group_id, list(state.active.values()))
-        batchrun.observe(state, reports, backend, store)
-        return False
-
-    wait_for(
-        "the batch to finish", poll, timeout, interval=0.1, detail=lambda: batchrun.counts(state)
-    )
+    """Drive the batch as its sensor would (kinetic's manifest kept current)."""
+    drive(state, config, backend, store, timeout=timeout, manifest=True)
 
 
 @pytest.mark.parametrize("n", [60])

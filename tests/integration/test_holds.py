@@ -15,7 +15,6 @@ import pytest
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import resume as batchresume
-from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.finish import batch_ended
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.batch.state import FAILED, SUCCEEDED
@@ -28,8 +27,8 @@ from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.keys.pins import pin_values
 from airflow_provider_kinetic.core.storage import LocalStore
+from tests.fixtures.batch_drive import drive
 from tests.fixtures.cli import run_cli
-from tests.fixtures.waiting import wait_for
 
 CONN = "kn_holds"
 SECRET = b"s" * 32
@@ -65,18 +64,6 @@ def flaky(x: int, flag_dir: str) -> int:
         open(flag, "w").close()  # noqa: SIM115 - a marker, nothing written
         raise ValueError("input 0 fails once")
     return x * 10
-
-
-def _run(state, config, backend, store) -> None:
-    def poll() -> bool:
-        batchlaunch.launch(state, config, backend, store)
-        if batchrun.is_finished(state):
-            return True
-        reports = backend.batch_status(state.group_id, list(state.active.values()))
-        batchrun.observe(state, reports, backend, store)
-        return False
-
-    wait_for("the batch to finish", poll, 240, interval=0.1, detail=lambda: batchrun.counts(state))
 
 
 def test_data_gc_keeps_a_running_batchs_data(config: KineticConfig, tmp_path: Path) -> None:
@@ -122,7 +109,7 @@ def test_a_succeeded_child_is_not_run_again_after_cleanup_always(
     )  # fmt: skip
     batchresume.save_plan(store, state, SECRET)
     batchlaunch.start_batch(state, objects, local, store)
-    _run(state, config, backend, store)
+    drive(state, config, backend, store)
     assert state.done == {0: SUCCEEDED, 1: FAILED} and state.launches == {0: 2, 1: 2}
     first = batchlaunch.child_job_id(state.group_id, 0, 1)
     succeeded = state.jobs[0]

@@ -18,10 +18,8 @@ second run or try always meets the first one's job still running.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -32,11 +30,11 @@ from airflow_provider_kinetic.core.jobs.taskrecord import read_record
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
+from tests.fixtures import task_process
 from tests.fixtures.cli import run_cli
 from tests.fixtures.local_conn import set_local_conn
+from tests.fixtures.task_process import finish
 from tests.fixtures.waiting import wait_for
-
-REPO = Path(__file__).resolve().parents[2]
 
 PRELUDE = textwrap.dedent(
     """
@@ -108,20 +106,7 @@ def root(monkeypatch, tmp_path) -> Path:
 
 
 def start(tmp_path: Path, source: str, name: str, **args) -> subprocess.Popen:  # noqa: ANN003
-    script = tmp_path / f"{name}.py"
-    script.write_text(source)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen(
-        [sys.executable, str(script), json.dumps(args)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
-
-
-def finish(proc: subprocess.Popen, ok: bool = True) -> tuple[object, str]:
-    out, _ = proc.communicate(timeout=180)
-    assert (proc.returncode == 0) == ok, out
-    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-    return (json.loads(lines[0].split(" ", 1)[1]) if lines else None), out
+    return task_process.start(tmp_path, source, name, **args)
 
 
 def runs(marker: Path) -> int:

@@ -22,7 +22,6 @@ from airflow_provider_kinetic import BroadcastWindow  # noqa: E402
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend  # noqa: E402
 from airflow_provider_kinetic.core.batch import launch as batchlaunch  # noqa: E402
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes  # noqa: E402
-from airflow_provider_kinetic.core.batch import run as batchrun  # noqa: E402
 from airflow_provider_kinetic.core.batch.plan import plan_batch  # noqa: E402
 from airflow_provider_kinetic.core.config import KineticConfig  # noqa: E402
 from airflow_provider_kinetic.core.data.hashing import statrecord  # noqa: E402
@@ -33,8 +32,8 @@ from airflow_provider_kinetic.core.keys.peer.registry import PEERS_PREFIX  # noq
 from airflow_provider_kinetic.core.keys.tensors import statedict as tensors  # noqa: E402
 from airflow_provider_kinetic.core.keys.tensors.statedict import TensorMismatch  # noqa: E402
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore  # noqa: E402
+from tests.fixtures.batch_drive import drive  # noqa: E402
 from tests.fixtures.fake_gcs import requires_fake_gcs  # noqa: E402
-from tests.fixtures.waiting import wait_for  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -215,15 +214,7 @@ def _run_batch(tmp_path: Path, store: LocalStore, inputs: list[list[Any]]) -> li
     )
     batchlaunch.start_batch(state, objects, local, store)
 
-    def poll() -> bool:  # as the batch's sensor would, every 0.1 s
-        batchlaunch.launch(state, config, backend, store)
-        if batchrun.is_finished(state):
-            return True
-        reports = backend.batch_status(state.group_id, list(state.active.values()))
-        batchrun.observe(state, reports, backend, store)
-        return False
-
-    wait_for("the batch to finish", poll, 240, interval=0.1, detail=lambda: batchrun.counts(state))
+    drive(state, config, backend, store)  # as the batch's sensor would
     values, failures = batchoutcomes.gather(state, store)
     assert failures == {}, failures
     # Every child met in its batch's peer scope, and the rendezvous records on the

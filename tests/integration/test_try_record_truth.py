@@ -72,7 +72,10 @@ TASK = textwrap.dedent(
 
 
 def start(tmp_path: Path, **args) -> subprocess.Popen:  # noqa: ANN003
-    return task_process.start(tmp_path, TASK, **args)
+    # A deferrable try's watch in the worker outlasts the test: it is killed inside it.
+    return task_process.start(
+        tmp_path, TASK, env={"AIRFLOW__KINETIC__DEFER_GRACE_S": "600"}, **args
+    )
 
 
 def runs(marker: Path) -> int:

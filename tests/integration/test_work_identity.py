@@ -16,11 +16,8 @@ against one real local store; jobs are real local jobs with real runners.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -30,9 +27,10 @@ from airflow_provider_kinetic.core.jobs.taskrecord import read_record
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
+from tests.fixtures import task_process
+from tests.fixtures.local_conn import set_local_conn
+from tests.fixtures.task_process import finish
 from tests.fixtures.waiting import wait_for
-
-REPO = Path(__file__).resolve().parents[2]
 
 PRELUDE = textwrap.dedent(
     """
@@ -146,29 +144,12 @@ print("RESULT", json.dumps(op.execute(context())), flush=True)
 
 @pytest.fixture
 def root(monkeypatch, tmp_path) -> Path:
-    root = tmp_path / "kinetic"
-    conn = {"conn_type": "kinetic", "extra": {"backend": "local", "root": str(root)}}
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_IDENT", json.dumps(conn))
-    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_DEFAULT", json.dumps(conn))
-    return root
+    return set_local_conn(monkeypatch, tmp_path / "kinetic", "kinetic_ident", "kinetic_default")
 
 
 def start(tmp_path: Path, body: str, name: str, **args) -> subprocess.Popen:  # noqa: ANN003
-    script = tmp_path / f"{name}.py"
-    script.write_text(PRELUDE + textwrap.dedent(body))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     args.setdefault("try", 1)
-    return subprocess.Popen(
-        [sys.executable, str(script), json.dumps(args)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
-
-
-def finish(proc: subprocess.Popen, ok: bool = True) -> tuple[object, str]:
-    out, _ = proc.communicate(timeout=180)
-    assert (proc.returncode == 0) == ok, out
-    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-    return (json.loads(lines[0].split(" ", 1)[1]) if lines else None), out
+    return task_process.start(tmp_path, PRELUDE + textwrap.dedent(body), name, **args)
 
 
 def runs(marker: Path | str) -> int:
