@@ -20,17 +20,13 @@ from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.finish import batch_ended, gather_values, release_held
 from airflow_provider_kinetic.core.batch.resume import save_live
 from airflow_provider_kinetic.core.batch.state import BatchState
+from airflow_provider_kinetic.core.jobs.resultref import result_ref_uris
 from airflow_provider_kinetic.core.jobs.signing import Keyring
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.deployment.signing import result_key_for_job
 from airflow_provider_kinetic.exceptions import KineticBatchFailed
 from airflow_provider_kinetic.operators import assets
-from airflow_provider_kinetic.operators.common import (
-    directory_uri,
-    push_value,
-    result_ref_uris,
-    xcom_value,
-)
+from airflow_provider_kinetic.operators.common import directory_uri, push_value, xcom_value
 from airflow_provider_kinetic.operators.usage import report_usage
 
 

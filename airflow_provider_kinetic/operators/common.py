@@ -25,9 +25,6 @@ from airflow_provider_kinetic.core.jobs.options import JobOptions
 from airflow_provider_kinetic.core.jobs.pack import DEFAULT_MAX_PAYLOAD_MB
 from airflow_provider_kinetic.core.jobs.request import JobRequest, capture_env, plan_for_request
 from airflow_provider_kinetic.core.jobs.resultref import REF_KEY, make_result_ref
-from airflow_provider_kinetic.core.jobs.resultref import (
-    result_ref_uris as result_ref_uris,  # the map operator's and the batch sensor's
-)
 from airflow_provider_kinetic.core.runtime.context import DEFAULT_MAX_CONTEXT_MB, check_patterns
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, check_image_setting
 from airflow_provider_kinetic.core.runtime.requirements import check_spec as check_requirements

@@ -30,11 +30,12 @@ from airflow_provider_kinetic.core.batch.resume import load_live, save_live
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
 from airflow_provider_kinetic.core.jobs.cleanup import policy as cleanup_policy
+from airflow_provider_kinetic.core.jobs.resultref import result_ref_uris
 from airflow_provider_kinetic.core.spec.handles import parse_rendered
 from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key_for_job
 from airflow_provider_kinetic.exceptions import KineticBatchFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
-from airflow_provider_kinetic.operators.common import result_ref_uris, xcom_value
+from airflow_provider_kinetic.operators.common import xcom_value
 from airflow_provider_kinetic.operators.lineage import KineticBatchSensorLineage
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 
