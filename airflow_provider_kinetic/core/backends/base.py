@@ -25,7 +25,7 @@ from airflow_provider_kinetic.core.spec.pod import JobSpec
 from airflow_provider_kinetic.core.storage.fileuri import file_uri
 
 if TYPE_CHECKING:
-    from airflow_provider_kinetic.core.settings import KineticSettings
+    from airflow_provider_kinetic.core.config import KineticConfig
     from airflow_provider_kinetic.core.storage import ObjectStore
 
 
@@ -51,24 +51,24 @@ class Backend(abc.ABC):
         return None
 
     @classmethod
-    def validate_config(cls, config: KineticSettings) -> None:
+    def validate_config(cls, config: KineticConfig) -> None:
         """Raise ``ValueError`` naming the connection extra this backend is missing."""
         return None
 
     @classmethod
     @abc.abstractmethod
-    def bucket_for(cls, config: KineticSettings) -> str:
+    def bucket_for(cls, config: KineticConfig) -> str:
         """The store root this backend's jobs use (bucket name or local directory)."""
 
     @classmethod
     @abc.abstractmethod
-    def store_for(cls, config: KineticSettings) -> ObjectStore:
+    def store_for(cls, config: KineticConfig) -> ObjectStore:
         """The object store holding payloads, results, data cache and outputs."""
 
     @classmethod
     @abc.abstractmethod
     def from_config(
-        cls, config: KineticSettings, api_client_factory: Callable[[], Any] | None = None
+        cls, config: KineticConfig, api_client_factory: Callable[[], Any] | None = None
     ) -> Backend:
         """An instance for ``config`` (``api_client_factory`` when ``needs_cluster``)."""
 

@@ -46,7 +46,7 @@ from airflow_provider_kinetic.core.spec.pod import JobSpec
 from airflow_provider_kinetic.core.storage import LocalStore
 
 if TYPE_CHECKING:
-    from airflow_provider_kinetic.core.settings import KineticSettings
+    from airflow_provider_kinetic.core.config import KineticConfig
 
 log = logging.getLogger(__name__)
 
@@ -119,21 +119,21 @@ class LocalBackend(Backend):
         local_gpus.plan_gpus(accelerator, any_model=any_model)
 
     @classmethod
-    def validate_config(cls, config: KineticSettings) -> None:
+    def validate_config(cls, config: KineticConfig) -> None:
         if not config.root:
             raise ValueError("the local backend needs a root directory ('root' extra)")
 
     @classmethod
-    def bucket_for(cls, config: KineticSettings) -> str:
+    def bucket_for(cls, config: KineticConfig) -> str:
         return os.path.abspath(config.root or "")
 
     @classmethod
-    def store_for(cls, config: KineticSettings) -> LocalStore:
+    def store_for(cls, config: KineticConfig) -> LocalStore:
         return LocalStore(cls.bucket_for(config))
 
     @classmethod
     def from_config(
-        cls, config: KineticSettings, api_client_factory: Callable[[], Any] | None = None
+        cls, config: KineticConfig, api_client_factory: Callable[[], Any] | None = None
     ) -> LocalBackend:
         return cls(cls.bucket_for(config))
 
