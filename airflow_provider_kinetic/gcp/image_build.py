@@ -39,7 +39,8 @@ from typing import Any
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.jobs.polling import poll_delays
-from airflow_provider_kinetic.core.runtime.images import ImagePlan, build_context, context_tarball
+from airflow_provider_kinetic.core.runtime.buildfiles import build_context, context_tarball
+from airflow_provider_kinetic.core.runtime.images import ImagePlan
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.gcp.build_log import MAX_LINES_PER_READ, BuildLogTail
 

@@ -32,7 +32,8 @@ import pytest
 
 from airflow_provider_kinetic.core.jobs.pack import prepare
 from airflow_provider_kinetic.core.jobs.request import JobRequest
-from airflow_provider_kinetic.core.runtime.images import PUBLISHED_PYTHON, write_prebuilt_context
+from airflow_provider_kinetic.core.runtime.buildfiles import write_prebuilt_context
+from airflow_provider_kinetic.core.runtime.images import PUBLISHED_PYTHON
 from airflow_provider_kinetic.core.spec.handles import artifact_key, new_job_id
 from airflow_provider_kinetic.core.storage import LocalStore
 

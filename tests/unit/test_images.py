@@ -9,12 +9,11 @@ import pytest
 from airflow_provider_kinetic import KineticRunOperator
 from airflow_provider_kinetic.core.config import KineticConfig, KineticConfigError
 from airflow_provider_kinetic.core.runtime import wheel
+from airflow_provider_kinetic.core.runtime.buildfiles import RUNNER_SHIM, build_context
 from airflow_provider_kinetic.core.runtime.images import (
     CATEGORIES,
     PUBLISHED_PYTHON,
-    RUNNER_SHIM,
     ImageConfigError,
-    build_context,
     plan_image,
     render_dockerfile,
 )

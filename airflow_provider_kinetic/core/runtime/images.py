@@ -24,17 +24,16 @@ variant (dry runs and the task log show it).  A category whose JAX is not publis
 for the hosts' architecture (libtpu: x86-64 only) fails here, before any upload.
 
 The same :func:`render_dockerfile` writes ``docker/Dockerfile.{category}`` (the
-prebuilt images; a test checks the files are current).  The local backend runs
+prebuilt images, via ``core/runtime/buildfiles.py``; a test checks the files are
+current).  The local backend runs
 jobs on this machine and ignores images altogether (``mode="local"``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import re
 import sys
-import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,12 +59,6 @@ DIST_DIR = "/tmp/kinetic-dist"
 JAX_SPECS = {"cpu": ["jax"], "gpu": ["jax[cuda12]"], "tpu": ["jax[tpu]>=0.4.6"]}
 LIBTPU_FIND_LINKS = "https://storage.googleapis.com/jax-releases/libtpu_releases.html"
 RUNTIME_PACKAGES = ["cloudpickle", "google-cloud-storage"]
-#: kinetic's runner path (``KINETIC_RUNNER_COMMAND``) starts this package's runner.
-RUNNER_SHIM = (
-    '"""kinetic\'s runner path; runs airflow-provider-kinetic\'s runner."""\n\n'
-    "import runpy\n\n"
-    'runpy.run_module("airflow_provider_kinetic.runner", run_name="__main__", alter_sys=True)\n'
-)
 _URI = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
 _REPO = re.compile(r"^[a-z]([a-z0-9-]*[a-z0-9])?$")
 
@@ -209,9 +202,12 @@ def check_arch(category: str, arch: str, accelerator: str | None = None) -> str:
 
 
 def bundled_hash(
-    category: str, python: str, requirements: Requirements, dockerfile: str,
+    category: str,
+    python: str,
+    requirements: Requirements,
+    dockerfile: str,
     arch: str = DEFAULT_ARCH,
-) -> str:  # fmt: skip
+) -> str:
     """SHA-256 over every input of a bundled image (see module docstring).  The
     platform is an input only when it is not amd64, so amd64 tags stay as they were."""
     platform = [] if arch == DEFAULT_ARCH else [f"platform=linux/{arch}"]
@@ -248,9 +244,12 @@ def check_image_setting(value: Any, where: str) -> str | None:
 
 
 def registry_target(
-    project: str | None, location: str | None, repository: str | None, zone: str | None,
+    project: str | None,
+    location: str | None,
+    repository: str | None,
+    zone: str | None,
     cluster: str | None,
-) -> RegistryTarget:  # fmt: skip
+) -> RegistryTarget:
     """The bundled images' repository: explicit settings, else derived from the
     cluster (kinetic's ``kn-{cluster}`` in the cluster's region)."""
     if not project:
@@ -335,59 +334,23 @@ def plan_image(
         digest = bundled_hash(category, py, reqs, dockerfile, arch)[:12]
         tag = f"{category}-{digest}" if arch == DEFAULT_ARCH else f"{category}-{arch}-{digest}"
         return ImagePlan(
-            "bundled", f"{target.image}:{tag}", category, tag, dockerfile, reqs,
-            registry=target, **platform,
-        )  # fmt: skip
+            "bundled",
+            f"{target.image}:{tag}",
+            category,
+            tag,
+            dockerfile,
+            reqs,
+            registry=target,
+            **platform,
+        )
     # A custom image is taken to be complete; requirements given explicitly are
     # installed at start (discovered ones are not: the image was built for this).
     reqs = resolve_requirements(requirements if explicit else [], entry_file, category, "custom")
-    return ImagePlan("custom", setting, category, requirements=reqs,
-                     needs_requirements_upload=bool(reqs.installable), **platform)  # fmt: skip
-
-
-def build_context(plan: ImagePlan) -> dict[str, bytes]:
-    """The files of a bundled image's build (path in the context -> bytes)."""
-    if plan.mode != "bundled" or plan.dockerfile is None:
-        raise ValueError(f"only a bundled image is built here, not a {plan.mode} one")
-    return {
-        "Dockerfile": plan.dockerfile.encode(),
-        "requirements.txt": plan.requirements.text.encode(),
-        "remote_runner.py": RUNNER_SHIM.encode(),
-        f"dist/{wheel.wheel_name()}": wheel.build_wheel(),
-    }
-
-
-def context_tarball(files: dict[str, bytes]) -> bytes:
-    """A deterministic ``.tar.gz`` of ``files`` (Cloud Build's source archive)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
-        for name in sorted(files):
-            info = tarfile.TarInfo(name)
-            info.size = len(files[name])
-            info.mode = 0o644
-            tar.addfile(info, io.BytesIO(files[name]))
-    return buf.getvalue()
-
-
-def write_prebuilt_context(folder: str, python: str = PUBLISHED_PYTHON) -> list[str]:
-    """Write the prebuilt images' build context: ``Dockerfile.{cpu,gpu,tpu}``, the
-    runner shim and ``dist/`` (this package's wheel; not committed).  Returns the
-    paths written.  ``docker/`` in the repository is this output (a test checks)."""
-    import os
-
-    written = []
-    os.makedirs(os.path.join(folder, "dist"), exist_ok=True)
-    files = {f"Dockerfile.{c}": render_dockerfile(c, python, False).encode() for c in CATEGORIES}
-    files["remote_runner.py"] = RUNNER_SHIM.encode()
-    files[f"dist/{wheel.wheel_name()}"] = wheel.build_wheel()
-    for name, data in files.items():
-        path = os.path.join(folder, name)
-        with open(path, "wb") as f:
-            f.write(data)
-        written.append(path)
-    return written
-
-
-if __name__ == "__main__":  # python -m airflow_provider_kinetic.core.runtime.images docker/
-    for written_path in write_prebuilt_context(sys.argv[1] if len(sys.argv) > 1 else "docker"):
-        print(written_path)
+    return ImagePlan(
+        "custom",
+        setting,
+        category,
+        requirements=reqs,
+        needs_requirements_upload=bool(reqs.installable),
+        **platform,
+    )
