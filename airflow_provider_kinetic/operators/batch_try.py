@@ -4,8 +4,9 @@ A try is opened once per execution segment (``open`` in ``execute``, ``reopen`` 
 a deferral, ``dry`` for ``dry_run``) with what it needs computed once: the
 connection's config, the store, the task identity, the deployment secret, and (made
 when first needed) the batch's backend.  Its steps are methods: plan, resume or start
-the batch, record it, wait for it (``wait_sync`` or ``wait_deferred``, with the polls
-and the deferral: ``operators.batch_wait``), finish it (``operators.batch_finish``).
+the batch, record it, wait for it (``wait_sync`` or ``wait_deferred``: the polls and
+the deferral are functions of the try in ``operators.batch_wait``), finish it
+(``operators.batch_finish``).
 
 Every try of the task keeps a record of its batch in the store (``core.jobs.taskrecord``)
 with the batch's work digest (function, shared arguments, every input, options).  A
@@ -60,9 +61,8 @@ from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.links import KineticBatchLink, batch_url
-from airflow_provider_kinetic.operators import assets, keyio
-from airflow_provider_kinetic.operators.batch_finish import BatchFinish, child_output_dirs
-from airflow_provider_kinetic.operators.batch_wait import BatchWaits
+from airflow_provider_kinetic.operators import assets, batch_finish, batch_wait, keyio
+from airflow_provider_kinetic.operators.batch_finish import child_output_dirs
 from airflow_provider_kinetic.operators.common import (
     XCOM_OUTPUT_DIR,
     XCOM_OUTPUT_DIRS,
@@ -83,7 +83,7 @@ class PlannedBatch:
 
 
 @dataclass
-class BatchTry(BatchWaits, BatchFinish):
+class BatchTry:
     """What one try of a map task needs, computed once, and the try's steps.
 
     ``context`` is None only for a dry run (nothing is executed, nothing recorded).
@@ -298,12 +298,33 @@ class BatchTry(BatchWaits, BatchFinish):
         batchlaunch.launch(state, self.config, self.backend, self.store, self.secret)
         batchmanifest.write_manifest(state, self.store)
         save_live(self.store, state, self.secret)
-        self.report()
+        batch_wait.report(self)
         self.write_record(delivered=True, returned=True)  # the handle is the value
         self.push_output_dirs()
         return batchmanifest.batch_handle(state, self.store)
 
-    # ---- before the wait (the waits: operators.batch_wait) ---------------------------
+    # ---- the wait and the finish (operators.batch_wait, operators.batch_finish) -------
+    def wait_sync(self) -> None:
+        """Launch, watch and retry children in the worker until every one has ended."""
+        batch_wait.wait_sync(self)
+
+    def wait_deferred(self) -> None:
+        """As ``wait_sync``, handing the batch to the triggerer when it waits long."""
+        batch_wait.wait_deferred(self)
+
+    def resumed(self, event: dict[str, Any]) -> None:
+        """Back from the trigger: how it ended, then the children's real status."""
+        batch_wait.resumed(self, event)
+
+    def cancel(self) -> None:
+        """Cancel every child this try has running (only while it waits on them)."""
+        batch_wait.cancel(self)
+
+    def finish(self) -> list[Any]:
+        """Deliver the values, the asset event, the record "returned", then cleanup."""
+        return batch_finish.finish(self)
+
+    # ---- before the wait -------------------------------------------------------------
     def publish(self) -> str:
         """Before the wait: the deadline, the record, the output dirs and the batch's
         link in XCom; returns the link's URL."""

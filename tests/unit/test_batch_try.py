@@ -20,6 +20,7 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
 )
 from airflow_provider_kinetic.core.keys import databroadcast
 from airflow_provider_kinetic.links import KineticBatchLink
+from airflow_provider_kinetic.operators import batch_finish, batch_wait
 from airflow_provider_kinetic.operators.batch_try import BatchTry
 from airflow_provider_kinetic.operators.common import XCOM_BATCH, XCOM_OUTPUT_DIRS
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
@@ -139,7 +140,7 @@ def test_cancel_stops_the_running_children_only_while_waiting(tmp_path):
     release = tmp_path / "release"
     op = map_operator(python_callable=held, inputs=[[str(release), 1], [str(release), 2]])
     batch = started(open_try(op))
-    assert not batch.step()  # launched, running
+    assert not batch_wait.step(batch)  # launched, running
     handles = list(batch.batch.active.values())
     assert len(handles) == 2
     batch.cancel()  # not waiting yet
@@ -198,13 +199,13 @@ def test_a_delivered_batch_holds_its_artifacts_until_the_try_returned(monkeypatc
     store, jobs = batch.store, list(batch.batch.jobs.values())
     seen = {}
 
-    def emit(result, capacity):  # noqa: ANN001, ANN202 - the step before "returned"
+    def emit(t, result, capacity):  # noqa: ANN001, ANN202 - the step before "returned"
         record = read_record(store, batch.identity, batch.secret)
         seen["record"] = (record.delivered, record.returned)
         seen["held"] = [store.exists(f"{job_id}/result.pkl") for job_id in jobs]
         seen["history"] = history.read(store, batch.batch.group_id)["artifacts"]["state"]
 
-    monkeypatch.setattr(batch, "emit", emit)
+    monkeypatch.setattr(batch_finish, "emit", emit)
     result = batch.finish()
     assert result[0] == 0 and result[1]["__kinetic_error__"]
     assert seen["record"] == (True, False) and seen["held"] == [True, True]

@@ -29,6 +29,7 @@ from airflow_provider_kinetic.core.jobs.signing import sign
 from airflow_provider_kinetic.core.spec.handles import InvalidHandleError, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectNotFound, PreconditionFailed
 from airflow_provider_kinetic.deployment.signing import result_key, result_key_for_job
+from airflow_provider_kinetic.operators import batch_finish
 from airflow_provider_kinetic.operators.batch_try import BatchTry
 from airflow_provider_kinetic.operators.task_try import TaskTry
 from tests.fixtures import records
@@ -104,13 +105,13 @@ def test_batch_failure_carries_partial_results():
         store.write_bytes(f"{job}/result.pkl.sig", signature.encode())
         store.write_bytes(f"{job}/result.pkl", blob)
     with pytest.raises(KineticBatchFailed, match="1 of 3 inputs failed") as info:
-        batch.deliver()
+        batch_finish.deliver(batch)
     err = info.value
     assert err.group_id == state.group_id and list(err.failures) == [1]
     assert err.partial_results[0] == 0 and err.partial_results[2] == 20
     assert isinstance(err.partial_results[1], ValueError)
     op.return_exceptions = True
-    values = batch.deliver()
+    values = batch_finish.deliver(batch)
     assert values[1] == batchoutcomes.describe_exception(err.failures[1])
 
 
