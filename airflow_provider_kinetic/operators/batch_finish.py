@@ -12,23 +12,20 @@ try's last word) and only then do the held artifacts go.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.finish import batch_ended, gather_values, release_held
 from airflow_provider_kinetic.core.batch.resume import save_live
-from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.jobs.resultref import result_ref_uris
 from airflow_provider_kinetic.deployment.signing import result_key_for_job
 from airflow_provider_kinetic.exceptions import KineticBatchFailed
 from airflow_provider_kinetic.operators import assets
+from airflow_provider_kinetic.operators.batch_try import BatchTry, child_output_dirs
 from airflow_provider_kinetic.operators.common import directory_uri, push_value, xcom_value
 from airflow_provider_kinetic.operators.usage import report_usage
-
-if TYPE_CHECKING:
-    from airflow_provider_kinetic.operators.batch_try import BatchTry
 
 
 def finish(t: BatchTry) -> list[Any]:
@@ -110,8 +107,3 @@ def emit(t: BatchTry, result: Any, capacity: dict[str, int]) -> None:
     out = directory_uri(state.template.output_dir) or state.template.output_dir
     extra = assets.batch_extra(state, result, out, child_output_dirs(state), capacity)
     assets.emit(t.op, t.context, out, extra)
-
-
-def child_output_dirs(state: BatchState) -> list[str]:
-    """Each input's output dir of a batch, in input order, as ``Data`` takes it."""
-    return [directory_uri(state.template.output_uri(i)) or "" for i in range(state.total)]

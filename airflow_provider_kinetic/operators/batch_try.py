@@ -35,6 +35,7 @@ from airflow_provider_kinetic.core.batch import finish as batchfinish
 from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
+from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.batch.resume import (
     delivered_state,
@@ -61,9 +62,9 @@ from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.links import KineticBatchLink, batch_url
-from airflow_provider_kinetic.operators import assets, batch_finish, batch_wait, keyio
-from airflow_provider_kinetic.operators.batch_finish import child_output_dirs
+from airflow_provider_kinetic.operators import assets, keyio
 from airflow_provider_kinetic.operators.common import (
+    XCOM_BATCH,
     XCOM_OUTPUT_DIR,
     XCOM_OUTPUT_DIRS,
     deadline,
@@ -298,33 +299,12 @@ class BatchTry:
         batchlaunch.launch(state, self.config, self.backend, self.store, self.secret)
         batchmanifest.write_manifest(state, self.store)
         save_live(self.store, state, self.secret)
-        batch_wait.report(self)
+        self.report()
         self.write_record(delivered=True, returned=True)  # the handle is the value
         self.push_output_dirs()
         return batchmanifest.batch_handle(state, self.store)
 
-    # ---- the wait and the finish (operators.batch_wait, operators.batch_finish) -------
-    def wait_sync(self) -> None:
-        """Launch, watch and retry children in the worker until every one has ended."""
-        batch_wait.wait_sync(self)
-
-    def wait_deferred(self) -> None:
-        """As ``wait_sync``, handing the batch to the triggerer when it waits long."""
-        batch_wait.wait_deferred(self)
-
-    def resumed(self, event: dict[str, Any]) -> None:
-        """Back from the trigger: how it ended, then the children's real status."""
-        batch_wait.resumed(self, event)
-
-    def cancel(self) -> None:
-        """Cancel every child this try has running (only while it waits on them)."""
-        batch_wait.cancel(self)
-
-    def finish(self) -> list[Any]:
-        """Deliver the values, the asset event, the record "returned", then cleanup."""
-        return batch_finish.finish(self)
-
-    # ---- before the wait -------------------------------------------------------------
+    # ---- before the wait (the wait: operators.batch_wait; the finish: batch_finish) --
     def publish(self) -> str:
         """Before the wait: the deadline, the record, the output dirs and the batch's
         link in XCom; returns the link's URL."""
@@ -350,3 +330,40 @@ class BatchTry:
         ti = self.context["ti"]
         ti.xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(self.batch.template.output_dir))
         ti.xcom_push(key=XCOM_OUTPUT_DIRS, value=child_output_dirs(self.batch))
+
+    def report(self) -> None:
+        """The status line and the ``kinetic_batch`` XCom, when a count changed (the
+        line also once a minute): not one line and one XCom write per poll."""
+        state = self.batch
+        c = batchrun.counts(state)
+        key = tuple(v for k, v in c.items() if k != "capacity")
+        changed = key != self.line.last
+        if not self.line.due(key):
+            return
+        self.op.log.info(
+            "batch %s: submitted %d/%d, active %d, succeeded %d, failed %d, queued %d",
+            state.group_id,
+            c["submitted"],
+            c["total"],
+            c["active"],
+            c["succeeded"],
+            c["failed"],
+            c["queued"],
+        )
+        if not changed:
+            return
+        self.context["ti"].xcom_push(
+            key=XCOM_BATCH,
+            value={
+                "group_id": state.group_id,
+                "bucket": self.store.bucket,
+                "manifest_uri": self.store.uri(batchmanifest.manifest_key(state.group_id)),
+                "output_dir": state.template.output_dir,
+                "counts": c,
+            },
+        )
+
+
+def child_output_dirs(state: BatchState) -> list[str]:
+    """Each input's output dir of a batch, in input order, as ``Data`` takes it."""
+    return [directory_uri(state.template.output_uri(i)) or "" for i in range(state.total)]

@@ -2,8 +2,9 @@
 and their live logs shown, until every one has ended; or the batch handed to the
 triggerer (``KineticBatchTrigger``) and taken back after it.
 
-Functions of the try (``operators.batch_try.BatchTry``, as ``operators.job_wait`` is
-the run operator's wait): ``wait_sync`` and ``wait_deferred`` step the batch
+Functions of the try (``operators.batch_try.BatchTry``), which the operator calls as
+the run operator's try calls ``operators.job_wait``: ``wait_sync`` and
+``wait_deferred`` step the batch
 (``core.batch.launch``), poll it (``core.batch.run.observe``, the children's log lines
 through ``core.batch.logs``), keep the status line and the ``kinetic_batch`` XCom
 current, and cancel the running children at the task's execution_timeout or on kill.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from airflow_provider_kinetic.core.batch import finish as batchfinish
 from airflow_provider_kinetic.core.batch import launch as batchlaunch
@@ -25,11 +26,9 @@ from airflow_provider_kinetic.core.jobs.polling import poll_delays
 from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
 from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import config_to_json
-from airflow_provider_kinetic.operators.common import XCOM_BATCH, defer_grace_s, defer_timeout
+from airflow_provider_kinetic.operators.batch_try import BatchTry
+from airflow_provider_kinetic.operators.common import defer_grace_s, defer_timeout
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
-
-if TYPE_CHECKING:
-    from airflow_provider_kinetic.operators.batch_try import BatchTry
 
 
 # ---- waiting ---------------------------------------------------------------------
@@ -71,7 +70,7 @@ def step(t: BatchTry) -> bool:
     state = t.batch
     batchlaunch.launch(state, t.config, t.backend, t.store, t.secret)
     batchmanifest.maybe_write_manifest(state, t.store)
-    report(t)
+    t.report()
     return state.finished
 
 
@@ -164,36 +163,3 @@ def poll(t: BatchTry) -> None:
 
 def child_line(t: BatchTry, index: int, line: str) -> None:
     t.op.log.info("[child %d] %s", index, line)
-
-
-def report(t: BatchTry) -> None:
-    """The status line and the ``kinetic_batch`` XCom, when a count changed (the
-    line also once a minute): not one line and one XCom write per poll."""
-    state = t.batch
-    c = batchrun.counts(state)
-    key = tuple(v for k, v in c.items() if k != "capacity")
-    changed = key != t.line.last
-    if not t.line.due(key):
-        return
-    t.op.log.info(
-        "batch %s: submitted %d/%d, active %d, succeeded %d, failed %d, queued %d",
-        state.group_id,
-        c["submitted"],
-        c["total"],
-        c["active"],
-        c["succeeded"],
-        c["failed"],
-        c["queued"],
-    )
-    if not changed:
-        return
-    t.context["ti"].xcom_push(
-        key=XCOM_BATCH,
-        value={
-            "group_id": state.group_id,
-            "bucket": t.store.bucket,
-            "manifest_uri": t.store.uri(batchmanifest.manifest_key(state.group_id)),
-            "output_dir": state.template.output_dir,
-            "counts": c,
-        },
-    )

@@ -27,7 +27,7 @@ from airflow_provider_kinetic.core.keys.peer.window import BroadcastWindow
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.links import KineticBatchLink
-from airflow_provider_kinetic.operators import assets
+from airflow_provider_kinetic.operators import assets, batch_finish, batch_wait
 from airflow_provider_kinetic.operators.batch_try import BatchTry
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
@@ -228,12 +228,12 @@ class KineticMapOperator(KineticOperatorBase):
             return batch.submit_only()
         self.published_links = {KineticBatchLink.key: batch.publish()}
         if batch.collecting:  # delivered by a try that ended before returning the values
-            return batch.finish()
+            return batch_finish.finish(batch)
         if self.deferrable:
-            batch.wait_deferred()  # defers, unless every child ends first
+            batch_wait.wait_deferred(batch)  # defers, unless every child ends first
         else:
-            batch.wait_sync()
-        return batch.finish()
+            batch_wait.wait_sync(batch)
+        return batch_finish.finish(batch)
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """Resume: re-read the real status of active children, then continue."""
@@ -242,17 +242,17 @@ class KineticMapOperator(KineticOperatorBase):
         state = BatchState.from_dict(event["state"])
         batch = self._try = BatchTry.reopen(self, context, state)
         self._store = batch.store
-        batch.resumed(event)
+        batch_wait.resumed(batch, event)
         if self.deferrable:
-            batch.wait_deferred()
+            batch_wait.wait_deferred(batch)
         else:
-            batch.wait_sync()
-        return batch.finish()
+            batch_wait.wait_sync(batch)
+        return batch_finish.finish(batch)
 
     def on_kill(self) -> None:
         """Cancel every child this try has running."""
         if self._try is not None:
-            self._try.cancel()
+            batch_wait.cancel(self._try)
 
     def dry_run(self) -> dict[str, Any]:
         """The manifest of the batch's first child, printed as YAML; creates nothing."""

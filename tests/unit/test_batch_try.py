@@ -102,9 +102,9 @@ def test_wait_sync_then_finish_delivers_the_values_in_order():
     url = batch.publish()
     xcom = batch.context["ti"].xcom
     assert xcom[KineticBatchLink.key] == url and len(xcom[XCOM_OUTPUT_DIRS]) == 3
-    batch.wait_sync()
+    batch_wait.wait_sync(batch)
     assert batch.batch.finished and batch.waiting
-    assert batch.finish() == [2, 4, 6]
+    assert batch_finish.finish(batch) == [2, 4, 6]
     assert not batch.waiting  # nothing left to cancel
     assert xcom["return_value"] == [2, 4, 6]
     assert xcom[XCOM_BATCH]["counts"]["succeeded"] == 3
@@ -115,9 +115,9 @@ def test_a_failed_input_fails_the_try_with_every_position():
     op = map_operator(python_callable=broken, inputs=[0, 1, 2])
     batch = started(open_try(op))
     batch.publish()
-    batch.wait_sync()
+    batch_wait.wait_sync(batch)
     with pytest.raises(KineticBatchFailed, match="1 of 3 inputs failed") as info:
-        batch.finish()
+        batch_finish.finish(batch)
     assert list(info.value.failures) == [1] and info.value.partial_results[2] == 2
     assert "return_value" not in batch.context["ti"].xcom
     assert not read_record(batch.store, batch.identity, batch.secret).delivered
@@ -132,7 +132,7 @@ def test_submit_only_hands_the_batch_over_and_cancel_leaves_it_running(tmp_path)
     live = load_live(batch.store, handle["group_id"], batch.secret)
     assert list(live.active) == [0]
     assert read_record(batch.store, batch.identity, batch.secret).delivered
-    batch.cancel()  # the sensor drives it now: nothing is cancelled
+    batch_wait.cancel(batch)  # the sensor drives it now: nothing is cancelled
     assert not cancel_requested(batch.store, live.active[0])
 
 
@@ -143,10 +143,10 @@ def test_cancel_stops_the_running_children_only_while_waiting(tmp_path):
     assert not batch_wait.step(batch)  # launched, running
     handles = list(batch.batch.active.values())
     assert len(handles) == 2
-    batch.cancel()  # not waiting yet
+    batch_wait.cancel(batch)  # not waiting yet
     assert not any(cancel_requested(batch.store, h) for h in handles)
     batch.waiting = True
-    batch.cancel()
+    batch_wait.cancel(batch)
     assert all(cancel_requested(batch.store, h) for h in handles)
 
 
@@ -156,7 +156,7 @@ def test_the_deadline_cancels_the_children_and_fails(tmp_path):
     batch.publish()
     batch.batch.deadline = time.time() - 1  # the execution_timeout has passed
     with pytest.raises(KineticJobCancelled, match="execution_timeout"):
-        batch.wait_sync()
+        batch_wait.wait_sync(batch)
     (handle,) = batch.batch.active.values()
     assert cancel_requested(batch.store, handle)
 
@@ -168,7 +168,7 @@ def test_wait_deferred_hands_the_batch_to_the_trigger(tmp_path, monkeypatch):
     batch = started(open_try(op))
     batch.publish()
     with pytest.raises(TaskDeferred) as info:
-        batch.wait_deferred()
+        batch_wait.wait_deferred(batch)
     trigger = info.value.trigger
     assert isinstance(trigger, KineticBatchTrigger) and info.value.method_name == "execute_complete"
     assert trigger.state["group_id"] == batch.batch.group_id and trigger.drive
@@ -180,7 +180,7 @@ def test_wait_deferred_hands_the_batch_to_the_trigger(tmp_path, monkeypatch):
     back = BatchTry.reopen(op, batch.context, batch.batch)
     assert back.waiting and back.identity == batch.identity
     with pytest.raises(KineticJobCancelled):
-        back.resumed({"status": "timeout", "message": "deadline"})
+        batch_wait.resumed(back, {"status": "timeout", "message": "deadline"})
     (handle,) = back.batch.active.values()
     assert cancel_requested(back.store, handle)
     # Back in the worker, the worker watches the batch: the record says so.
@@ -195,7 +195,7 @@ def test_a_delivered_batch_holds_its_artifacts_until_the_try_returned(monkeypatc
     op.cleanup = "always"
     batch = started(open_try(op))
     batch.publish()
-    batch.wait_sync()
+    batch_wait.wait_sync(batch)
     store, jobs = batch.store, list(batch.batch.jobs.values())
     seen = {}
 
@@ -206,7 +206,7 @@ def test_a_delivered_batch_holds_its_artifacts_until_the_try_returned(monkeypatc
         seen["history"] = history.read(store, batch.batch.group_id)["artifacts"]["state"]
 
     monkeypatch.setattr(batch_finish, "emit", emit)
-    result = batch.finish()
+    result = batch_finish.finish(batch)
     assert result[0] == 0 and result[1]["__kinetic_error__"]
     assert seen["record"] == (True, False) and seen["held"] == [True, True]
     assert seen["history"].startswith("held")

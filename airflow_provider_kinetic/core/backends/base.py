@@ -25,8 +25,12 @@ from airflow_provider_kinetic.core.spec.pod import JobSpec
 from airflow_provider_kinetic.core.storage.fileuri import file_uri
 
 if TYPE_CHECKING:
-    from airflow_provider_kinetic.core.config import KineticConfig
     from airflow_provider_kinetic.core.storage import ObjectStore
+
+#: A target's settings, as backends read them: a ``core.config.KineticConfig``.  Not
+#: imported here, not even for the type checker: a config checks itself by asking the
+#: backend registry, which sits above the backends.
+TargetConfig = Any
 
 
 class Backend(abc.ABC):
@@ -51,24 +55,24 @@ class Backend(abc.ABC):
         return None
 
     @classmethod
-    def validate_config(cls, config: KineticConfig) -> None:
+    def validate_config(cls, config: TargetConfig) -> None:
         """Raise ``ValueError`` naming the connection extra this backend is missing."""
         return None
 
     @classmethod
     @abc.abstractmethod
-    def bucket_for(cls, config: KineticConfig) -> str:
+    def bucket_for(cls, config: TargetConfig) -> str:
         """The store root this backend's jobs use (bucket name or local directory)."""
 
     @classmethod
     @abc.abstractmethod
-    def store_for(cls, config: KineticConfig) -> ObjectStore:
+    def store_for(cls, config: TargetConfig) -> ObjectStore:
         """The object store holding payloads, results, data cache and outputs."""
 
     @classmethod
     @abc.abstractmethod
     def from_config(
-        cls, config: KineticConfig, api_client_factory: Callable[[], Any] | None = None
+        cls, config: TargetConfig, api_client_factory: Callable[[], Any] | None = None
     ) -> Backend:
         """An instance for ``config`` (``api_client_factory`` when ``needs_cluster``)."""
 

@@ -12,20 +12,21 @@ subclass and call :func:`register_backend` (built-ins are registered below).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
 from airflow_provider_kinetic.core.catalog.accelerators import Accelerator
 
-if TYPE_CHECKING:
-    from airflow_provider_kinetic.core.backends.base import Backend
+#: A :class:`~airflow_provider_kinetic.core.backends.base.Backend` subclass.  The
+#: registry names backends by import path and imports none of them, not even for the
+#: type checker: the backends read a ``KineticConfig``, which asks this registry.
+BackendClass = type
 
 #: The pseudo-kind that picks the first auto candidate whose preflight passes.
 AUTO = "auto"
 
-_REGISTRY: dict[str, str | type[Backend]] = {}
+_REGISTRY: dict[str, str | BackendClass] = {}
 
 
-def register_backend(kind: str, target: str | type[Backend]) -> None:
+def register_backend(kind: str, target: str | BackendClass) -> None:
     """Register ``target`` (a class or ``"module:Class"``) as backend ``kind``."""
     if kind == AUTO or not kind.isidentifier():
         raise ValueError(f"invalid backend kind {kind!r}")
@@ -37,7 +38,7 @@ def backend_kinds(*, with_auto: bool = True) -> tuple[str, ...]:
     return (*_REGISTRY, AUTO) if with_auto else tuple(_REGISTRY)
 
 
-def backend_class(kind: str) -> type[Backend]:
+def backend_class(kind: str) -> BackendClass:
     """The class registered for ``kind``; the error lists the kinds there are."""
     try:
         target = _REGISTRY[kind]
@@ -58,7 +59,7 @@ def backend_class(kind: str) -> type[Backend]:
     return target
 
 
-def auto_candidates() -> list[type[Backend]]:
+def auto_candidates() -> list[BackendClass]:
     """Classes ``auto`` may choose, in registration order."""
     return [cls for cls in map(backend_class, list(_REGISTRY)) if cls.auto_candidate]
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.backends.base import Backend, TargetConfig
 from airflow_provider_kinetic.core.backends.k8s import logs as k8s_logs
 from airflow_provider_kinetic.core.backends.k8s import status as k8s_status
 from airflow_provider_kinetic.core.backends.k8s.api import (
@@ -35,7 +35,6 @@ from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport
 from airflow_provider_kinetic.core.spec.pod import CONTAINER_NAME, JobSpec, label_value
 
 if TYPE_CHECKING:
-    from airflow_provider_kinetic.core.config import KineticConfig
     from airflow_provider_kinetic.core.storage import GcsStore
 
 __all__ = ["GkeBackend", "KubernetesApiError", "Listed"]
@@ -77,7 +76,7 @@ class GkeBackend(PlanDriver, StatusReads, OwnedWrites, Backend):
             )
 
     @classmethod
-    def bucket_for(cls, config: KineticConfig) -> str:
+    def bucket_for(cls, config: TargetConfig) -> str:
         """Explicit ``bucket``, or kinetic's ``{project}-kn-{cluster}-jobs``."""
         if config.bucket:
             return config.bucket
@@ -86,19 +85,19 @@ class GkeBackend(PlanDriver, StatusReads, OwnedWrites, Backend):
         raise ValueError("set 'bucket', or 'project' and 'cluster', for a GKE kinetic target")
 
     @classmethod
-    def store_for(cls, config: KineticConfig) -> GcsStore:
+    def store_for(cls, config: TargetConfig) -> GcsStore:
         from airflow_provider_kinetic.core.storage import GcsStore
 
         return GcsStore(cls.bucket_for(config), project=config.project)
 
     @classmethod
-    def cluster_fields_missing(cls, config: KineticConfig) -> list[str]:
+    def cluster_fields_missing(cls, config: TargetConfig) -> list[str]:
         """Connection extras a cluster backend cannot do without."""
         return [f for f in ("project", "zone", "cluster") if not getattr(config, f)]
 
     @classmethod
     def from_config(
-        cls, config: KineticConfig, api_client_factory: Callable[[], Any] | None = None
+        cls, config: TargetConfig, api_client_factory: Callable[[], Any] | None = None
     ) -> GkeBackend:
         missing = cls.cluster_fields_missing(config)
         if missing:

@@ -21,9 +21,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.backends.base import Backend, TargetConfig
 from airflow_provider_kinetic.core.backends.local import environ as local_environ
 from airflow_provider_kinetic.core.backends.local import gpus as local_gpus
 from airflow_provider_kinetic.core.backends.local import presence as local_presence
@@ -44,9 +44,6 @@ from airflow_provider_kinetic.core.data.locallinks import LOCAL_MOUNTS_ENV
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.spec.pod import JobSpec
 from airflow_provider_kinetic.core.storage import LocalStore
-
-if TYPE_CHECKING:
-    from airflow_provider_kinetic.core.config import KineticConfig
 
 log = logging.getLogger(__name__)
 
@@ -119,21 +116,21 @@ class LocalBackend(Backend):
         local_gpus.plan_gpus(accelerator, any_model=any_model)
 
     @classmethod
-    def validate_config(cls, config: KineticConfig) -> None:
+    def validate_config(cls, config: TargetConfig) -> None:
         if not config.root:
             raise ValueError("the local backend needs a root directory ('root' extra)")
 
     @classmethod
-    def bucket_for(cls, config: KineticConfig) -> str:
+    def bucket_for(cls, config: TargetConfig) -> str:
         return os.path.abspath(config.root or "")
 
     @classmethod
-    def store_for(cls, config: KineticConfig) -> LocalStore:
+    def store_for(cls, config: TargetConfig) -> LocalStore:
         return LocalStore(cls.bucket_for(config))
 
     @classmethod
     def from_config(
-        cls, config: KineticConfig, api_client_factory: Callable[[], Any] | None = None
+        cls, config: TargetConfig, api_client_factory: Callable[[], Any] | None = None
     ) -> LocalBackend:
         return cls(cls.bucket_for(config))
 
