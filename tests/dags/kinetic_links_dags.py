@@ -1,4 +1,4 @@
-"""A job that leaves links in its output dir (issue 38, case 1):
+"""A job, and a batch's child, that leave links in their output dirs (issue 38, case 1):
 tests/integration/test_standalone.py asks the Kinetic pages, as the simple auth
 manager's viewer, for the files they lead to."""
 
@@ -9,7 +9,7 @@ import os
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_provider_kinetic import KineticRunOperator
+from airflow_provider_kinetic import KineticMapOperator, KineticRunOperator
 
 
 def leaves_links(airflow_home: str) -> int:
@@ -41,4 +41,11 @@ with DAG(
         python_callable=leaves_links,
         op_args=[os.environ["AIRFLOW_HOME"]],
         deferrable=False,
+    )
+    KineticMapOperator(
+        task_id="links_map",
+        python_callable=leaves_links,
+        inputs=[os.environ["AIRFLOW_HOME"]],
+        deferrable=False,
+        poll_interval=0.5,
     )

@@ -10,6 +10,7 @@ session's Airflow environment is left alone.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -238,11 +239,12 @@ def test_task_log_shows_the_job_log_while_deferred(s: Standalone, tmp_path: Path
 
 
 def test_a_viewer_cannot_download_through_a_link_out_of_the_store(s: Standalone):
-    """Issue 38, case 1, on the API server itself: a job left links in its output dir to
-    ``/etc/passwd``, to the simple auth manager's password file and to ``$AIRFLOW_HOME``
-    (all outside the store); the viewer's downloads through them on the job page's and
-    the Kinetic tab's file route answer 403 with none of the targets' content, neither
-    page lists them, and the link to a file inside the output dir is served as that file."""
+    """Issue 38, case 1, on the API server itself: a job and a batch's child left links
+    in their output dirs to ``/etc/passwd``, to the simple auth manager's password file
+    and to ``$AIRFLOW_HOME`` (all outside the store); the viewer's downloads through
+    them on the file routes of the job page and the Kinetic tab (a job's, a map task's
+    batch's) answer 403 with none of the targets' content, no page lists them, and the
+    link to a file inside the output dir is served as that file."""
     dag_id, run_id = "kinetic_links", "links_run"
     s.unpause(dag_id)
     s.trigger(dag_id, run_id)
@@ -274,3 +276,22 @@ def test_a_viewer_cannot_download_through_a_link_out_of_the_store(s: Standalone)
         assert "alias.json</a>" in resp.text and "metrics.json</a>" in resp.text, page
         for name in ("passwd", "passwords.json", "home"):
             assert f">{name}</a>" not in resp.text and f">{name}/" not in resp.text, page
+
+    # The map task's tab and its batch's file route: the child's output dir, the same.
+    tab = s.client.get(f"/kinetic/ti/{dag_id}/{run_id}/links_map/-1", headers=viewer)
+    assert tab.status_code == 200, tab.text[:300]
+    (group,) = re.findall(r"<section class='kinetic-job' data-job-id='(grp-[^']+)'", tab.text)
+    assert "0/alias.json</a>" in tab.text and "0/metrics.json</a>" in tab.text
+    assert "passwd</a>" not in tab.text and "passwords.json</a>" not in tab.text
+    files = f"/kinetic/batches/{group}/files"
+    for name in (
+        "0/passwd",
+        "0/passwords.json",
+        "0/home/simple_auth_manager_passwords.json.generated",
+    ):
+        resp = s.client.get(files, params={"name": name}, headers=viewer)
+        assert resp.status_code == 403, (name, resp.status_code, resp.text[:300])
+        leaked = [secret for secret in secrets if secret in resp.text]
+        assert not leaked and str(s.home) not in resp.text, (name, resp.text[:300])
+    alias = s.client.get(files, params={"name": "0/alias.json"}, headers=viewer)
+    assert alias.status_code == 200 and alias.json() == {"ok": True}
