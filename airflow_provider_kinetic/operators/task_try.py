@@ -123,8 +123,8 @@ class TaskTry:
         """What the task's record says of an earlier try's job.  One this try will not
         use (it ended, was cancelled, or ran other work) keeps its record under
         ``superseded/`` and gets the failure rule of the cleanup policy; one its try
-        never created (stopped between upload and create) leaves nothing: no history,
-        no attempt, and its upload is removed."""
+        never created (it stopped before its create returned) leaves nothing: no
+        history, no attempt, and its upload is removed."""
         record = self.record
         step, old, report, why = decide_job(
             record, self.backend, self.store, result_key, planned.work

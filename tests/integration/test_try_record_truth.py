@@ -9,11 +9,11 @@ are real local jobs; the function counts its runs in a marker file.
   worker killed there has not deferred, so its record says SYNC and the retry adopts
   the job (a DEFERRED record made the retry cancel it as a cleared deferred try's and
   run the function again).
-- Submit: a worker killed between its job's upload and its create leaves no history
-  entry (nothing is written until the create); ``jobs cleanup`` would remove the
-  upload, and the retry removes it and leaves the killed id out of the task's attempts
-  (the retry wrote an entry of null fields, "not collected ... NOT_FOUND", counted it
-  as an attempt and kept its ``payload.pkl``).
+- Submit: a worker killed after its job's upload, before its create returned, leaves
+  no history entry (nothing is written until the create); ``jobs cleanup`` would
+  remove the upload, and the retry removes it and leaves the killed id out of the
+  task's attempts (the retry wrote an entry of null fields, "not collected ...
+  NOT_FOUND", counted it as an attempt and kept its ``payload.pkl``).
 - Value: a try terminated after its value reached XCom and before it returned (Airflow
   deciding it "shouldn't be running anymore") leaves the record "delivered" but not
   "returned" and the job's result in the store: the retry delivers that same value
@@ -62,14 +62,17 @@ TASK = textwrap.dedent(
             time.sleep(0.05)  # timing-ok: the job's workload, held until the test releases it
         return {"answer": 99}
 
-    if ARGS.get("kill_at_create"):
-        # The worker dies between the job's upload and its create (SIGKILL, OOM).
+    def killed(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if ARGS.get("kill_at") == "upload":  # the worker dies after the job's upload
         from airflow_provider_kinetic.core.jobs import submit
 
-        def killed(*args, **kwargs):
-            os.kill(os.getpid(), signal.SIGKILL)
-
         submit.create_job = killed
+    elif ARGS.get("kill_at") == "create":  # ... after its handle.json, in the create call
+        from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+
+        LocalBackend.submit = killed
 
     if ARGS.get("terminate_after_delivery"):
         # Airflow terminates the try at its next step after the job's finish (the value
@@ -191,29 +194,31 @@ def test_a_try_terminated_after_delivery_leaves_the_value_to_the_retry(tmp_path,
     assert entry["state"] == "SUCCEEDED" and entry["artifacts"]["state"] == "deleted"
 
 
-def test_a_worker_killed_between_upload_and_create_leaves_nothing_behind(
-    tmp_path, local_conn, airflow_home
+@pytest.mark.parametrize("kill_at", ["upload", "create"])
+def test_a_worker_killed_before_its_create_returned_leaves_nothing_behind(
+    tmp_path, local_conn, airflow_home, kill_at
 ):
     marker = tmp_path / "executions"
-    first = start(tmp_path, marker=str(marker), deferrable=False, kill_at_create=True, **{"try": 1})
+    first = start(tmp_path, marker=str(marker), deferrable=False, kill_at=kill_at, **{"try": 1})
     out, _ = first.communicate(timeout=180)
     assert first.returncode == -signal.SIGKILL, out
     (killed,) = [p.name for p in local_conn.glob("job-*")]
     store = LocalStore(str(local_conn))
-    assert store.list(f"{killed}/") == [f"{killed}/payload.pkl"]  # uploaded, never created
+    left = [f"{killed}/payload.pkl"] + ([f"{killed}/handle.json"] if kill_at == "create" else [])
+    assert sorted(store.list(f"{killed}/")) == sorted(left)  # uploaded, never created
     assert record(local_conn).job.job_id == killed  # named before its create
     assert jobs(local_conn) == []  # no history entry: nothing is written until the create
     usage = run_cli("usage", "--conn-id", "kinetic_local")
     assert usage.returncode == 0 and "still running" not in usage.stdout, usage.stdout
-    # A task never retried: jobs cleanup removes the upload once past the grace.
-    aged = time.time() - 2 * ORPHAN_GRACE_S
-    os.utime(local_conn / killed / "payload.pkl", (aged, aged))
-    dry = run_cli("jobs", "cleanup", "--dry-run", "--conn-id", "kinetic_local", "-o", "json")
-    assert dry.returncode == 0, dry.stderr
-    rows = [r for r in json.loads(dry.stdout) if r["job_id"] == killed]
-    assert [(r["what"], r["action"].split(" (")[0]) for r in rows] == [
-        ("orphan artifacts", "would delete")
-    ], rows
+    if kill_at == "upload":  # a task never retried: jobs cleanup removes it, once aged
+        aged = time.time() - 2 * ORPHAN_GRACE_S
+        os.utime(local_conn / killed / "payload.pkl", (aged, aged))
+        dry = run_cli("jobs", "cleanup", "--dry-run", "--conn-id", "kinetic_local", "-o", "json")
+        assert dry.returncode == 0, dry.stderr
+        rows = [r for r in json.loads(dry.stdout) if r["job_id"] == killed]
+        assert [(r["what"], r["action"].split(" (")[0]) for r in rows] == [
+            ("orphan artifacts", "would delete")
+        ], rows
 
     value, out = finish(start(tmp_path, marker=str(marker), deferrable=False, **{"try": 2}))
     assert value == {"answer": 99} and runs(marker) == 1
