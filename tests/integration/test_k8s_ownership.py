@@ -222,6 +222,24 @@ async def test_our_secret_left_by_a_restarted_driver_is_adopted(
     assert sent(api, "DELETE") == []
 
 
+async def test_our_secret_owned_by_our_leaderworkerset_is_adopted(api: K8sDouble) -> None:
+    """The same on the Pathways backend: the Secret's owner is our LeaderWorkerSet."""
+    spec = make_spec("tpu-v6e-2x4")
+    body = to_json(lws_manifest(spec))
+    body["metadata"]["labels"][OWNER_LABEL] = owner_token(SECRET, NS, LWS)
+    lws = await api.create(LWS_PATH, body)
+    ref = {"apiVersion": body["apiVersion"], "kind": "LeaderWorkerSet", "name": LWS,
+           "uid": lws["metadata"]["uid"], "blockOwnerDeletion": False}  # fmt: skip
+    labels = {**spec.labels, OWNER_LABEL: owner_token(SECRET, NS, LWS)}
+    left = await api.create(SECRETS, secret_body(labels, [ref]))
+    await asyncio.to_thread(backend_of(api, PathwaysBackend).submit, spec)
+    secret = await read(api, SECRET_PATH)
+    assert secret is not None and secret["metadata"]["uid"] == left["metadata"]["uid"]
+    (owner,) = secret["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"]) == ("LeaderWorkerSet", lws["metadata"]["uid"])
+    assert sent(api, "DELETE") == []
+
+
 @pytest.mark.parametrize(
     "stranger", ["no-token", "wrong-token", "other-labels", "owned-by-another-object"]
 )
