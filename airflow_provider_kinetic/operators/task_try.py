@@ -13,7 +13,7 @@ Airflow), and the record's writes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
@@ -29,6 +29,7 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
     Step,
     TaskRecord,
     decide_job,
+    never_created,
     supersede_record,
     write_record,
 )
@@ -121,13 +122,27 @@ class TaskTry:
     def look_back(self, planned: PlannedJob) -> Earlier:
         """What the task's record says of an earlier try's job.  One this try will not
         use (it ended, was cancelled, or ran other work) keeps its record under
-        ``superseded/`` and gets the failure rule of the cleanup policy."""
+        ``superseded/`` and gets the failure rule of the cleanup policy; one its try
+        never created (it stopped before its create returned) leaves nothing: no
+        history, no attempt, and its upload is removed."""
         record = self.record
         step, old, report, why = decide_job(
             record, self.backend, self.store, result_key, planned.work
         )
         if record is not None:
             self.log.info("kinetic: earlier try found: %s -> %s", why, step.value)
+            if (
+                step is Step.SUBMIT
+                and old is not None
+                and report is not None
+                and never_created(self.store, old, report)
+            ):
+                # No job, no history: what its upload left goes, and the task's
+                # attempts (what its usage sums) never had it.
+                self.store.delete_prefix(f"{old.job_id}/")
+                attempts = [a for a in record.attempts if a != old.job_id]
+                self.record = replace(record, attempts=attempts)
+                return Earlier(step, None, None)
             if step is Step.SUBMIT and old is not None:  # keep the old record for history
                 supersede_record(self.store, self.identity, record, self.secret)
                 entry = history.read(self.store, old.job_id) or {}

@@ -26,7 +26,7 @@ import pytest
 
 from airflow_provider_kinetic.core.backends.registry import backend_kinds
 from airflow_provider_kinetic.provider_info import FORM
-from tests.fixtures.standalone import REPO, RUN_DEADLINE_S, Standalone, run_standalone
+from tests.fixtures.standalone import REPO, RUN_DEADLINE_S, USERS, Standalone, run_standalone
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -41,9 +41,6 @@ DONE_DAG, DONE_RUN, DONE_TASK = "kinetic_browser_done", "browser_done", "greet"
 SLOW_DAG, SLOW_RUN, SLOW_TASK = "kinetic_browser_deferred", "browser_deferred", "slow"
 UI_TIMEOUT_MS = 60_000  # a 2-core CI machine runs standalone and the browser together
 VIEWER_RUN = "browser_viewer"
-#: Simple auth manager users: the admin the tests sign in as, and a viewer (may read
-#: task instances, may not change them) for the page's permission-aware controls.
-USERS = {"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer"}
 
 
 def shot(page: Any, name: str) -> None:
@@ -88,9 +85,7 @@ def signed_in(playwright_api: Any, server: Standalone, username: str) -> Iterato
         base_url=str(server.client.base_url), viewport={"width": 1400, "height": 1000}
     )
     ctx.set_default_timeout(UI_TIMEOUT_MS)
-    password = json.loads(
-        (server.home / "simple_auth_manager_passwords.json.generated").read_text()
-    )[username]
+    password = json.loads(server.passwords_file.read_text())[username]
     page = ctx.new_page()
     page.goto("/auth/login")
     page.get_by_label("Username").fill(username)

@@ -1,5 +1,6 @@
 """The disk fills while a result is written: an error that says what, where and how
 much, in the task's error; never a signature without its data, nor a partial file.
+The disk fills during a ``Data`` upload: no cache content without a marker is left.
 
 Two ways to fill a disk, the same assertions:
 
@@ -25,6 +26,8 @@ from pathlib import Path
 import pendulum
 import pytest
 
+from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.data import cache as datacache
 from airflow_provider_kinetic.core.jobs.results import read_result
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore, StoreFullError
@@ -128,3 +131,28 @@ def test_a_full_disk_while_the_result_is_written_reaches_the_task(
     assert note["success"] is False and note["phase"] == "store result"
     assert store.exists(f"{job.job_id}/result.pkl.sig")
     assert [p for p in full_root.rglob("*") if p.name.endswith(TMP_SUFFIX)] == []
+
+
+def test_a_data_upload_into_a_full_store_leaves_no_markerless_files(full_root, tmp_path):
+    """Issue 38, case 9: a Data upload the disk cannot hold fails naming the file, and
+    what it had copied of the entry goes with it: no content without a marker (which
+    nothing reads and ``data gc`` never collects) is left on the full disk.  With room
+    again, the same Data uploads whole."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name in ("a.bin", "b.bin"):  # small: they fit
+        (tree / name).write_bytes(os.urandom(64 * 1024))
+    (tree / "c.bin").write_bytes(os.urandom(RESULT))  # more than either disk takes
+    store = LocalStore(str(full_root))
+    data = Data(str(tree))
+    digest = data.content_hash()
+    with pytest.raises(StoreFullError, match=r"c\.bin"):
+        datacache.upload_data(store, data)
+    assert not store.exists(datacache.marker_key(digest))
+    assert store.list(datacache.cache_key(digest) + "/") == []
+    assert [p for p in full_root.rglob("*") if p.is_file()] == []
+
+    (tree / "c.bin").write_bytes(os.urandom(ROOM // 4))  # now it fits
+    data = Data(str(tree))
+    assert datacache.upload_data(store, data) is True
+    assert store.exists(datacache.marker_key(data.content_hash()))

@@ -5,7 +5,8 @@ loopback API double.  Another party's Job or LeaderWorkerSet of the job's name (
 one with a copy of our labels: they are predictable) is never adopted, patched or
 deleted; a create whose answers were all lost is settled by reading the object back,
 and the job's Secret then belongs to the Job (``ownerReferences``) instead of being
-deleted from under it.
+deleted from under it.  A Secret of the job's name that a restarted driver meets is
+adopted when proven ours, and another party's is named and left alone.
 """
 
 from __future__ import annotations
@@ -177,6 +178,100 @@ async def test_a_foreign_secret_of_the_name_is_left_alone(api: K8sDouble) -> Non
     assert sent(api, "PATCH") == []
     after = await read(api, SECRET_PATH)
     assert after is not None and after["metadata"]["uid"] == foreign["metadata"]["uid"]
+
+
+# ---- a Secret of the job's name met by a restarted driver -------------------------------------
+
+
+def secret_body(labels: dict[str, str], owners: list[dict[str, Any]] | None = None) -> dict:
+    meta: dict[str, Any] = {"name": f"{JOB}-secrets", "labels": labels}
+    if owners is not None:
+        meta["ownerReferences"] = owners
+    data = {"KINETIC_RESULT_KEY": "ab" * 32}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "stringData": data}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("owned", ["unowned", "owned-by-our-job"])
+async def test_our_secret_left_by_a_restarted_driver_is_adopted(
+    api: K8sDouble, mode: str, owned: str
+) -> None:
+    """A driver created the Secret (stamped with the owner token) and died, before its
+    Job's create or after it and the Secret's ``ownerReferences`` patch.  The next
+    driver's Secret create answers 409 on a fresh call: the Secret is read back, proven
+    ours by its labels and token (and an owner that is our Job, when it has one), and
+    adopted; the Job is made (or proven ours) and owns it.  Nothing is deleted."""
+    labels = {**make_spec().labels, OWNER_LABEL: owner_token(SECRET, NS, JOB)}
+    owners = None
+    if owned == "owned-by-our-job":
+        body = to_json(job_manifest(make_spec()))
+        body["metadata"]["labels"][OWNER_LABEL] = owner_token(SECRET, NS, JOB)
+        job = await api.create(JOBS, body)  # the earlier driver's, proven ours
+        ref = {"apiVersion": "batch/v1", "kind": "Job", "name": JOB,
+               "uid": job["metadata"]["uid"], "blockOwnerDeletion": False}  # fmt: skip
+        owners = [ref]
+    left = await api.create(SECRETS, secret_body(labels, owners))
+    backend = backend_of(api)
+    await submit(mode, backend, make_spec())
+    job = await read(api, JOB_PATH)
+    secret = await read(api, SECRET_PATH)
+    assert job is not None and secret is not None
+    assert secret["metadata"]["uid"] == left["metadata"]["uid"]  # the same Secret, adopted
+    (owner,) = secret["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", JOB, job["metadata"]["uid"])
+    assert sent(api, "DELETE") == []
+
+
+async def test_our_secret_owned_by_our_leaderworkerset_is_adopted(api: K8sDouble) -> None:
+    """The same on the Pathways backend: the Secret's owner is our LeaderWorkerSet."""
+    spec = make_spec("tpu-v6e-2x4")
+    body = to_json(lws_manifest(spec))
+    body["metadata"]["labels"][OWNER_LABEL] = owner_token(SECRET, NS, LWS)
+    lws = await api.create(LWS_PATH, body)
+    ref = {"apiVersion": body["apiVersion"], "kind": "LeaderWorkerSet", "name": LWS,
+           "uid": lws["metadata"]["uid"], "blockOwnerDeletion": False}  # fmt: skip
+    labels = {**spec.labels, OWNER_LABEL: owner_token(SECRET, NS, LWS)}
+    left = await api.create(SECRETS, secret_body(labels, [ref]))
+    await asyncio.to_thread(backend_of(api, PathwaysBackend).submit, spec)
+    secret = await read(api, SECRET_PATH)
+    assert secret is not None and secret["metadata"]["uid"] == left["metadata"]["uid"]
+    (owner,) = secret["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"]) == ("LeaderWorkerSet", lws["metadata"]["uid"])
+    assert sent(api, "DELETE") == []
+
+
+@pytest.mark.parametrize(
+    "stranger", ["no-token", "wrong-token", "other-labels", "owned-by-another-object"]
+)
+async def test_a_strangers_secret_of_the_name_fails_the_submit_and_is_left_alone(
+    api: K8sDouble, stranger: str
+) -> None:
+    """A fresh Secret create (no earlier attempt of this call) answers 409 for a Secret
+    that is not proven ours: the submit fails naming it and its labels, no Job is made
+    to use it, and nothing of it is patched or deleted."""
+    labels = dict(make_spec().labels)
+    owners = None
+    if stranger == "wrong-token":
+        labels[OWNER_LABEL] = owner_token(b"someone-elses-secret", NS, JOB)
+    elif stranger == "other-labels":
+        labels = {**labels, OWNER_LABEL: owner_token(SECRET, NS, JOB), "job-id": "job-0000beef"}
+    elif stranger == "owned-by-another-object":
+        labels[OWNER_LABEL] = owner_token(SECRET, NS, JOB)
+        owners = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "theirs",
+                   "uid": "0000-their-uid", "blockOwnerDeletion": False}]  # fmt: skip
+    foreign = await api.create(SECRETS, secret_body(labels, owners))
+    backend = backend_of(api)
+    with pytest.raises(OwnershipConflict) as info:
+        await asyncio.to_thread(backend.submit, make_spec())
+    message = str(info.value)
+    assert info.value.status == 409
+    assert f"Secret {NS}/{JOB}-secrets already exists and is not this job's" in message
+    assert sent(api, "POST", JOBS) == []
+    assert sent(api, "DELETE") == [] and sent(api, "PATCH") == []
+    after = await read(api, SECRET_PATH)
+    assert after is not None and after["metadata"]["uid"] == foreign["metadata"]["uid"]
+    assert after["metadata"]["labels"] == foreign["metadata"]["labels"]
+    assert after["metadata"].get("ownerReferences") == foreign["metadata"].get("ownerReferences")
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -10,6 +10,7 @@ session's Airflow environment is left alone.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from airflow_provider_kinetic.core.storage import LocalStore
 from tests.fixtures.standalone import (
     REPO,
     RUN_DEADLINE_S,
+    USERS,
     Standalone,
     backfill,
     run_standalone,
@@ -37,14 +39,15 @@ DAGS = REPO / "tests" / "dags"
 @pytest.fixture(scope="module")
 def s(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     """One standalone for the module (a boot costs a minute of CPU on a busy machine):
-    the example DAG and the clear and live-log DAGs, each test with its own run and
-    its own DAG's jobs.  Deferrable tasks defer at once: the example's job may end
-    within the operator's watch (which would collect it without the triggerer these
-    tests are about)."""
+    the example DAG and the clear, live-log and links DAGs, each test with its own run
+    and its own DAG's jobs; an admin and a viewer.  Deferrable tasks defer at once: the
+    example's job may end within the operator's watch (which would collect it without
+    the triggerer these tests are about)."""
+    dags = ("kinetic_clear_dags.py", "kinetic_live_dags.py", "kinetic_links_dags.py")
     with run_standalone(
         tmp_path_factory.mktemp("standalone"),
-        extra_dag_files=[DAGS / "kinetic_clear_dags.py", DAGS / "kinetic_live_dags.py"],
-        env={"AIRFLOW__KINETIC__DEFER_GRACE_S": "0"},
+        extra_dag_files=[DAGS / name for name in dags],
+        env={"AIRFLOW__KINETIC__DEFER_GRACE_S": "0", **USERS},
     ) as server:
         yield server
 
@@ -233,3 +236,62 @@ def test_task_log_shows_the_job_log_while_deferred(s: Standalone, tmp_path: Path
         "GET", ti_path + "/xcomEntries/return_value", params={"deserialize": True}
     ).json()["value"]
     assert count >= 3 and lines == [f"tick {i}" for i in range(count)]  # each once, in order
+
+
+def test_a_viewer_cannot_download_through_a_link_out_of_the_store(s: Standalone):
+    """Issue 38, case 1, on the API server itself: a job and a batch's child left links
+    in their output dirs to ``/etc/passwd``, to the simple auth manager's password file
+    and to ``$AIRFLOW_HOME`` (all outside the store); the viewer's downloads through
+    them on the file routes of the job page and the Kinetic tab (a job's, a map task's
+    batch's) answer 403 with none of the targets' content, no page lists them, and the
+    link to a file inside the output dir is served as that file."""
+    dag_id, run_id = "kinetic_links", "links_run"
+    s.unpause(dag_id)
+    s.trigger(dag_id, run_id)
+    assert s.wait_finished(dag_id, run_id) == "success"
+    ti_path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/links"
+    job_id = s.api(
+        "GET", ti_path + "/xcomEntries/kinetic_job", params={"deserialize": True}
+    ).json()["value"]["job_id"]
+    viewer = {"Authorization": f"Bearer {s.token('viewer')}"}
+    assert (
+        s.api("PATCH", f"/dags/{dag_id}", json={"is_paused": True}, headers=viewer).status_code
+        == 403
+    )
+
+    secrets = [line for line in Path("/etc/passwd").read_text().splitlines() if line]
+    secrets += json.loads(s.passwords_file.read_text()).values()
+    files = f"/kinetic/jobs/{job_id}/files"
+    for name in ("passwd", "passwords.json", "home/simple_auth_manager_passwords.json.generated"):
+        resp = s.client.get(files, params={"name": name}, headers=viewer)
+        assert resp.status_code == 403, (name, resp.status_code, resp.text[:300])
+        leaked = [secret for secret in secrets if secret in resp.text]
+        assert not leaked and str(s.home) not in resp.text, (name, resp.text[:300])
+    alias = s.client.get(files, params={"name": "alias.json"}, headers=viewer)
+    assert alias.status_code == 200 and alias.json() == {"ok": True}
+
+    for page in (f"/kinetic/jobs/{job_id}", f"/kinetic/ti/{dag_id}/{run_id}/links/-1"):
+        resp = s.client.get(page, headers=viewer)
+        assert resp.status_code == 200, (page, resp.status_code, resp.text[:300])
+        assert "alias.json</a>" in resp.text and "metrics.json</a>" in resp.text, page
+        for name in ("passwd", "passwords.json", "home"):
+            assert f">{name}</a>" not in resp.text and f">{name}/" not in resp.text, page
+
+    # The map task's tab and its batch's file route: the child's output dir, the same.
+    tab = s.client.get(f"/kinetic/ti/{dag_id}/{run_id}/links_map/-1", headers=viewer)
+    assert tab.status_code == 200, tab.text[:300]
+    (group,) = re.findall(r"<section class='kinetic-job' data-job-id='(grp-[^']+)'", tab.text)
+    assert "0/alias.json</a>" in tab.text and "0/metrics.json</a>" in tab.text
+    assert "passwd</a>" not in tab.text and "passwords.json</a>" not in tab.text
+    files = f"/kinetic/batches/{group}/files"
+    for name in (
+        "0/passwd",
+        "0/passwords.json",
+        "0/home/simple_auth_manager_passwords.json.generated",
+    ):
+        resp = s.client.get(files, params={"name": name}, headers=viewer)
+        assert resp.status_code == 403, (name, resp.status_code, resp.text[:300])
+        leaked = [secret for secret in secrets if secret in resp.text]
+        assert not leaked and str(s.home) not in resp.text, (name, resp.text[:300])
+    alias = s.client.get(files, params={"name": "0/alias.json"}, headers=viewer)
+    assert alias.status_code == 200 and alias.json() == {"ok": True}

@@ -9,6 +9,11 @@ are real local jobs; the function counts its runs in a marker file.
   worker killed there has not deferred, so its record says SYNC and the retry adopts
   the job (a DEFERRED record made the retry cancel it as a cleared deferred try's and
   run the function again).
+- Submit: a worker killed after its job's upload, before its create returned, leaves
+  no history entry (nothing is written until the create); ``jobs cleanup`` would
+  remove the upload, and the retry removes it and leaves the killed id out of the
+  task's attempts (the retry wrote an entry of null fields, "not collected ...
+  NOT_FOUND", counted it as an attempt and kept its ``payload.pkl``).
 - Value: a try terminated after its value reached XCom and before it returned (Airflow
   deciding it "shouldn't be running anymore") leaves the record "delivered" but not
   "returned" and the job's result in the store: the retry delivers that same value
@@ -17,19 +22,23 @@ are real local jobs; the function counts its runs in a marker file.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
+from airflow_provider_kinetic.cli.cleanup import ORPHAN_GRACE_S
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.taskrecord import DEFERRED, SYNC, read_record
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
 from tests.fixtures import task_process
+from tests.fixtures.cli import run_cli
 from tests.fixtures.fake_ti import FakeTI
 from tests.fixtures.task_process import finish
 from tests.fixtures.waiting import wait_for
@@ -52,6 +61,18 @@ TASK = textwrap.dedent(
         while os.path.exists(marker + ".hold"):  # the test releases the job
             time.sleep(0.05)  # timing-ok: the job's workload, held until the test releases it
         return {"answer": 99}
+
+    def killed(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if ARGS.get("kill_at") == "upload":  # the worker dies after the job's upload
+        from airflow_provider_kinetic.core.jobs import submit
+
+        submit.create_job = killed
+    elif ARGS.get("kill_at") == "create":  # ... after its handle.json, in the create call
+        from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+
+        LocalBackend.submit = killed
 
     if ARGS.get("terminate_after_delivery"):
         # Airflow terminates the try at its next step after the job's finish (the value
@@ -171,3 +192,43 @@ def test_a_try_terminated_after_delivery_leaves_the_value_to_the_retry(tmp_path,
     assert store.list(f"{job_id}/") == []
     entry = history.read(store, job_id)
     assert entry["state"] == "SUCCEEDED" and entry["artifacts"]["state"] == "deleted"
+
+
+@pytest.mark.parametrize("kill_at", ["upload", "create"])
+def test_a_worker_killed_before_its_create_returned_leaves_nothing_behind(
+    tmp_path, local_conn, airflow_home, kill_at
+):
+    marker = tmp_path / "executions"
+    first = start(tmp_path, marker=str(marker), deferrable=False, kill_at=kill_at, **{"try": 1})
+    out, _ = first.communicate(timeout=180)
+    assert first.returncode == -signal.SIGKILL, out
+    (killed,) = [p.name for p in local_conn.glob("job-*")]
+    store = LocalStore(str(local_conn))
+    left = [f"{killed}/payload.pkl"] + ([f"{killed}/handle.json"] if kill_at == "create" else [])
+    assert sorted(store.list(f"{killed}/")) == sorted(left)  # uploaded, never created
+    assert record(local_conn).job.job_id == killed  # named before its create
+    assert jobs(local_conn) == []  # no history entry: nothing is written until the create
+    usage = run_cli("usage", "--conn-id", "kinetic_local")
+    assert usage.returncode == 0 and "still running" not in usage.stdout, usage.stdout
+    if kill_at == "upload":  # a task never retried: jobs cleanup removes it, once aged
+        aged = time.time() - 2 * ORPHAN_GRACE_S
+        os.utime(local_conn / killed / "payload.pkl", (aged, aged))
+        dry = run_cli("jobs", "cleanup", "--dry-run", "--conn-id", "kinetic_local", "-o", "json")
+        assert dry.returncode == 0, dry.stderr
+        rows = [r for r in json.loads(dry.stdout) if r["job_id"] == killed]
+        assert [(r["what"], r["action"].split(" (")[0]) for r in rows] == [
+            ("orphan artifacts", "would delete")
+        ], rows
+
+    value, out = finish(start(tmp_path, marker=str(marker), deferrable=False, **{"try": 2}))
+    assert value == {"answer": 99} and runs(marker) == 1
+    assert store.list(f"{killed}/") == []  # its upload went with it
+    (job_id,) = jobs(local_conn)  # the new job only: no entry for the killed one
+    assert job_id != killed
+    entry = history.read(store, job_id)
+    assert entry["state"] == "SUCCEEDED" and entry["dag_id"] == "d" and entry["submitted_at"]
+    assert record(local_conn).attempts == [job_id]
+    pushed = task_process.printed(out, "XCOM kinetic_usage ")
+    assert (pushed["attempts"], pushed["running"]) == (1, 0) and "missing" not in pushed, pushed
+    assert [a["job_id"] for a in pushed["attempts_detail"]] == [job_id]
+    assert f"job {killed} was never created" in out

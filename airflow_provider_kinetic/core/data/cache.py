@@ -10,7 +10,9 @@ each file's digest is taken from the bytes as they are read for the upload (wher
 store can, ``ObjectStore.upload_files(digests=)``; else the file is read again after
 its upload), so a file that changed between hashing and upload fails the upload,
 naming it, and leaves no marker: the next run uploads the entry again instead of
-every later run hitting an entry whose bytes are not its name.
+every later run hitting an entry whose bytes are not its name.  An upload the store
+has no room for (``StoreFullError``) removes what it copied of the entry: a full disk
+keeps no content without a marker.
 
 What is uploaded is exactly the file list the content hash covered
 (``Data.hashed_files``), not a second walk that could see a different tree.
@@ -40,7 +42,7 @@ from airflow_provider_kinetic.core.data.schemes import entrycheck
 from airflow_provider_kinetic.core.data.value import Data
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.storage import ObjectStore, file_uri_path
-from airflow_provider_kinetic.core.storage.base import FileDigests
+from airflow_provider_kinetic.core.storage.base import FileDigests, StoreFullError
 
 __all__ = [
     "CACHE_PREFIX",
@@ -105,14 +107,40 @@ def upload_data(store: ObjectStore, data: Data) -> bool:
             log.info("  %s: %d/%d files, %s", data.path, done, n, _human(nbytes))
 
     digests = FileDigests(_digest_prefix)
-    store.upload_files(root, [rel for rel, _ in files], prefix, progress=progress, digests=digests)
-    _verify_upload(store, data, digest, root, files, digests)
-    if store.scheme == "file":
-        _make_read_only(file_uri_path(store.uri(prefix)))
-    store.write_bytes(marker_key(digest), b"")
+    try:
+        store.upload_files(
+            root, [rel for rel, _ in files], prefix, progress=progress, digests=digests
+        )
+        _verify_upload(store, data, digest, root, files, digests)
+        if store.scheme == "file":
+            _make_read_only(file_uri_path(store.uri(prefix)))
+        store.write_bytes(marker_key(digest), b"")
+    except StoreFullError:
+        _drop_unmarked(store, digest)
+        raise
     metrics.incr("kinetic.data.uploaded_bytes", total)
     metrics.incr("kinetic.data.uploaded_files", len(files))
     return True
+
+
+def _drop_unmarked(store: ObjectStore, digest: str) -> None:
+    """After an upload the store had no room for: delete what it copied of the entry
+    (unless a marker says another upload completed it meanwhile), so a full disk keeps
+    no content without a marker, which nothing reads and ``data gc`` never collects.
+    (The copy pool has finished every file by the time the error is raised.)"""
+    if store.exists(marker_key(digest)):
+        return
+    try:
+        removed = store.delete_prefix(cache_key(digest))
+    except OSError as exc:
+        log.warning("could not remove the incomplete cache entry %s: %s", digest, exc)
+        return
+    log.warning(
+        "the store had no room for data cache entry %s: removed the %d file(s) it had "
+        "copied (an entry without a marker is never read)",
+        store.uri(cache_key(digest)),
+        removed,
+    )
 
 
 def _entry_sound(store: ObjectStore, data: Data, digest: str) -> bool:

@@ -21,6 +21,8 @@ or owned by a deferred try that ended          deferred task: "run it again"; th
 from outside                                   job is cancelled first)
 SUCCEEDED (or gone with a good result)      collect, no new job
 FAILED / cancelled / gone                   submit anew
+named, never created (its try stopped       submit anew; its upload is removed, it is
+before its create returned)                   no attempt and gets no history entry
 ==========================================  =========================================
 
 A job is adopted or collected only when it runs the same work as the new try
@@ -206,6 +208,20 @@ def other_work(record: TaskRecord, work: str | None) -> bool:
     return work is not None and record.work is not None and record.work != work
 
 
+def never_created(store: ObjectStore, job: JobHandle, seen: StatusReport) -> bool:
+    """Whether the record's job is one its try named and never created: the record
+    still holds the provisional handle (no ``created_at``: the try stopped before its
+    create returned), the backend does not know it, it left no result, and it has no
+    history entry (written once the create returned).  Only what its upload left
+    (``payload.pkl``, and ``handle.json`` when the try stopped in the create) is there."""
+    return (
+        not job.created_at
+        and seen.status is JobStatus.NOT_FOUND
+        and history.read(store, job.job_id) is None
+        and not store.exists(artifact_key(job.job_id, "result.pkl"))
+    )
+
+
 def decide_job(
     record: TaskRecord | None,
     backend: Backend,
@@ -223,6 +239,9 @@ def decide_job(
     if record.delivered and record.returned:
         return Step.SUBMIT, job, None, f"job {job.job_id} already delivered its result: run again"
     seen = backend.status(job)
+    if never_created(store, job, seen):
+        why = f"job {job.job_id} was never created (its try stopped before its create"
+        return Step.SUBMIT, job, seen, why + " returned): running it"
     report = history.settled(store, job.job_id, seen)  # released: its history
     released = seen.status is JobStatus.NOT_FOUND  # what says how it ended: the history
     live = report.status in (JobStatus.PENDING, JobStatus.RUNNING)

@@ -2,7 +2,8 @@
 
 A mixin of :class:`~airflow_provider_kinetic.core.backends.k8s.gke.GkeBackend` (and so
 of the LeaderWorkerSet backend, ``pathways.py``): the create of a job's object with its
-Secret (stamped with the owner token, the Secret then owned by the object), settling a
+Secret (stamped with the owner token, the Secret then owned by the object; a Secret of
+the name that a restarted driver meets is adopted only when proven ours), settling a
 create whose answer was lost or refused (read back by name, taken as created only when
 proven ours, else a conflict left untouched), and the cancel that deletes only an
 object proven the job's own, by uid precondition.  What proves ownership is
@@ -16,7 +17,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from airflow_provider_kinetic.core.backends.k8s.api import Call, KubernetesApiError, Plan, Reply
+from airflow_provider_kinetic.core.backends.k8s.api import (
+    Call,
+    KubernetesApiError,
+    Plan,
+    Reply,
+    json_or_none,
+)
 from airflow_provider_kinetic.core.backends.k8s.manifests import owner_reference, secret_manifest
 from airflow_provider_kinetic.core.backends.k8s.ownership import (
     OWNER_LABEL,
@@ -87,9 +94,13 @@ class OwnedWrites:
         if secret is not None:
             secret = stamp(secret, ownership.tokens[0] if ownership.tokens else None)
             reply = yield Call("CoreV1Api", "create_namespaced_secret", (spec.namespace, secret))
-            if not reply.ok:
+            if reply.status == 409:  # e.g. a driver that made it and died: proven ours?
+                found = yield from self._adopted_secret(secret, ownership, reply)
+                secret_uid = uid_of(found)
+            elif not reply.ok:
                 raise KubernetesApiError(f"creating the Secret of {what}", reply)
-            secret_uid = uid_of(reply.json())
+            else:
+                secret_uid = uid_of(reply.json())
         lost: Exception | None = None
         try:
             reply = yield create
@@ -107,6 +118,38 @@ class OwnedWrites:
             )
             if not reply.ok:
                 log.warning("could not make %s own its Secret: HTTP %s", what, reply.status)
+
+    def _adopted_secret(
+        self, secret: dict[str, Any], ownership: Ownership, conflict: Reply
+    ) -> Plan[dict[str, Any]]:
+        """The Secret of the job's name that a create met (409), read back and adopted
+        when proven ours: every label sent, the owner token (the deployment secret's,
+        so without one nothing proves it), and no owner but the job's own object (a
+        driver that died after making the job and its ``ownerReferences`` patch).
+        Anything else raises :class:`OwnershipConflict` naming it, and it is not touched."""
+        meta = secret["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        labels = {k: v for k, v in (meta.get("labels") or {}).items() if k != OWNER_LABEL}
+        mine = Ownership("Secret", ns, name, labels, ownership.tokens)
+        reply = yield Call("CoreV1Api", "read_namespaced_secret", (name, ns))
+        found = json_or_none(reply, f"reading Secret {ns}/{name}")
+        if found is None:  # gone since the 409 (its owner's garbage collection): try again
+            raise KubernetesApiError(f"creating Secret {ns}/{name}", conflict)
+        proof = mine.check(found)
+        if proof.owned and not mine.strong:
+            proof = Proof(False, "no owner token can prove whose it is", proof.uid, proof.labels)
+        others = [
+            f"{ref.get('kind')} {ref.get('name')}"
+            for ref in (found.get("metadata") or {}).get("ownerReferences") or []
+            if (ref.get("kind"), ref.get("name")) != (ownership.kind, ownership.name)
+        ]
+        if proof.owned and others:
+            why = f"it is owned by {', '.join(others)}, not by {ownership.kind} {ownership.name}"
+            proof = Proof(False, why, proof.uid, proof.labels)
+        if not proof.owned:
+            raise mine.conflict(proof)
+        log.info("Secret %s/%s exists (an earlier submit made it); proven ours: adopted", ns, name)
+        return found
 
     def _settle(
         self,
