@@ -10,9 +10,12 @@ A triggerer restart re-creates the trigger from the state it was deferred with. 
 continue rather than start over it reads the newest state this deferral saved
 (``core.batch.resume.DrivenSaves``: each save a delta of what changed since the
 previous one); children launched after that save are found again by their derived
-job ids (``batchlaunch.launch(probe=True)``), and children whose jobs were deleted after
-they succeeded are known by their results (``observe(result_key=...)``), so nothing
-runs twice and no result is dropped.
+job ids (``batchlaunch.launch(probe=True)``: a launch whose create intent the batch's
+launch record holds is probed, and adopted when its ``handle.json`` says it was
+created, never created again), an input that moved on to a later launch meanwhile
+is followed to it (``batchlaunch.follow``), and children whose jobs were deleted
+after they succeeded are known by their results (``observe(result_key=...)``), so
+nothing runs twice and no result is dropped.
 
 A step runs in a thread, which cancelling the trigger does not stop.  So a stopping
 trigger sets :attr:`BatchDriver.halt` (the step launches no more) and saves only once
@@ -95,9 +98,13 @@ class BatchDriver:
 
     def resume(self, state: BatchState) -> BatchState:
         """The newest state this deferral saved (after a triggerer restart), else
-        ``state``; an input it lost track of (a save of an older version beside a
-        launch) is adopted or launched again at once (``batchlaunch.recover``)."""
+        ``state``, with the create intents of the batch's launch record; an input it
+        lost track of (a save of an older version beside a launch) is adopted or
+        launched again at once (``batchlaunch.recover``)."""
         latest = self.saves.load(state)
+        # Create intents a driver before this one recorded after its last save.
+        for index, n in batchlaunch.read_record(self.store, latest.group_id)["intended"].items():
+            latest.intended[index] = max(n, latest.intended.get(index, 0))
         batchlaunch.recover(latest, self.config, self.backend, self.store, self.secret)
         return latest
 
@@ -108,6 +115,7 @@ class BatchDriver:
             return self._step(state, reports)
 
     def _step(self, state: BatchState, reports: dict[str, StatusReport]) -> int:
+        batchlaunch.follow(state, reports)  # a child left by its input (an older state)
         finished = batchrun.observe(state, reports, self.backend, self.store, self.result_key)
         batchlogs.log_failures(state, finished, reports, self.log)
         batchlogs.forget_finished(state)

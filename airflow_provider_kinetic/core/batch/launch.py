@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.batch.manifest import write_manifest
@@ -26,9 +27,14 @@ from airflow_provider_kinetic.core.data import cache as datacache
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.history import DATA_HASHES
 from airflow_provider_kinetic.core.jobs.outputs import start_empty
-from airflow_provider_kinetic.core.jobs.submit import adopted, create_job, make_private
+from airflow_provider_kinetic.core.jobs.submit import create_child, make_private, write_handle
 from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE
-from airflow_provider_kinetic.core.spec.handles import artifact_key
+from airflow_provider_kinetic.core.spec.handles import (
+    JobHandle,
+    JobStatus,
+    StatusReport,
+    artifact_key,
+)
 from airflow_provider_kinetic.core.spec.pod import JobSpec
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 
@@ -86,6 +92,85 @@ def child_spec(
     return state.template.spec(config, store, job_id, index, signing_secret, step=step)
 
 
+@dataclass(frozen=True)
+class ChildProbe:
+    """What a driver that may have restarted finds of one child's derived job before it
+    would create it, and so what it does (:func:`probe_child`).
+
+    ``intended``: the batch's launch record names this launch (its create intent,
+    written before the create, by a driver before this one); ``created``: its
+    ``handle.json``, written once its create was answered; ``present``: its object on
+    the backend, proven its own; ``ended``: it left a result payload.  Only a child
+    that was never created, or whose create was never answered and that left
+    nothing (it cannot have run to a result, and does not run now), is created."""
+
+    index: int
+    job_id: str
+    intended: bool
+    created: bool
+    present: bool
+    ended: bool
+
+    @property
+    def adopt(self) -> bool:
+        return self.created or self.present or self.ended
+
+    @property
+    def describe(self) -> str:
+        if self.present:
+            return "was created already and its job is there: adopted"
+        if self.adopt:
+            return "was created and its job is gone: adopted as it ended, not created again"
+        if self.intended:
+            return "has a create intent but was never created (or its create never answered)"
+        return "was never created"
+
+
+def probe_child(
+    state: BatchState,
+    store: ObjectStore,
+    backend: Backend,
+    handle: JobHandle,
+    index: int,
+    launch_no: int,
+) -> ChildProbe:
+    """:class:`ChildProbe` of ``handle``, input ``index``'s ``launch_no``-th job.  A
+    launch no driver recorded the intent of was never created: no call is made for
+    it; else the store first, the backend only when the store has no record."""
+    intended = state.intended.get(index, 0) >= launch_no
+    created = intended and store.exists(artifact_key(handle.job_id, "handle.json"))
+    present = intended and not created and backend.exists(handle)
+    ended = (
+        intended
+        and not (created or present)
+        and store.exists(artifact_key(handle.job_id, "result.pkl"))
+    )
+    return ChildProbe(index, handle.job_id, intended, created, present, ended)
+
+
+def intend(state: BatchState, store: ObjectStore) -> None:
+    """Record the create intent of the next launch of every queued input, before any of
+    them is created: one write of the batch's launch record (:func:`launches_key`)
+    for a whole wave (at the start, every input; later, the inputs queued again), not
+    an object per child.  Merged with what the record holds (a driver before this one
+    may have intended more); the launches it adds are this process's own."""
+    recorded = read_record(store, state.group_id)
+    before = dict(state.intended)
+    for i, n in recorded["intended"].items():
+        before[i] = max(n, before.get(i, 0))
+    merged = dict(before)
+    own: set[tuple[int, int]] = set()
+    for index in state.queue:
+        launch_no = state.launches.get(index, 0) + 1
+        if before.get(index, 0) < launch_no:
+            merged[index] = launch_no
+            own.add((index, launch_no))
+    if merged != recorded["intended"]:  # else all of it is recorded (a driver before)
+        write_record(store, state.group_id, recorded["launches"], merged)
+    state.intended = merged
+    state.own_intents |= own
+
+
 def launch(
     state: BatchState,
     config: KineticConfig,
@@ -98,11 +183,17 @@ def launch(
 ) -> int:
     """Submit queued inputs while fewer than ``max_concurrent`` are active.
 
-    ``probe``: the state may be older than the batch (a trigger re-created after a
-    triggerer restart starts from its last saved state): a child whose derived job
-    id already has a ``handle.json`` is adopted, not created again
-    (``jobs.submit.adopted``), so no input ever runs twice.  ``halted``: asked before
-    each launch; once true, the rest stay queued (a trigger being stopped).
+    A child's ``handle.json`` is written once its create was answered
+    (``jobs.submit.create_child``).  ``probe`` (a driver that may restart: the
+    trigger's): each child's create intent is in the batch's launch record before
+    its create (:func:`intend`: one write per wave, not per child), and the state
+    may be older than the batch (a trigger re-created after a triggerer restart
+    starts from its last saved state): a launch a driver before this one intended
+    is probed first (:func:`probe_child`) and adopted if it was created, so no
+    input ever runs twice; one no driver intended was never created.  A driver
+    that cannot restart (the worker's own wait) records no intent.  ``halted``:
+    asked before each launch; once true, the rest stay queued (a trigger being
+    stopped).
 
     An input leaves the queue only as it becomes active (or failed to submit), with
     no I/O between: an error on the way leaves it queued, never neither."""
@@ -119,11 +210,20 @@ def launch(
         job_id = child_job_id(state.group_id, index, launch_no)
         spec = child_spec(state, index, job_id, config, store, signing_secret)
         handle = state.template.handle(config, store, spec, index, step=state.steps.get(index, 0))
+        if probe and state.intended.get(index, 0) < launch_no:
+            intend(state, store)  # raises: the input stays queued, asked again
         try:
-            if not (probe and adopted(store, backend, spec, handle)):
+            found = None
+            if probe and (index, launch_no) not in state.own_intents:
+                found = probe_child(state, store, backend, handle, index, launch_no)
+                log.info("inputs[%d] (%s) %s", index, job_id, found.describe)
+            if found is not None and found.adopt:
+                if found.present and not found.created:
+                    write_handle(store, handle)  # created, its record not yet written
+            else:
                 if launch_no > 1:  # the input's earlier job left its files there
                     start_empty(store, state.template.output_uri(index), f"inputs[{index}]")
-                create_job(store, backend, spec, handle)
+                create_child(store, backend, spec, handle)
         except Exception as exc:  # noqa: BLE001 - recorded per index, never retried
             state.queue.pop(0)
             state.launches[index] = launch_no
@@ -135,6 +235,7 @@ def launch(
                 state.stopped = True
             continue
         state.queue.pop(0)
+        state.own_intents.discard((index, launch_no))
         state.launches[index] = launch_no
         state.active[index] = handle
         state.jobs[index] = handle.job_id
@@ -142,6 +243,32 @@ def launch(
         state.manifest_dirty = True
         launched += 1
     return launched
+
+
+def follow(state: BatchState, reports: dict[str, StatusReport]) -> list[int]:
+    """Inputs whose running child (as a state older than the batch knows it) is gone
+    because the input moved on: a driver before this one saw it end (preempted,
+    failed and retried, a capacity step), deleted it and recorded the intent of its
+    next launch.  Each is queued again at that launch (probed, so adopted if it was
+    created), not judged by its old job's absence: a running input is never marked
+    FAILED for the job it left."""
+    moved: list[int] = []
+    for index, handle in list(state.active.items()):
+        report = reports.get(handle.job_id)
+        if report is None or report.status is not JobStatus.NOT_FOUND:
+            continue
+        if state.intended.get(index, 0) <= state.launches.get(index, 0):
+            continue
+        del state.active[index]
+        state.queue.insert(0, index)
+        moved.append(index)
+        log.warning(
+            "inputs[%d] (%s) is gone and the batch's launch record names a later launch "
+            "of it: following it",
+            index,
+            handle.job_id,
+        )
+    return moved
 
 
 def unaccounted(state: BatchState) -> list[int]:
@@ -157,28 +284,55 @@ def launches_key(group_id: str) -> str:
     return f"_groups/{group_id}/launches.json"
 
 
+def read_record(store: ObjectStore, group_id: str) -> dict[str, dict[int, int]]:
+    """The batch's launch record: ``launches`` (what :func:`save_launches` recorded as
+    the batch ended) and ``intended`` (create intents, :func:`intend`); empty parts
+    when there is none or it is unreadable."""
+    try:
+        body = json.loads(store.read_bytes(launches_key(group_id)))
+    except (ObjectNotFound, ValueError):
+        body = {}
+    out: dict[str, dict[int, int]] = {}
+    for part in ("launches", "intended"):
+        try:
+            out[part] = {int(i): int(n) for i, n in ((body or {}).get(part) or {}).items()}
+        except (ValueError, TypeError, AttributeError):
+            out[part] = {}
+    return out
+
+
+def write_record(
+    store: ObjectStore, group_id: str, launches: dict[int, int], intended: dict[int, int]
+) -> None:
+    body = {
+        "group_id": group_id,
+        "launches": {str(i): n for i, n in sorted(launches.items())},
+        "intended": {str(i): n for i, n in sorted(intended.items())},
+    }
+    store.write_bytes(launches_key(group_id), json.dumps(body, sort_keys=True).encode())
+
+
 def save_launches(store: ObjectStore, state: BatchState) -> None:
     """Record how many jobs each input had when the batch ended, before the cleanup
     policy may delete their ``handle.json``: a resumed try then finds its succeeded
     children past a failed launch whose artifacts went (``resume.resume_batch``).
     Not sealed: a wrong count only makes resume probe a job id that does not exist
-    (run again) and every success is still read from its sealed record."""
-    body = {"group_id": state.group_id, "launches": {str(i): n for i, n in state.launches.items()}}
-    store.write_bytes(launches_key(state.group_id), json.dumps(body, sort_keys=True).encode())
+    (run again) and every success is still read from its sealed record.  The create
+    intents the record holds are kept."""
+    intended = dict(state.intended)
+    for i, n in read_record(store, state.group_id)["intended"].items():
+        intended[i] = max(n, intended.get(i, 0))
+    write_record(store, state.group_id, state.launches, intended)
 
 
 def read_launches(store: ObjectStore, group_id: str) -> dict[int, int]:
     """What :func:`save_launches` recorded (empty: nothing, or unreadable)."""
-    try:
-        body = json.loads(store.read_bytes(launches_key(group_id)))
-        return {int(i): int(n) for i, n in (body.get("launches") or {}).items()}
-    except (ObjectNotFound, ValueError, TypeError, AttributeError):
-        return {}
+    return read_record(store, group_id)["launches"]
 
 
 def latest_launch(store: ObjectStore, group_id: str, index: int, recorded: int = 0) -> int:
     """How many of input ``index``'s derived jobs were created (each has its
-    ``handle.json`` from before its create): the batch's own launch records, from
+    ``handle.json`` from once its create was answered): the batch's own launch records, from
     ``recorded`` on (the count :func:`save_launches` kept, so a launch whose
     artifacts the cleanup policy deleted is no gap that hides the later ones)."""
     launch = max(0, recorded)
@@ -197,11 +351,12 @@ def recover(
     """Put back every input the state lost track of (:func:`unaccounted`), each once.
 
     Its derived job ids tell a child that was created from one never created: a job
-    newer than the last one the state recorded for the input (``jobs``) was launched
-    and not recorded, so it is adopted (made under the same id if its create never
-    happened, ``jobs.submit.adopted``); else the input is queued first and launched
-    once, under the next id.  Either way it is said as the error of ours it is.  A
-    batch fail_fast stopped launches nothing more: its report names such an input."""
+    newer than the last one the state recorded for the input (``jobs``) has its
+    ``handle.json`` (written once its create was answered), so it was created and
+    not recorded: it is adopted as it is; else the input is queued first and
+    launched once, under the next id (probed by a probing driver, :func:`launch`).
+    Either way it is said as the error of ours it is.  A batch fail_fast stopped
+    launches nothing more: its report names such an input."""
     if state.stopped:
         return []
     lost = unaccounted(state)
@@ -218,7 +373,6 @@ def recover(
             spec = child_spec(state, index, job_id, config, store, signing_secret)
             step = state.steps.get(index, 0)
             handle = state.template.handle(config, store, spec, index, step=step)
-            adopted(store, backend, spec, handle)
             state.active[index] = handle
             state.jobs[index] = job_id
             state.attempts[index] = state.attempts.get(index, 0) + 1
