@@ -50,7 +50,9 @@ class BatchState:
     intended: dict[int, int] = field(default_factory=dict)
     #: Launches this process recorded the intent of itself: created by no one before,
     #: so never probed (not on the wire: a driver made from a save probes them all).
-    own_intents: set[tuple[int, int]] = field(default_factory=set, metadata={"wire": False})
+    own_intents: set[tuple[int, int]] = field(
+        default_factory=set, compare=False, metadata={"wire": False}
+    )
     preemptions: dict[int, int] = field(default_factory=dict)
     #: The capacity step (index into ``template.options.capacity``) each input's next job asks
     #: for, and the step its latest job was made for (``core.capacity``).
