@@ -103,7 +103,7 @@ class BatchDriver:
         launched again at once (``batchlaunch.recover``)."""
         latest = self.saves.load(state)
         # Create intents a driver before this one recorded after its last save.
-        for index, n in batchlaunch.read_record(self.store, latest.group_id)["intended"].items():
+        for index, n in batchlaunch.LaunchRecord.read(self.store, latest.group_id).intended.items():
             latest.intended[index] = max(n, latest.intended.get(index, 0))
         batchlaunch.recover(latest, self.config, self.backend, self.store, self.secret)
         return latest
@@ -115,7 +115,7 @@ class BatchDriver:
             return self._step(state, reports)
 
     def _step(self, state: BatchState, reports: dict[str, StatusReport]) -> int:
-        batchlaunch.follow(state, reports)  # a child left by its input (an older state)
+        batchlaunch.follow(state, reports, self.store)  # a child left by its input (an older state)
         finished = batchrun.observe(state, reports, self.backend, self.store, self.result_key)
         batchlogs.log_failures(state, finished, reports, self.log)
         batchlogs.forget_finished(state)

@@ -119,11 +119,11 @@ def test_a_child_never_created_is_created_once(
 
     with monkeypatch.context() as patch, pytest.raises(DriverDied):
         if dies == "before its intent":
-            patch.setattr(batchlaunch, "write_record", died)
+            patch.setattr(batchlaunch.LaunchRecord, "write", died)
         else:
             patch.setattr(backend, "submit", died)  # this driver's backend only
         batchlaunch.launch(state, config, backend, store, deployment_secret(), probe=True)
-    intended = batchlaunch.read_record(store, state.group_id)["intended"]
+    intended = batchlaunch.LaunchRecord.read(store, state.group_id).intended
     assert intended == ({} if dies == "before its intent" else {0: 1})
     assert not store.exists(artifact_key(job_id, "handle.json"))
     assert _creates(api) == 0
@@ -225,6 +225,15 @@ def test_an_input_that_moved_on_is_followed_not_failed(
     driver.step(again, reports)
     assert again.done == {}  # not FAILED (retries=0) for the job it left
     assert list(again.active) == [0] and again.jobs[0] == second.job_id
+    # counted as the dead driver counted them: a preemption, not an attempt
+    assert (
+        (again.attempts, again.preemptions)
+        == (state.attempts, state.preemptions)
+        == (
+            {0: 1},
+            {0: 1},
+        )
+    )
     driver.step(again, _poll(driver, again))
     assert list(again.active) == [0] and again.done == {}
     assert _creates(api) == 2  # launch 2 adopted, never created again

@@ -119,7 +119,9 @@ def test_a_new_driver_adopts_what_the_dead_one_launched_and_finished(tmp_path, m
     # Every create intent of both drivers in one write of the launch record (three
     # waves of launches, five children): not an object per child.
     assert written.count(record) == 1
-    assert batchlaunch.read_record(store, state.group_id)["intended"] == dict.fromkeys(range(5), 1)
+    assert batchlaunch.LaunchRecord.read(store, state.group_id).intended == dict.fromkeys(
+        range(5), 1
+    )
     assert len([k for k in written if k.endswith("/handle.json")]) == 5
 
 

@@ -11,11 +11,12 @@ deferrals.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.batch.manifest import write_manifest
@@ -150,24 +151,26 @@ def probe_child(
 
 def intend(state: BatchState, store: ObjectStore) -> None:
     """Record the create intent of the next launch of every queued input, before any of
-    them is created: one write of the batch's launch record (:func:`launches_key`)
+    them is created: one write of the batch's launch record (:class:`LaunchRecord`)
     for a whole wave (at the start, every input; later, the inputs queued again), not
     an object per child.  Merged with what the record holds (a driver before this one
     may have intended more); the launches it adds are this process's own."""
-    recorded = read_record(store, state.group_id)
-    before = dict(state.intended)
-    for i, n in recorded["intended"].items():
+    record = LaunchRecord.read(store, state.group_id)
+    before = dict(record.intended)
+    for i, n in state.intended.items():
         before[i] = max(n, before.get(i, 0))
-    merged = dict(before)
+    record.intended = dict(before)
     own: set[tuple[int, int]] = set()
     for index in state.queue:
         launch_no = state.launches.get(index, 0) + 1
         if before.get(index, 0) < launch_no:
-            merged[index] = launch_no
+            record.intended[index] = launch_no
             own.add((index, launch_no))
-    if merged != recorded["intended"]:  # else all of it is recorded (a driver before)
-        write_record(store, state.group_id, recorded["launches"], merged)
-    state.intended = merged
+            if launch_no > 1:
+                record.carried[index] = {k: getattr(state, k).get(index, 0) for k in CARRIED}
+    if own or record.intended != before:
+        record.write(store, state.group_id)
+    state.intended = record.intended
     state.own_intents |= own
 
 
@@ -245,28 +248,36 @@ def launch(
     return launched
 
 
-def follow(state: BatchState, reports: dict[str, StatusReport]) -> list[int]:
+def follow(state: BatchState, reports: dict[str, StatusReport], store: ObjectStore) -> list[int]:
     """Inputs whose running child (as a state older than the batch knows it) is gone
     because the input moved on: a driver before this one saw it end (preempted,
-    failed and retried, a capacity step), deleted it and recorded the intent of its
-    next launch.  Each is queued again at that launch (probed, so adopted if it was
-    created), not judged by its old job's absence: a running input is never marked
-    FAILED for the job it left."""
+    failed and retried, a capacity step), deleted it and recorded the intent of a
+    later launch.  Each is queued again at the latest launch the record names
+    (probed, so adopted if it was created), with the counts it was queued with
+    (``LaunchRecord.carried``), not judged by its old job's absence: a running input
+    is never marked FAILED for the job it left."""
     moved: list[int] = []
+    record: LaunchRecord | None = None
     for index, handle in list(state.active.items()):
         report = reports.get(handle.job_id)
         if report is None or report.status is not JobStatus.NOT_FOUND:
             continue
-        if state.intended.get(index, 0) <= state.launches.get(index, 0):
+        later = state.intended.get(index, 0)
+        if later <= state.launches.get(index, 0):
             continue
+        record = record or LaunchRecord.read(store, state.group_id)
         del state.active[index]
+        state.launches[index] = later - 1  # every launch between ended, and is gone
+        for name, count in record.carried.get(index, {}).items():
+            getattr(state, name)[index] = count
         state.queue.insert(0, index)
         moved.append(index)
         log.warning(
-            "inputs[%d] (%s) is gone and the batch's launch record names a later launch "
-            "of it: following it",
+            "inputs[%d] (%s) is gone and the batch's launch record names its launch %d: "
+            "following it",
             index,
             handle.job_id,
+            later,
         )
     return moved
 
@@ -284,32 +295,54 @@ def launches_key(group_id: str) -> str:
     return f"_groups/{group_id}/launches.json"
 
 
-def read_record(store: ObjectStore, group_id: str) -> dict[str, dict[int, int]]:
-    """The batch's launch record: ``launches`` (what :func:`save_launches` recorded as
-    the batch ended) and ``intended`` (create intents, :func:`intend`); empty parts
-    when there is none or it is unreadable."""
-    try:
-        body = json.loads(store.read_bytes(launches_key(group_id)))
-    except (ObjectNotFound, ValueError):
-        body = {}
-    out: dict[str, dict[int, int]] = {}
-    for part in ("launches", "intended"):
+#: What an input carries into a relaunch (its counts as it was queued for it).
+CARRIED = ("attempts", "steps", "preemptions")
+
+
+@dataclass
+class LaunchRecord:
+    """The batch's launch record (:func:`launches_key`, not sealed: a wrong entry only
+    makes a driver probe a job id that does not exist).
+
+    ``launches``: the jobs each input had when the batch ended (:func:`save_launches`);
+    ``intended``: the highest launch of each input whose create intent was recorded,
+    before its create (:func:`intend`); ``carried``: for an intended relaunch, the
+    input's counts as it was queued for it (``CARRIED``), so a driver that follows
+    it (:func:`follow`) counts its attempts as the driver that queued it did."""
+
+    launches: dict[int, int] = field(default_factory=dict)
+    intended: dict[int, int] = field(default_factory=dict)
+    carried: dict[int, dict[str, int]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, store: ObjectStore, group_id: str) -> LaunchRecord:
+        """The record (empty parts: none, or unreadable)."""
         try:
-            out[part] = {int(i): int(n) for i, n in ((body or {}).get(part) or {}).items()}
+            body = json.loads(store.read_bytes(launches_key(group_id)))
+        except (ObjectNotFound, ValueError):
+            body = {}
+        body = body if isinstance(body, dict) else {}
+        record = cls()
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            record.launches = {int(i): int(n) for i, n in (body.get("launches") or {}).items()}
+        try:
+            record.intended = {int(i): int(n) for i, n in (body.get("intended") or {}).items()}
+            record.carried = {
+                int(i): {k: int(c[k]) for k in CARRIED if k in c}
+                for i, c in (body.get("carried") or {}).items()
+            }
         except (ValueError, TypeError, AttributeError):
-            out[part] = {}
-    return out
+            record.intended, record.carried = {}, {}
+        return record
 
-
-def write_record(
-    store: ObjectStore, group_id: str, launches: dict[int, int], intended: dict[int, int]
-) -> None:
-    body = {
-        "group_id": group_id,
-        "launches": {str(i): n for i, n in sorted(launches.items())},
-        "intended": {str(i): n for i, n in sorted(intended.items())},
-    }
-    store.write_bytes(launches_key(group_id), json.dumps(body, sort_keys=True).encode())
+    def write(self, store: ObjectStore, group_id: str) -> None:
+        body = {
+            "group_id": group_id,
+            "launches": {str(i): n for i, n in sorted(self.launches.items())},
+            "intended": {str(i): n for i, n in sorted(self.intended.items())},
+            "carried": {str(i): c for i, c in sorted(self.carried.items())},
+        }
+        store.write_bytes(launches_key(group_id), json.dumps(body, sort_keys=True).encode())
 
 
 def save_launches(store: ObjectStore, state: BatchState) -> None:
@@ -319,15 +352,16 @@ def save_launches(store: ObjectStore, state: BatchState) -> None:
     Not sealed: a wrong count only makes resume probe a job id that does not exist
     (run again) and every success is still read from its sealed record.  The create
     intents the record holds are kept."""
-    intended = dict(state.intended)
-    for i, n in read_record(store, state.group_id)["intended"].items():
-        intended[i] = max(n, intended.get(i, 0))
-    write_record(store, state.group_id, state.launches, intended)
+    record = LaunchRecord.read(store, state.group_id)
+    for i, n in state.intended.items():
+        record.intended[i] = max(n, record.intended.get(i, 0))
+    record.launches = dict(state.launches)
+    record.write(store, state.group_id)
 
 
 def read_launches(store: ObjectStore, group_id: str) -> dict[int, int]:
     """What :func:`save_launches` recorded (empty: nothing, or unreadable)."""
-    return read_record(store, group_id)["launches"]
+    return LaunchRecord.read(store, group_id).launches
 
 
 def latest_launch(store: ObjectStore, group_id: str, index: int, recorded: int = 0) -> int:
