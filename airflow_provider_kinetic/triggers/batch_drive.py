@@ -13,7 +13,7 @@ previous one); children launched after that save are found again by their derive
 job ids (``batchlaunch.launch(probe=True)``: a launch whose create intent the batch's
 launch record holds is probed, and adopted when its ``handle.json`` says it was
 created, never created again), an input that moved on to a later launch meanwhile
-is followed to it (``batchlaunch.follow``), and children whose jobs were deleted
+is followed to it (``launchrecord.follow``), and children whose jobs were deleted
 after they succeeded are known by their results (``observe(result_key=...)``), so
 nothing runs twice and no result is dropped.
 
@@ -43,6 +43,7 @@ from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.batch import launch as batchlaunch
+from airflow_provider_kinetic.core.batch import launchrecord
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import run as batchrun
@@ -103,7 +104,8 @@ class BatchDriver:
         launched again at once (``batchlaunch.recover``)."""
         latest = self.saves.load(state)
         # Create intents a driver before this one recorded after its last save.
-        for index, n in batchlaunch.LaunchRecord.read(self.store, latest.group_id).intended.items():
+        recorded = launchrecord.LaunchRecord.read(self.store, latest.group_id)
+        for index, n in recorded.intended.items():
             latest.intended[index] = max(n, latest.intended.get(index, 0))
         batchlaunch.recover(latest, self.config, self.backend, self.store, self.secret)
         return latest
@@ -115,7 +117,7 @@ class BatchDriver:
             return self._step(state, reports)
 
     def _step(self, state: BatchState, reports: dict[str, StatusReport]) -> int:
-        batchlaunch.follow(state, reports, self.store)  # a child left by its input (an older state)
+        launchrecord.follow(state, reports, self.store)  # an input moved on (an old state)
         finished = batchrun.observe(state, reports, self.backend, self.store, self.result_key)
         batchlogs.log_failures(state, finished, reports, self.log)
         batchlogs.forget_finished(state)

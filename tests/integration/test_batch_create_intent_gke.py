@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_kinetic.core.batch import launch as batchlaunch
+from airflow_provider_kinetic.core.batch import launchrecord
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
@@ -119,11 +120,11 @@ def test_a_child_never_created_is_created_once(
 
     with monkeypatch.context() as patch, pytest.raises(DriverDied):
         if dies == "before its intent":
-            patch.setattr(batchlaunch.LaunchRecord, "write", died)
+            patch.setattr(launchrecord.LaunchRecord, "write", died)
         else:
             patch.setattr(backend, "submit", died)  # this driver's backend only
         batchlaunch.launch(state, config, backend, store, deployment_secret(), probe=True)
-    intended = batchlaunch.LaunchRecord.read(store, state.group_id).intended
+    intended = launchrecord.LaunchRecord.read(store, state.group_id).intended
     assert intended == ({} if dies == "before its intent" else {0: 1})
     assert not store.exists(artifact_key(job_id, "handle.json"))
     assert _creates(api) == 0

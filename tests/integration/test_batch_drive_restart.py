@@ -15,6 +15,7 @@ import time
 
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.batch import launch as batchlaunch
+from airflow_provider_kinetic.core.batch import launchrecord
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
@@ -61,7 +62,7 @@ def _until_ended(state, backend, store, timeout=120.0):
 
 def test_a_new_driver_adopts_what_the_dead_one_launched_and_finished(tmp_path, monkeypatch) -> None:
     state, config, backend, store = _plan(tmp_path, 5)
-    record = batchlaunch.launches_key(state.group_id)
+    record = launchrecord.launches_key(state.group_id)
     written: list[str] = []
     write = store.write_bytes
 
@@ -119,7 +120,7 @@ def test_a_new_driver_adopts_what_the_dead_one_launched_and_finished(tmp_path, m
     # Every create intent of both drivers in one write of the launch record (three
     # waves of launches, five children): not an object per child.
     assert written.count(record) == 1
-    assert batchlaunch.LaunchRecord.read(store, state.group_id).intended == dict.fromkeys(
+    assert launchrecord.LaunchRecord.read(store, state.group_id).intended == dict.fromkeys(
         range(5), 1
     )
     assert len([k for k in written if k.endswith("/handle.json")]) == 5

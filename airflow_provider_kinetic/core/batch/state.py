@@ -46,7 +46,7 @@ class BatchState:
     #: child's deterministic job id, so a resumed batch finds every child again.
     launches: dict[int, int] = field(default_factory=dict)
     #: The highest launch of each input whose create intent the batch's launch record
-    #: holds (``core.batch.launch.intend``): written before any of them is created.
+    #: holds (``core.batch.launchrecord.intend``): written before any of them is created.
     intended: dict[int, int] = field(default_factory=dict)
     #: Launches this process recorded the intent of itself: created by no one before,
     #: so never probed (not on the wire: a driver made from a save probes them all).
