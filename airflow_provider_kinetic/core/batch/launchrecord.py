@@ -42,8 +42,11 @@ CARRIED = ("attempts", "steps", "preemptions")
 
 @dataclass
 class LaunchRecord:
-    """The batch's launch record (:func:`launches_key`, not sealed: a wrong entry only
-    makes a driver probe a job id that does not exist).
+    """The batch's launch record (:func:`launches_key`).  Not sealed, like the rest of
+    a batch's bookkeeping that only steers probes: a missing or wrong entry makes a
+    driver probe a job id that does not exist, or treat a launch as never created
+    (its create then meets the child's own object and keeps it,
+    ``jobs.submit.create_child``); every result is still read from its sealed record.
 
     ``launches``: the jobs each input had when the batch ended (:func:`save_launches`);
     ``intended``: the highest launch of each input whose create intent was recorded,
