@@ -10,9 +10,12 @@ A triggerer restart re-creates the trigger from the state it was deferred with. 
 continue rather than start over it reads the newest state this deferral saved
 (``core.batch.resume.DrivenSaves``: each save a delta of what changed since the
 previous one); children launched after that save are found again by their derived
-job ids (``batchlaunch.launch(probe=True)``), and children whose jobs were deleted after
-they succeeded are known by their results (``observe(result_key=...)``), so nothing
-runs twice and no result is dropped.
+job ids (``batchlaunch.launch(probe=True)``: a launch whose create intent the batch's
+launch record holds is probed, and adopted when its ``handle.json`` says it was
+created, never created again), an input that moved on to a later launch meanwhile
+is followed to it (``launchrecord.follow``), and children whose jobs were deleted
+after they succeeded are known by their results (``observe(result_key=...)``), so
+nothing runs twice and no result is dropped.
 
 A step runs in a thread, which cancelling the trigger does not stop.  So a stopping
 trigger sets :attr:`BatchDriver.halt` (the step launches no more) and saves only once
@@ -40,6 +43,7 @@ from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.batch import launch as batchlaunch
+from airflow_provider_kinetic.core.batch import launchrecord
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import run as batchrun
@@ -95,9 +99,14 @@ class BatchDriver:
 
     def resume(self, state: BatchState) -> BatchState:
         """The newest state this deferral saved (after a triggerer restart), else
-        ``state``; an input it lost track of (a save of an older version beside a
-        launch) is adopted or launched again at once (``batchlaunch.recover``)."""
+        ``state``, with the create intents of the batch's launch record; an input it
+        lost track of (a save of an older version beside a launch) is adopted or
+        launched again at once (``batchlaunch.recover``)."""
         latest = self.saves.load(state)
+        # Create intents a driver before this one recorded after its last save.
+        recorded = launchrecord.LaunchRecord.read(self.store, latest.group_id)
+        for index, n in recorded.intended.items():
+            latest.intended[index] = max(n, latest.intended.get(index, 0))
         batchlaunch.recover(latest, self.config, self.backend, self.store, self.secret)
         return latest
 
@@ -108,6 +117,7 @@ class BatchDriver:
             return self._step(state, reports)
 
     def _step(self, state: BatchState, reports: dict[str, StatusReport]) -> int:
+        launchrecord.follow(state, reports, self.store)  # an input moved on (an old state)
         finished = batchrun.observe(state, reports, self.backend, self.store, self.result_key)
         batchlogs.log_failures(state, finished, reports, self.log)
         batchlogs.forget_finished(state)

@@ -15,6 +15,7 @@ import time
 
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.batch import launch as batchlaunch
+from airflow_provider_kinetic.core.batch import launchrecord
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
@@ -59,8 +60,17 @@ def _until_ended(state, backend, store, timeout=120.0):
         backend.wait(list(state.active.values()), 0.2)
 
 
-def test_a_new_driver_adopts_what_the_dead_one_launched_and_finished(tmp_path) -> None:
+def test_a_new_driver_adopts_what_the_dead_one_launched_and_finished(tmp_path, monkeypatch) -> None:
     state, config, backend, store = _plan(tmp_path, 5)
+    record = launchrecord.launches_key(state.group_id)
+    written: list[str] = []
+    write = store.write_bytes
+
+    def counted(key, *args, **kwargs):
+        written.append(key)
+        return write(key, *args, **kwargs)
+
+    monkeypatch.setattr(store, "write_bytes", counted)
     state.driver = "deferral-1"
     save_driven(store, state, SECRET)  # what the trigger saved early on
     saved = copy.deepcopy(load_driven(store, BatchState.from_dict(state.to_dict()), SECRET))
@@ -107,6 +117,13 @@ def test_a_new_driver_adopts_what_the_dead_one_launched_and_finished(tmp_path) -
     # Five inputs, five jobs: nothing ran twice.
     assert len({again.jobs[i] for i in range(5)}) == 5
     assert all(again.launches[i] == 1 for i in range(5))
+    # Every create intent of both drivers in one write of the launch record (three
+    # waves of launches, five children): not an object per child.
+    assert written.count(record) == 1
+    assert launchrecord.LaunchRecord.read(store, state.group_id).intended == dict.fromkeys(
+        range(5), 1
+    )
+    assert len([k for k in written if k.endswith("/handle.json")]) == 5
 
 
 def test_a_save_of_another_deferral_is_never_taken(tmp_path) -> None:

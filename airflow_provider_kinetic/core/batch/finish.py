@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.batch import launch as batchlaunch
+from airflow_provider_kinetic.core.batch import launchrecord
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
@@ -93,7 +94,7 @@ def batch_ended(
     ok = {state.jobs[i] for i, outcome in state.done.items() if outcome == SUCCEEDED}
     if not delivered:
         jobs, ok = [j for j in jobs if j.job_id not in ok], set()
-    batchlaunch.save_launches(store, state)  # before the policy may delete launch records
+    launchrecord.save_launches(store, state)  # before the policy may delete launch records
     _record(store, state, "SUCCEEDED" if delivered else "FAILED")
     held = held_results(state, store, cleanup, kept_uris) if hold and delivered else set()
     removed = after_job(
@@ -179,7 +180,7 @@ def batch_cancelled(state: BatchState, store: ObjectStore, why: str) -> None:
             state.done.setdefault(index, NOT_SUBMITTED)
         state.queue.clear()
         batchmanifest.write_manifest(state, store)
-        batchlaunch.save_launches(store, state)
+        launchrecord.save_launches(store, state)
         _record(store, state, history.CANCELLED, why)
         usage.record_usage(store, state.group_id)
     except Exception as exc:  # noqa: BLE001 - history never fails a job

@@ -1,7 +1,8 @@
 """Launching a planned batch's children: the batch's start (uploads, manifest, history
 entry), each child's derived job id and spec, launches under the cap (a probing driver
-adopts a child created before it restarted), the launch record a resumed try reads,
-and the recovery of an input the state lost track of.
+adopts a child created before it restarted, by the create intents of the batch's launch
+record, ``core.batch.launchrecord``), and the recovery of an input the state lost
+track of.
 
 What each launched child then ends as is ``core.batch.run``'s (it folds their statuses
 into the state); everything works on the :class:`BatchState` from
@@ -12,11 +13,11 @@ deferrals.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Callable
 
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.batch.launchrecord import intend, probe_child
 from airflow_provider_kinetic.core.batch.manifest import write_manifest
 from airflow_provider_kinetic.core.batch.plan import PAYLOAD_CACHE
 from airflow_provider_kinetic.core.batch.state import FAILED, BatchState
@@ -26,11 +27,11 @@ from airflow_provider_kinetic.core.data import cache as datacache
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.history import DATA_HASHES
 from airflow_provider_kinetic.core.jobs.outputs import start_empty
-from airflow_provider_kinetic.core.jobs.submit import adopted, create_job, make_private
+from airflow_provider_kinetic.core.jobs.submit import create_child, make_private, write_handle
 from airflow_provider_kinetic.core.runtime.context import CONTEXT_CACHE
 from airflow_provider_kinetic.core.spec.handles import artifact_key
 from airflow_provider_kinetic.core.spec.pod import JobSpec
-from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
+from airflow_provider_kinetic.core.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +99,17 @@ def launch(
 ) -> int:
     """Submit queued inputs while fewer than ``max_concurrent`` are active.
 
-    ``probe``: the state may be older than the batch (a trigger re-created after a
-    triggerer restart starts from its last saved state): a child whose derived job
-    id already has a ``handle.json`` is adopted, not created again
-    (``jobs.submit.adopted``), so no input ever runs twice.  ``halted``: asked before
-    each launch; once true, the rest stay queued (a trigger being stopped).
+    A child's ``handle.json`` is written once its create was answered
+    (``jobs.submit.create_child``).  ``probe`` (a driver that may restart: the
+    trigger's): each child's create intent is in the batch's launch record before
+    its create (:func:`intend`: one write per wave, not per child), and the state
+    may be older than the batch (a trigger re-created after a triggerer restart
+    starts from its last saved state): a launch a driver before this one intended
+    is probed first (:func:`probe_child`) and adopted if it was created, so no
+    input ever runs twice; one no driver intended was never created.  A driver
+    that cannot restart (the worker's own wait) records no intent.  ``halted``:
+    asked before each launch; once true, the rest stay queued (a trigger being
+    stopped).
 
     An input leaves the queue only as it becomes active (or failed to submit), with
     no I/O between: an error on the way leaves it queued, never neither."""
@@ -119,11 +126,20 @@ def launch(
         job_id = child_job_id(state.group_id, index, launch_no)
         spec = child_spec(state, index, job_id, config, store, signing_secret)
         handle = state.template.handle(config, store, spec, index, step=state.steps.get(index, 0))
+        if probe and state.intended.get(index, 0) < launch_no:
+            intend(state, store)  # raises: the input stays queued, asked again
         try:
-            if not (probe and adopted(store, backend, spec, handle)):
+            found = None
+            if probe and (index, launch_no) not in state.own_intents:
+                found = probe_child(state, store, backend, handle, index, launch_no)
+                log.info("inputs[%d] (%s) %s", index, job_id, found.describe)
+            if found is not None and found.adopt:
+                if found.present and not found.created:
+                    write_handle(store, handle)  # created, its record not yet written
+            else:
                 if launch_no > 1:  # the input's earlier job left its files there
                     start_empty(store, state.template.output_uri(index), f"inputs[{index}]")
-                create_job(store, backend, spec, handle)
+                create_child(store, backend, spec, handle)
         except Exception as exc:  # noqa: BLE001 - recorded per index, never retried
             state.queue.pop(0)
             state.launches[index] = launch_no
@@ -135,6 +151,7 @@ def launch(
                 state.stopped = True
             continue
         state.queue.pop(0)
+        state.own_intents.discard((index, launch_no))
         state.launches[index] = launch_no
         state.active[index] = handle
         state.jobs[index] = handle.job_id
@@ -153,33 +170,10 @@ def unaccounted(state: BatchState) -> list[int]:
     return [index for index in range(state.total) if index not in seen]
 
 
-def launches_key(group_id: str) -> str:
-    return f"_groups/{group_id}/launches.json"
-
-
-def save_launches(store: ObjectStore, state: BatchState) -> None:
-    """Record how many jobs each input had when the batch ended, before the cleanup
-    policy may delete their ``handle.json``: a resumed try then finds its succeeded
-    children past a failed launch whose artifacts went (``resume.resume_batch``).
-    Not sealed: a wrong count only makes resume probe a job id that does not exist
-    (run again) and every success is still read from its sealed record."""
-    body = {"group_id": state.group_id, "launches": {str(i): n for i, n in state.launches.items()}}
-    store.write_bytes(launches_key(state.group_id), json.dumps(body, sort_keys=True).encode())
-
-
-def read_launches(store: ObjectStore, group_id: str) -> dict[int, int]:
-    """What :func:`save_launches` recorded (empty: nothing, or unreadable)."""
-    try:
-        body = json.loads(store.read_bytes(launches_key(group_id)))
-        return {int(i): int(n) for i, n in (body.get("launches") or {}).items()}
-    except (ObjectNotFound, ValueError, TypeError, AttributeError):
-        return {}
-
-
 def latest_launch(store: ObjectStore, group_id: str, index: int, recorded: int = 0) -> int:
     """How many of input ``index``'s derived jobs were created (each has its
-    ``handle.json`` from before its create): the batch's own launch records, from
-    ``recorded`` on (the count :func:`save_launches` kept, so a launch whose
+    ``handle.json`` from once its create was answered): the batch's own launch records, from
+    ``recorded`` on (the count ``launchrecord.save_launches`` kept, so a launch whose
     artifacts the cleanup policy deleted is no gap that hides the later ones)."""
     launch = max(0, recorded)
     while store.exists(artifact_key(child_job_id(group_id, index, launch + 1), "handle.json")):
@@ -197,11 +191,12 @@ def recover(
     """Put back every input the state lost track of (:func:`unaccounted`), each once.
 
     Its derived job ids tell a child that was created from one never created: a job
-    newer than the last one the state recorded for the input (``jobs``) was launched
-    and not recorded, so it is adopted (made under the same id if its create never
-    happened, ``jobs.submit.adopted``); else the input is queued first and launched
-    once, under the next id.  Either way it is said as the error of ours it is.  A
-    batch fail_fast stopped launches nothing more: its report names such an input."""
+    newer than the last one the state recorded for the input (``jobs``) has its
+    ``handle.json`` (written once its create was answered), so it was created and
+    not recorded: it is adopted as it is; else the input is queued first and
+    launched once, under the next id (probed by a probing driver, :func:`launch`).
+    Either way it is said as the error of ours it is.  A batch fail_fast stopped
+    launches nothing more: its report names such an input."""
     if state.stopped:
         return []
     lost = unaccounted(state)
@@ -218,7 +213,6 @@ def recover(
             spec = child_spec(state, index, job_id, config, store, signing_secret)
             step = state.steps.get(index, 0)
             handle = state.template.handle(config, store, spec, index, step=step)
-            adopted(store, backend, spec, handle)
             state.active[index] = handle
             state.jobs[index] = job_id
             state.attempts[index] = state.attempts.get(index, 0) + 1

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable
 
 from airflow_provider_kinetic.core.backends.base import Backend
-from airflow_provider_kinetic.core.batch import journal
+from airflow_provider_kinetic.core.batch import journal, launchrecord
 from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
@@ -174,7 +174,7 @@ def resume_batch(
     state = BatchState.from_dict(unseal(secret, store.read_bytes(plan_key(group_id)), group_id))
     state.queue, state.order, state.stopped = [], [], False
     latest: dict[int, JobHandle] = {}
-    recorded = batchlaunch.read_launches(store, group_id)  # an ended try's, if any
+    recorded = launchrecord.read_launches(store, group_id)  # an ended try's, if any
     for index in range(state.total):
         launch = batchlaunch.latest_launch(store, group_id, index, recorded.get(index, 0))
         state.launches[index] = launch

@@ -45,6 +45,14 @@ class BatchState:
     #: Jobs created per input so far (retries and preemptions included): the next
     #: child's deterministic job id, so a resumed batch finds every child again.
     launches: dict[int, int] = field(default_factory=dict)
+    #: The highest launch of each input whose create intent the batch's launch record
+    #: holds (``core.batch.launchrecord.intend``): written before any of them is created.
+    intended: dict[int, int] = field(default_factory=dict)
+    #: Launches this process recorded the intent of itself: created by no one before,
+    #: so never probed (not on the wire: a driver made from a save probes them all).
+    own_intents: set[tuple[int, int]] = field(
+        default_factory=set, compare=False, metadata={"wire": False}
+    )
     preemptions: dict[int, int] = field(default_factory=dict)
     #: The capacity step (index into ``template.options.capacity``) each input's next job asks
     #: for, and the step its latest job was made for (``core.capacity``).
@@ -98,6 +106,7 @@ class BatchState:
         "jobs",
         "attempts",
         "launches",
+        "intended",
         "preemptions",
         "steps",
         "capacity_used",
@@ -113,7 +122,7 @@ class BatchState:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "extra":
+            if f.name == "extra" or not f.metadata.get("wire", True):
                 continue
             if f.name == "template":
                 value = value.to_dict()
@@ -134,7 +143,7 @@ class BatchState:
             return value
         if not isinstance(value, dict) or "group_id" not in value or "template" not in value:
             raise TypeError(f"not a kinetic batch state: {value!r:.200}")
-        known = {f.name for f in fields(cls)} - {"extra"}
+        known = {f.name for f in fields(cls) if f.metadata.get("wire", True)} - {"extra"}
         kwargs: dict[str, Any] = {k: v for k, v in value.items() if k in known}
         kwargs["template"] = JobTemplate.from_dict(value["template"])
         kwargs["active"] = {

@@ -43,10 +43,7 @@ def create_job(store: ObjectStore, backend: Backend, spec: JobSpec, handle: JobH
     removed (nothing is left that looks like a job) and the error is re-raised.
     """
     job_id = spec.job_id
-    store.write_bytes(
-        artifact_key(job_id, "handle.json"), handle.to_json(), content_type="application/json"
-    )
-    make_private(store, artifact_key(job_id, "handle.json"))
+    write_handle(store, handle)
     try:
         backend.submit(spec)
     except Exception:
@@ -58,18 +55,33 @@ def create_job(store: ObjectStore, backend: Backend, spec: JobSpec, handle: JobH
         raise
 
 
-def adopted(store: ObjectStore, backend: Backend, spec: JobSpec, handle: JobHandle) -> bool:
-    """Whether this child was made already (by a driver that died before saving its
-    state): its ``handle.json`` exists.  A job that exists or left a result is
-    adopted as it is; one whose handle was written but whose create never happened
-    is created now, under the same id."""
-    if not store.exists(artifact_key(handle.job_id, "handle.json")):
-        return False
-    if backend.exists(handle) or store.exists(artifact_key(handle.job_id, "result.pkl")):
-        log.info("inputs[%s] (%s) was launched already: adopted", handle.group_index, spec.job_id)
-        return True
-    backend.submit(spec)
-    return True
+def create_child(store: ObjectStore, backend: Backend, spec: JobSpec, handle: JobHandle) -> None:
+    """Create a batch child, then write its ``handle.json``: for a child it is the record
+    that its create was answered (its intent is the batch's launch record, written
+    before, ``core.batch.launch``), so a driver that restarts tells a child created
+    and gone since from one never created without a second object per child.
+
+    A create that errs but made the job after all keeps it; one whose record cannot
+    be written deletes the job again (nothing runs that no record names) and raises.
+    """
+    try:
+        backend.submit(spec)
+    except Exception:
+        if not backend.exists(handle):
+            raise
+        log.warning("create reported an error but job %s exists; keeping it", spec.job_id)
+    try:
+        write_handle(store, handle)
+    except Exception:
+        log.error("could not record job %s as created; deleting it again", spec.job_id)
+        backend.cancel(handle)
+        raise
+
+
+def write_handle(store: ObjectStore, handle: JobHandle) -> None:
+    key = artifact_key(handle.job_id, "handle.json")
+    store.write_bytes(key, handle.to_json(), content_type="application/json")
+    make_private(store, key)
 
 
 def make_private(store: ObjectStore, key: str) -> None:
