@@ -100,6 +100,7 @@ def _run_and_check(s: Standalone) -> None:
     # triggerer's stdout does not name triggers.
     assert triggers_seen == {TRIGGER}, triggers_seen
     assert tis["train"]["try_number"] == 1
+
     resp = s.api(
         "GET",
         run_path + "/taskInstances/train/logs/1",
@@ -113,7 +114,12 @@ def _run_and_check(s: Standalone) -> None:
     assert "Pausing task as DEFERRED. " in events
     trigger_lines = [str(e["event"]) for e in entries if e.get("logger") == TRIGGER]
     assert any(line.endswith(": RUNNING") for line in trigger_lines), trigger_lines
-    assert any(line.endswith(": SUCCEEDED") for line in trigger_lines), trigger_lines
+    # The end is the resumed worker's line.  A trigger's last lines may never reach the
+    # file: Airflow's triggerer reads them from the runner's log socket while its
+    # "finished" message arrives on another, and closes the trigger's log file on that
+    # message (jobs/triggerer_job_runner.py, _handle_request), so later lines go to the
+    # triggerer's own log (under load the trigger's SUCCEEDED line once did).
+    assert any(re.search(r"kinetic job \S+ finished: SUCCEEDED", e) for e in events), events[-20:]
     assert "Trigger fired event" in events
     assert "Starting the triggerer" in s.log_path.read_text(errors="replace")
 

@@ -219,3 +219,15 @@ def test_describe_failure_names_the_type_unless_the_remote_one_is_in_the_message
 
     assert describe_failure(ValueError("v")) == "ValueError: v"
     assert describe_failure(Remote("mylib.Oops: o")) == "mylib.Oops: o"
+
+
+def test_a_pod_failed_after_its_function_returned_delivers_the_result(store, backend, job):
+    """GKE reclaimed the node while the runner exited: the pod reads Failed (Preempted)
+    but the function had returned and its signed result is whole.  That result is the
+    job's value; before, the task failed with "no result payload" (and its Airflow
+    retry ran the function again)."""
+    put_result(store, job, value={"answer": 42})
+    done = finish(store, backend, job, JobStatus.FAILED, reason="Preempted")
+    assert done.succeeded and done.error is None and done.value == {"answer": 42}
+    entry = history.read(store, job.job_id)
+    assert entry["state"] == "SUCCEEDED" and "Preempted" in entry["reason"]

@@ -159,6 +159,13 @@ def _record_end(
     state, reason = report.status.value, report.reason
     if done.read and failure is None and report.status is JobStatus.NOT_FOUND:
         state, reason = JobStatus.SUCCEEDED.value, None  # its result says so; the job is gone
+    if done.read and failure is None and report.status is JobStatus.FAILED:
+        # Its function returned a whole result; the platform failed the pod afterwards.
+        why = f"{state} ({reason})" if reason else state
+        state, reason = (
+            JobStatus.SUCCEEDED.value,
+            f"the pod ended {why} after the function returned",
+        )
     if failure is not None and cancel_requested(store, handle):
         state = history.CANCELLED  # stopped on purpose: not the function's failure
     if failure is not None and report.status is JobStatus.SUCCEEDED:

@@ -242,6 +242,20 @@ def collect_with_blob(
         metrics.incr("kinetic.job.result_bytes", len(blob))
         return payload.get("result"), blob
     failed_workers = worker_failures(store, job_id, result_key)
+    if payload is not None and payload.get("success") and not failed_workers:
+        # The function returned and its verified result is whole (written before its
+        # signature, each atomically); the platform failed the pod afterwards (a node
+        # reclaimed while the runner exited).  The value is the job's: running the
+        # function again for it would run the job twice.
+        log.warning(
+            "kinetic job %s ended %s%s after its function returned; its verified result "
+            "is the job's value",
+            job_id,
+            status.value,
+            f" ({reason})" if reason else "",
+        )
+        metrics.incr("kinetic.job.result_bytes", len(blob))
+        return payload.get("result"), blob
     if payload is not None and not payload.get("success"):
         raise_remote_failure(payload, where)
     if failed_workers:
