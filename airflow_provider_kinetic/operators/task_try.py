@@ -37,7 +37,7 @@ from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key
 from airflow_provider_kinetic.exceptions import KineticJobFailed
 from airflow_provider_kinetic.links import job_links
-from airflow_provider_kinetic.operators import assets, job_wait, keyio
+from airflow_provider_kinetic.operators import assets, job_wait, keyio, reuse
 from airflow_provider_kinetic.operators.common import (
     XCOM_JOB,
     XCOM_OUTPUT_DIR,
@@ -89,6 +89,9 @@ class TaskTry:
     #: The job this try waits for (``on_kill`` cancels it); None once it is finished,
     #: or when nobody waits for it.
     handle: JobHandle | None = None
+    #: ``cache=True``: the reuse key this try claimed (``operators.reuse``: concurrent
+    #: identical tasks wait for its result); None once let go.
+    claimed: str | None = None
 
     @classmethod
     def open(cls, op: Any, context: Any, backend_kind: str | None = None) -> TaskTry:
@@ -168,6 +171,8 @@ class TaskTry:
             handle = earlier.job
         else:
             handle = self.submit(planned)
+            if self.claimed:  # waiters follow this job
+                reuse.name_job(self, handle.job_id)
         self.write_record(handle)
         self.publish(handle)
         return handle
@@ -311,8 +316,10 @@ class TaskTry:
             deliver=lambda value, blob: self.deliver(handle, value, blob),
             checkpoints_of=self.identity,
             hold=True,
+            keep_result=self.op.cache_settings is not None,
             log_=self.log,
         )
+        reuse.offer(self, handle, done.succeeded and done.read)
         # The task's usage over every job its run had (the record's attempts).
         attempts = self.record.attempts if self.record is not None else []
         report_usage(self.op, self.context, self.store, attempts or [handle.job_id])

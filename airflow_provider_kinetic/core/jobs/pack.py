@@ -29,13 +29,15 @@ from airflow_provider_kinetic.core.jobs.payload import (
     replace_data,
 )
 from airflow_provider_kinetic.core.jobs.request import JobRequest, validate_data, validate_volumes
-from airflow_provider_kinetic.core.jobs.work import call_digest, unsure
+from airflow_provider_kinetic.core.jobs.work import call_digest, named_call, unsure
 from airflow_provider_kinetic.core.keys import resolve as _key_resolver  # noqa: F401 - installs kinetic://
 from airflow_provider_kinetic.core.runtime import context as job_context
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
+#: The env var of the function's output dir (``core.jobs.submit.plan_job`` sets it).
+OUTPUT_DIR_ENV = "KINETIC_OUTPUT_DIR"
 #: Default of ``[kinetic] max_payload_mb`` (MiB).
 DEFAULT_MAX_PAYLOAD_MB = 64.0
 
@@ -59,6 +61,9 @@ class PackedJob:
     #: Data-cache entries the job reads (local Data and ``kinetic://`` keys): its
     #: handle and history entry name them, so ``data gc`` keeps them meanwhile.
     data_hashes: list[str] = field(default_factory=list)
+    #: With ``cache=True``: the call digest the reuse key starts from (the arguments by
+    #: name, ``cache_ignore``'s left out; the task run's default output dir too).
+    reuse_call: str | None = None
 
     @property
     def context_sha256(self) -> str:
@@ -129,7 +134,27 @@ def prepare(
     call = _call_digest(request, args, kwargs, volume_refs, env_vars)
     held = {cache_hash(r["uri"]) for r in [*refs.values(), *volume_refs]} - {None}
     context = build_context(request, excludes, local)
-    return PackedJob(accel, local, payload, context, fuse, call, sorted(h for h in held if h))
+    reuse = _reuse_digest(request, args, kwargs, volume_refs, env_vars)
+    held_hashes = sorted(h for h in held if h)
+    return PackedJob(accel, local, payload, context, fuse, call, held_hashes, reuse)
+
+
+def _reuse_digest(
+    request: JobRequest, args: tuple, kwargs: dict, volumes: list[dict], env: dict[str, str]
+) -> str | None:
+    """``call_digest`` of the call as the reuse key sees it (``core.jobs.resultcache``):
+    arguments by name less ``cache_ignore``; the default output dir left out."""
+    settings = request.cache
+    if settings is None:
+        return None
+    if settings.default_output:
+        env = {k: v for k, v in env.items() if k != OUTPUT_DIR_ENV}
+    try:
+        named = named_call(request.func, args, kwargs, settings.ignore)
+        return call_digest(request.func, (), named, volumes, env, request.by_value_roots)
+    except Exception as exc:  # noqa: BLE001 - not comparable: never reused
+        log.warning("cache: cannot fingerprint this call (%s); its result is not reused", exc)
+        return unsure(type(exc).__name__)
 
 
 def _mib(size: int) -> str:

@@ -1,0 +1,223 @@
+"""``cache=True`` in a task's try: take a delivered result of the same work, or run the
+job and offer its result (``core.jobs.resultcache`` is the store side).
+
+- :func:`look_up` (before a new job is submitted): a usable entry for the planned
+  job's reuse key is a hit (:func:`take`: the value and output dir to XCom, no job);
+  else the try claims the key and runs the job, or, when a concurrent identical task
+  holds the claim, waits for its result (``[kinetic] cache_wait_s``) and runs its own
+  job when that task's job failed, its claim went, or the wait ran out.  Never a
+  failed result: only an entry is taken, and only a delivered job makes one.
+- :func:`offer` (once a job is finished): a job that succeeded and delivered its value
+  becomes the key's entry; the claim goes either way.
+
+The log says hit or miss and why; XCom ``kinetic_cache`` says ``hit``, the job and the
+task run that produced the result; a hit's history entry says it came from the cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.common.compat.sdk import conf
+
+from airflow_provider_kinetic.core.jobs import history, resultcache
+from airflow_provider_kinetic.core.jobs.resultcache import (
+    CACHE_KEY_FIELD,
+    CacheEntry,
+    CacheSettings,
+)
+from airflow_provider_kinetic.core.jobs.results import collect_with_blob
+from airflow_provider_kinetic.core.jobs.taskrecord import Step
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, new_job_id
+from airflow_provider_kinetic.deployment.signing import result_key
+from airflow_provider_kinetic.operators.common import (
+    XCOM_OUTPUT_DIR,
+    directory_uri,
+    push_value,
+    xcom_value,
+)
+
+if TYPE_CHECKING:
+    from airflow_provider_kinetic.core.jobs.submit import PlannedJob
+
+#: ``run`` below is the try (``operators.task_try.TaskTry``, which calls this module):
+#: its store, identity, context, operator, log and ``claimed`` key.
+TaskTry = Any
+
+XCOM_CACHE = "kinetic_cache"
+#: Rounds of claim-or-wait before a try runs its own job without the claim.
+ROUNDS = 3
+
+
+def owner(run: TaskTry) -> dict[str, Any]:
+    """The claim's owner: the task run (a retry of it takes its own claim over)."""
+    return {k: run.identity.get(k) for k in ("dag_id", "run_id", "task_id", "map_index")}
+
+
+def check(op: Any, cache: Any, version: Any, ignore: Any) -> CacheSettings | None:
+    """The operator's cache settings, checked at DAG parse time (a bad value raises
+    naming itself and what is allowed)."""
+    found = resultcache.settings(cache, version, ignore, op.python_callable, op.task_id)
+    if found is not None and not getattr(op, "wait_for_completion", True):
+        raise ValueError(
+            f"task {op.task_id!r}: cache=True needs wait_for_completion=True (a "
+            "submit-only task returns a handle, never a result to reuse)"
+        )
+    return found
+
+
+@contextlib.contextmanager
+def unclaimed_on_error(run: TaskTry) -> Iterator[None]:
+    """A try that fails before its job is finished lets its claim go (a deferral is
+    no failure: the resumed try finishes the job and offers it)."""
+    try:
+        yield
+    except Exception:
+        unclaim(run)
+        raise
+
+
+def look_up(run: TaskTry, planned: PlannedJob, step: Step = Step.SUBMIT) -> tuple[bool, Any]:
+    """``(True, value)`` on a hit (delivered to XCom); ``(False, None)``: run the job
+    (claimed when this try got the claim).  Only a try that would submit a new job
+    looks (``step``): an earlier try's job of this work is adopted or collected."""
+    key = planned.cache_key
+    if key is None or step is not Step.SUBMIT:
+        return False, None
+    wait_s = conf.getfloat("kinetic", "cache_wait_s", fallback=resultcache.CACHE_WAIT_S)
+    me = owner(run)
+    for _ in range(ROUNDS):
+        entry = resultcache.read(run.store, key)
+        if entry is not None and resultcache.usable(run.store, entry):
+            return True, take(run, entry)
+        if entry is not None:
+            run.log.info("cache: entry %s names a result no longer stored: dropped", key[:12])
+            resultcache.remove(run.store, key)
+        if resultcache.claim(run.store, key, me):
+            return False, _miss(run, key, "no delivered result of this work yet")
+        held = resultcache.read_claim(run.store, key)
+        if held is None:
+            continue  # it went just now: claim again
+        if held.owner == me:  # an earlier try of this task run claimed it
+            return False, _miss(run, key, "no delivered result of this work yet (claimed)")
+        why = resultcache.stale(run.store, held, _now())
+        if why is not None:
+            run.log.info("cache: the claim on %s is stale (%s): taken over", key[:12], why)
+            resultcache.release(run.store, key)
+            continue
+        who = "/".join(str(held.owner.get(k)) for k in ("dag_id", "run_id", "task_id"))
+        run.log.info(
+            "cache: task %s runs the same work (job %s): waiting up to %.0f s for its result",
+            who,
+            held.job_id or "not yet submitted",
+            wait_s,
+        )
+        waited = resultcache.wait_for(
+            run.store, key, timeout_s=wait_s, poll_s=max(0.2, min(run.op.poll_interval, 5.0))
+        )
+        if waited.entry is not None:
+            return True, take(run, waited.entry)
+        run.log.info("cache: no result to take (%s)", waited.why)
+    _push(run, hit=False)
+    run.log.info("cache miss (key %s): running this task's own job", key[:12])
+    return False, None
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _miss(run: TaskTry, key: str, why: str) -> None:
+    run.claimed = key
+    run.log.info("cache miss (key %s): %s; running the job", key[:12], why)
+    _push(run, hit=False)
+
+
+def _push(run: TaskTry, hit: bool, entry: CacheEntry | None = None) -> None:
+    value: dict[str, Any] = {"hit": hit, "job_id": entry.job_id if entry else None}
+    for k in ("dag_id", "run_id", "task_id", "map_index"):
+        value[k] = entry.producer.get(k) if entry else None
+    run.context["ti"].xcom_push(key=XCOM_CACHE, value=value)
+
+
+def take(run: TaskTry, entry: CacheEntry) -> Any:
+    """A hit: the producer's verified result and output dir to XCom, a history entry
+    saying it came from the cache; no job."""
+    handle = JobHandle.from_dict(entry.handle)
+    value, blob = collect_with_blob(
+        run.store, handle.job_id, JobStatus.SUCCEEDED, result_key=result_key(handle)
+    )
+    run.log.info(
+        "cache hit (key %s): the result of %s, made %s; no job launched",
+        entry.key[:12],
+        entry.describe(),
+        entry.created_at,
+    )
+    multiple = bool(getattr(run.op, "multiple_outputs", False))
+    delivered = xcom_value(value, run.store, handle.job_id, blob, run.log, multiple)
+    ti = run.context["ti"]
+    ti.xcom_push(key=XCOM_OUTPUT_DIR, value=directory_uri(entry.output_dir))
+    _push(run, hit=True, entry=entry)
+    push_value(run.op, run.context, delivered)
+    hit_id = new_job_id()
+    history.submitted(
+        run.store,
+        hit_id,
+        run.identity,
+        backend="cache",
+        accelerator=handle.accelerator,
+        func=handle.func_name,
+        output_dir=entry.output_dir,
+        cached_from={"job_id": entry.job_id, "key": entry.key, **entry.producer},
+        artifacts={"state": f"none: the result is job {entry.job_id}'s (cache)"},
+    )
+    history.update(run.store, hit_id, "SUCCEEDED", f"from the cache: {entry.describe()}")
+    return delivered
+
+
+def offer(run: TaskTry, handle: JobHandle, succeeded: bool) -> None:
+    """After a job is finished: its result becomes the entry of its key when it
+    succeeded (its value delivered); the claim goes either way."""
+    key = handle.extra.get(CACHE_KEY_FIELD)
+    if not key or run.op.cache_settings is None:
+        return
+    try:
+        if succeeded:
+            entry = CacheEntry(
+                key=str(key),
+                job_id=handle.job_id,
+                handle=handle.to_dict(),
+                output_dir=directory_uri(handle.output_dir),
+                created_at=history.now_iso(),
+                cache_version=run.op.cache_settings.version if run.op.cache_settings else "",
+                func=handle.func_name,
+                producer={**owner(run), "try_number": run.identity.get("try_number")},
+            )
+            resultcache.record(run.store, entry)
+            history.update(run.store, handle.job_id, cached_as=str(key))
+            run.log.info("cache: the result of job %s is kept as %s", handle.job_id, key[:12])
+    finally:
+        resultcache.release(run.store, str(key), owner(run))
+        run.claimed = None
+
+
+def name_job(run: TaskTry, job_id: str) -> None:
+    """The claim names the job this try submitted (never fatal)."""
+    try:
+        resultcache.claim_job(run.store, str(run.claimed), owner(run), job_id)
+    except Exception as exc:  # noqa: BLE001 - waiters fall back on the deadline
+        run.log.warning("cache: could not name job %s in the claim: %s", job_id, exc)
+
+
+def unclaim(run: TaskTry) -> None:
+    """A try that ends without finishing its job lets its claim go (waiters run theirs)."""
+    key = getattr(run, "claimed", None)
+    if key:
+        try:
+            resultcache.release(run.store, key, owner(run))
+        except Exception as exc:  # noqa: BLE001 - the try's own error matters more
+            run.log.warning("cache: could not drop the claim on %s: %s", key[:12], exc)
+        run.claimed = None
