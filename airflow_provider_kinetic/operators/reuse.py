@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import conf
 
+from airflow_provider_kinetic.core.batch.plan import CACHE_KEYS
+from airflow_provider_kinetic.core.batch.state import SUCCEEDED
 from airflow_provider_kinetic.core.jobs import history, resultcache
 from airflow_provider_kinetic.core.jobs.resultcache import (
     CACHE_KEY_FIELD,
@@ -31,7 +33,12 @@ from airflow_provider_kinetic.core.jobs.resultcache import (
 )
 from airflow_provider_kinetic.core.jobs.results import collect_with_blob
 from airflow_provider_kinetic.core.jobs.taskrecord import Step
-from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, new_job_id
+from airflow_provider_kinetic.core.spec.handles import (
+    JobHandle,
+    JobStatus,
+    artifact_key,
+    new_job_id,
+)
 from airflow_provider_kinetic.deployment.signing import result_key
 from airflow_provider_kinetic.operators.common import (
     XCOM_OUTPUT_DIR,
@@ -221,3 +228,105 @@ def unclaim(run: TaskTry) -> None:
         except Exception as exc:  # noqa: BLE001 - the try's own error matters more
             run.log.warning("cache: could not drop the claim on %s: %s", key[:12], exc)
         run.claimed = None
+
+
+# ---- the map operator: per input ----------------------------------------------------
+
+#: ``BatchState.extra``: input index (a string) -> where its cached result came from.
+CACHE_HITS = "cache_hits"
+
+
+def take_inputs(t: Any, state: Any) -> dict[str, dict[str, Any]]:
+    """A new batch's inputs whose work has a delivered result end as SUCCEEDED with
+    the producing job's result (no child is launched for them); XCom ``kinetic_cache``
+    says hit or miss per input.  Returns the hits (index -> producer)."""
+    keys = state.extra.get(CACHE_KEYS) or {}
+    if t.op.cache_settings is None or not keys:
+        return {}
+    hits: dict[str, dict[str, Any]] = {}
+    for index in list(state.queue):
+        key = keys.get(str(index))
+        entry = resultcache.read(t.store, key) if key else None
+        if entry is None or not resultcache.usable(t.store, entry):
+            continue
+        state.queue.remove(index)
+        state.done[index] = SUCCEEDED
+        state.jobs[index] = entry.job_id
+        state.order.append(index)
+        hits[str(index)] = {
+            "job_id": entry.job_id,
+            "output_dir": entry.output_dir,
+            **entry.producer,
+        }
+    state.extra[CACHE_HITS] = hits
+    t.op.log.info(
+        "cache: %d of %d inputs hit (their results reused, no child launched); %d to run",
+        len(hits),
+        state.total,
+        len(state.queue),
+    )
+    for index, producer in sorted(hits.items(), key=lambda kv: int(kv[0])):
+        t.op.log.info("cache hit: inputs[%s] <- job %s", index, producer["job_id"])
+    per_input = []
+    for index in range(state.total):
+        found = hits.get(str(index))
+        value = {"hit": found is not None, "job_id": found["job_id"] if found else None}
+        value.update(
+            {k: (found or {}).get(k) for k in ("dag_id", "run_id", "task_id", "map_index")}
+        )
+        per_input.append(value)
+    t.context["ti"].xcom_push(key=XCOM_CACHE, value=per_input)
+    return hits
+
+
+def note_inputs(t: Any, state: Any, hits: dict[str, dict[str, Any]]) -> None:
+    """The batch's history entry says which inputs came from the cache."""
+    if hits:
+        history.update(t.store, state.group_id, cache_hits=hits)
+
+
+def offer_inputs(t: Any, state: Any) -> set[str]:
+    """After a batch delivered its values: each input that succeeded in a child of its
+    own becomes its key's entry.  Returns the result URIs the entries hold (kept by the
+    cleanup policy, as a referenced result is)."""
+    keys = state.extra.get(CACHE_KEYS) or {}
+    if t.op.cache_settings is None or not keys:
+        return set()
+    hits = state.extra.get(CACHE_HITS) or {}
+    template, kept = state.template, set()
+    for index, outcome in state.done.items():
+        key = keys.get(str(index))
+        if outcome != SUCCEEDED or not key or str(index) in hits or index not in state.jobs:
+            continue
+        job_id = state.jobs[index]
+        handle = JobHandle(
+            job_id=job_id,
+            backend=state.backend,
+            bucket_name=t.store.bucket,
+            func_name=template.func_name,
+            accelerator=template.options.accelerator,
+            output_dir=template.output_uri(index),
+            result_auth=template.result_auth,
+            group_id=state.group_id,
+            group_index=index,
+        )
+        entry = CacheEntry(
+            key=str(key),
+            job_id=job_id,
+            handle=handle.to_dict(),
+            output_dir=directory_uri(handle.output_dir),
+            created_at=history.now_iso(),
+            cache_version=t.op.cache_settings.version,
+            func=template.func_name,
+            producer={**owner(t), "try_number": t.identity.get("try_number"), "input": index},
+        )
+        resultcache.record(t.store, entry)
+        kept.add(t.store.uri(artifact_key(job_id, "result.pkl")))
+    if kept:
+        t.op.log.info("cache: %d input result(s) kept for reuse", len(kept))
+    return kept
+
+
+def cached_output_dir(state: Any, index: int) -> str | None:
+    """The output dir of an input whose result came from the cache (None: its own)."""
+    return ((state.extra.get(CACHE_HITS) or {}).get(str(index)) or {}).get("output_dir")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kinetic import KineticRunOperator
+from airflow_provider_kinetic import KineticMapOperator, KineticRunOperator
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.jobs import history, resultcache
 from airflow_provider_kinetic.core.storage import LocalStore
@@ -220,3 +220,35 @@ def _claim(store: LocalStore) -> resultcache.Claim | None:
     if not keys:
         return None
     return resultcache.read_claim(store, keys[0].rsplit("/", 1)[1].removesuffix(".claim"))
+
+
+def test_a_map_rerun_with_one_new_input_runs_one_child(tmp_path, local_conn):
+    mod, count = load(tmp_path), tmp_path / "runs"
+
+    def sweep(run_id: str, xs: list[int]) -> tuple[Any, dict[str, Any]]:
+        op = KineticMapOperator(
+            task_id="m",
+            python_callable=mod.work,
+            inputs=[{"x": x} for x in xs],
+            op_kwargs={"runs": str(count), "seed": int(run_id[1:])},
+            kinetic_conn_id="kinetic_local",
+            poll_interval=0.1,
+            deferrable=False,
+            cache=True,
+            cache_ignore=["seed"],
+        )
+        ti = FakeTI(task_id="m", run_id=run_id)
+        return op.execute({"ti": ti}), ti.xcom
+
+    first, xc1 = sweep("r1", [1, 2, 3])
+    assert [v["x"] for v in first] == [2, 4, 6] and runs(count) == 3
+    again, xc2 = sweep("r2", [1, 2, 3, 4])
+    assert [v["x"] for v in again] == [2, 4, 6, 8]
+    assert runs(count) == 4  # one child: the new input
+    assert [c["hit"] for c in xc2["kinetic_cache"]] == [True, True, True, False]
+    assert xc2["kinetic_output_dirs"][:3] == xc1["kinetic_output_dirs"]  # the producers'
+    (batch,) = [e for e in history.entries(LocalStore(str(local_conn))) if e["run_id"] == "r2"]
+    assert len(batch["child_jobs"]) == 1 and sorted(batch["cache_hits"]) == ["0", "1", "2"]
+    every, xc3 = sweep("r3", [4, 1])  # every input cached: no child at all
+    assert [v["x"] for v in every] == [8, 2] and runs(count) == 4
+    assert all(c["hit"] for c in xc3["kinetic_cache"])

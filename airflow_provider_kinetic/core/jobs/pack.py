@@ -64,6 +64,9 @@ class PackedJob:
     #: With ``cache=True``: the call digest the reuse key starts from (the arguments by
     #: name, ``cache_ignore``'s left out; the task run's default output dir too).
     reuse_call: str | None = None
+    #: With ``cache=True``: the shared kwargs (Data as refs), volume refs and env that
+    #: ``reuse_call`` digests with each call's own arguments.
+    reuse_parts: tuple[dict, list, dict] | None = None
 
     @property
     def context_sha256(self) -> str:
@@ -134,23 +137,25 @@ def prepare(
     call = _call_digest(request, args, kwargs, volume_refs, env_vars)
     held = {cache_hash(r["uri"]) for r in [*refs.values(), *volume_refs]} - {None}
     context = build_context(request, excludes, local)
-    reuse = _reuse_digest(request, args, kwargs, volume_refs, env_vars)
     held_hashes = sorted(h for h in held if h)
-    return PackedJob(accel, local, payload, context, fuse, call, held_hashes, reuse)
+    packed = PackedJob(accel, local, payload, context, fuse, call, held_hashes)
+    if request.cache is not None:
+        if request.cache.default_output:  # the task run's own dir: not what is computed
+            env_vars = {k: v for k, v in env_vars.items() if k != OUTPUT_DIR_ENV}
+        packed.reuse_parts = (kwargs, volume_refs, env_vars)
+        packed.reuse_call = reuse_call(request, packed, args, {})
+    return packed
 
 
-def _reuse_digest(
-    request: JobRequest, args: tuple, kwargs: dict, volumes: list[dict], env: dict[str, str]
-) -> str | None:
-    """``call_digest`` of the call as the reuse key sees it (``core.jobs.resultcache``):
-    arguments by name less ``cache_ignore``; the default output dir left out."""
-    settings = request.cache
-    if settings is None:
+def reuse_call(request: JobRequest, packed: PackedJob, args: tuple, kwargs: dict) -> str | None:
+    """``call_digest`` of one call as the reuse key sees it (``core.jobs.resultcache``):
+    the shared ``op_kwargs`` with ``args`` / ``kwargs`` (a batch input's) by argument
+    name, less ``cache_ignore``; the default output dir left out (``prepare``)."""
+    if request.cache is None or packed.reuse_parts is None:
         return None
-    if settings.default_output:
-        env = {k: v for k, v in env.items() if k != OUTPUT_DIR_ENV}
+    shared, volumes, env = packed.reuse_parts
     try:
-        named = named_call(request.func, args, kwargs, settings.ignore)
+        named = named_call(request.func, args, {**shared, **kwargs}, request.cache.ignore)
         return call_digest(request.func, (), named, volumes, env, request.by_value_roots)
     except Exception as exc:  # noqa: BLE001 - not comparable: never reused
         log.warning("cache: cannot fingerprint this call (%s); its result is not reused", exc)

@@ -216,22 +216,23 @@ def plan_job(
     handle = template.handle(config, store, spec, step=step)
     if packed.data_hashes:  # what the job reads: data gc keeps it while the job is known
         handle = replace(handle, extra={**handle.extra, DATA_HASHES: packed.data_hashes})
-    key = _cache_key(request, packed, template)
+    key = cache_key_for(request, template, packed.reuse_call)
     if key is not None:  # whoever finishes the job (a resumed deferral too) caches it
         handle = replace(handle, extra={**handle.extra, CACHE_KEY_FIELD: key})
     return PlannedJob(packed, template, spec, handle, image, work, key)
 
 
-def _cache_key(request: JobRequest, packed: PackedJob, template: JobTemplate) -> str | None:
-    """The reuse key (``core.jobs.work.reuse_key``): the work digest of the call as
-    ``cache_ignore`` leaves it, the same options less the task run's default output dir,
-    and ``cache_version``."""
-    if request.cache is None or packed.reuse_call is None:
+def cache_key_for(request: JobRequest, template: JobTemplate, call: str | None) -> str | None:
+    """The reuse key (``core.jobs.work.reuse_key``) of a call (``pack.reuse_call``: a
+    job's, or one batch input's): the work digest of the call as ``cache_ignore``
+    leaves it, the job's options less the task run's default output dir, and
+    ``cache_version``."""
+    if request.cache is None or call is None:
         return None
     options = template_options(template, request.capture_env_vars)
     if request.cache.default_output:
         options.pop("output_dir", None)
-    return reuse_key(work_digest(call=packed.reuse_call, options=options), request.cache.version)
+    return reuse_key(work_digest(call=call, options=options), request.cache.version)
 
 
 def submit_job(
