@@ -51,3 +51,21 @@ def test_reuse_key_follows_the_digest_and_the_version():
     assert reuse_key("a" * 64, "") == reuse_key("a" * 64, "")
     assert reuse_key("a" * 64, "") != reuse_key("a" * 64, "2")
     assert reuse_key("unsure-x (y)", "") is None  # never reused
+
+
+def test_task_kinetic_takes_the_cache_settings_and_checks_them():
+    from airflow.sdk import DAG
+
+    from airflow_provider_kinetic.decorators.kinetic import kinetic_task
+
+    with DAG("cache_params"):
+
+        @kinetic_task(cache=True, cache_version="3", cache_ignore=["seed"])
+        def fit(data, seed=0):
+            return data
+
+        made = fit(1)
+        with pytest.raises(ValueError, match="'data', 'seed'"):
+            kinetic_task(cache=True, cache_ignore=["epochs"])(fit.function)(1)
+    settings = made.operator.cache_settings
+    assert settings.version == "3" and settings.ignore == ("seed",)
