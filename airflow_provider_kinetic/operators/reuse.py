@@ -178,6 +178,7 @@ def take(run: TaskTry, entry: CacheEntry) -> Any:
         accelerator=handle.accelerator,
         func=handle.func_name,
         output_dir=entry.output_dir,
+        kind=resultcache.HIT_KIND,
         cached_from={"job_id": entry.job_id, "key": entry.key, **entry.producer},
         artifacts={"state": f"none: the result is job {entry.job_id}'s (cache)"},
     )
@@ -211,12 +212,17 @@ def offer(run: TaskTry, handle: JobHandle, succeeded: bool) -> None:
         run.claimed = None
 
 
-def name_job(run: TaskTry, job_id: str) -> None:
-    """The claim names the job this try submitted (never fatal)."""
+def name_job(run: TaskTry, handle: JobHandle) -> None:
+    """The claim (if this task run holds it) names the job it submitted now: the first,
+    or one that took over (a preemption's resubmit, a capacity step), so waiters follow
+    the job that will deliver (never fatal)."""
+    key = handle.extra.get(CACHE_KEY_FIELD)
+    if not key:
+        return
     try:
-        resultcache.claim_job(run.store, str(run.claimed), owner(run), job_id)
+        resultcache.claim_job(run.store, str(key), owner(run), handle.job_id)
     except Exception as exc:  # noqa: BLE001 - waiters fall back on the deadline
-        run.log.warning("cache: could not name job %s in the claim: %s", job_id, exc)
+        run.log.warning("cache: could not name job %s in the claim: %s", handle.job_id, exc)
 
 
 def unclaim(run: TaskTry) -> None:

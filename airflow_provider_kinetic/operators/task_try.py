@@ -171,8 +171,7 @@ class TaskTry:
             handle = earlier.job
         else:
             handle = self.submit(planned)
-            if self.claimed:  # waiters follow this job
-                reuse.name_job(self, handle.job_id)
+            reuse.name_job(self, handle)  # cache=True: waiters follow this job
         self.write_record(handle)
         self.publish(handle)
         return handle
@@ -290,6 +289,7 @@ class TaskTry:
             self.backend.cancel(handle)  # delete the Job that never ran (its pods never started)
             self.retire(handle)
             new = self.submit(self.plan(then.step))
+        reuse.name_job(self, new)
         self.write_record(new, preemptions=then.preemptions)
         self.publish(new)
         return new

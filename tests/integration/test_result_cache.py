@@ -156,6 +156,13 @@ def test_cached_result_survives_cleanup_within_retention_and_goes_after(
     assert [r["job_id"] for r in json.loads(listed.stdout)] == [entry.job_id]
     _, xc = run(mod.work, "r2", op_kwargs=args)
     assert xc["kinetic_cache"]["hit"] is True and runs(count) == 1
+    listed = json.loads(run_cli("jobs", "list", *CONN).stdout)
+    assert {(r["run_id"], r["kind"], r["state"]) for r in listed} == {
+        ("r1", "job", "SUCCEEDED"),
+        ("r2", "cache", "SUCCEEDED"),
+    }
+    used = json.loads(run_cli("usage", *CONN).stdout)
+    assert used["total"]["attempts"] == 1  # the hit ran nothing
 
     expired = {"AIRFLOW__KINETIC__CACHE_RETENTION_DAYS": "0"}
     out = run_cli("jobs", "cleanup", *CONN, env=expired)

@@ -49,6 +49,8 @@ CACHE_RETENTION_DAYS = 30.0
 CACHE_WAIT_S = 6 * 3600.0
 #: A claim that names no job this long after it was made is of a task that died.
 CLAIM_GRACE_S = 600.0
+#: The history entry ``kind`` of a cache hit (a task that took a result, no job).
+HIT_KIND = "cache"
 #: The handle ``extra`` field that carries a job's reuse key to whoever finishes it
 #: (a resumed deferral, a later try).
 CACHE_KEY_FIELD = "cache_key"
