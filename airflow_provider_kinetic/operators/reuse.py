@@ -17,8 +17,9 @@ task run that produced the result; a hit's history entry says it came from the c
 from __future__ import annotations
 
 import contextlib
+import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import conf
@@ -123,7 +124,11 @@ def look_up(run: TaskTry, planned: PlannedJob, step: Step = Step.SUBMIT) -> tupl
             wait_s,
         )
         waited = resultcache.wait_for(
-            run.store, key, timeout_s=wait_s, poll_s=max(0.2, min(run.op.poll_interval, 5.0))
+            run.store,
+            key,
+            timeout_s=wait_s,
+            poll_s=max(0.2, min(run.op.poll_interval, 5.0)),
+            job_ended=_job_ended(run),
         )
         if waited.entry is not None:
             return True, take(run, waited.entry)
@@ -135,6 +140,22 @@ def look_up(run: TaskTry, planned: PlannedJob, step: Step = Step.SUBMIT) -> tupl
 
 def _now() -> float:
     return time.time()
+
+
+def _job_ended(run: TaskTry) -> Callable[[str], bool]:
+    """Whether the backend says a claim's job ended (its ``handle.json`` read from the
+    store); False when that cannot be told (the wait's deadline still applies)."""
+
+    def ended(job_id: str) -> bool:
+        try:
+            blob = run.store.read_bytes(artifact_key(job_id, "handle.json"))
+            handle = JobHandle.from_dict(json.loads(blob))
+            backend = run.backend if handle.backend == run.backend.name else None
+            return backend is not None and backend.status(handle).status.is_terminal
+        except Exception:  # noqa: BLE001 - cannot tell: keep waiting
+            return False
+
+    return ended
 
 
 def _miss(run: TaskTry, key: str, why: str) -> None:

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -259,3 +260,25 @@ def test_a_map_rerun_with_one_new_input_runs_one_child(tmp_path, local_conn):
     every, xc3 = sweep("r3", [4, 1])  # every input cached: no child at all
     assert [v["x"] for v in every] == [8, 2] and runs(count) == 4
     assert all(c["hit"] for c in xc3["kinetic_cache"])
+
+
+def test_when_the_first_of_two_identical_tasks_fails_the_other_runs_its_own(tmp_path, local_conn):
+    """The first task runs in a worker process; the second here, once the first's job
+    runs (it waits for that job, then runs its own: the first's failed)."""
+    mod, count, gate = load(tmp_path), tmp_path / "runs", tmp_path / "gate"
+    gate.touch()
+    kw = {"runs": str(count), "x": -4, "gate": str(gate)}  # x < 0: the function raises
+    first = task_process.start(
+        tmp_path, TASK, "task1", run_id="r1", module=mod.__name__, path=mod.__file__, kw=kw
+    )
+    wait_for("the first task's job to run", lambda: runs(count) == 1)
+    with ThreadPoolExecutor(1) as pool:
+        second = pool.submit(run, mod.work, "r2", op_kwargs=kw)
+        gate.unlink()
+        out = task_process.finish(first, ok=False)[1]
+        with pytest.raises(KineticJobFailed):  # never a failed result taken
+            second.result(timeout=180)
+    assert "KineticJobFailed" in out
+    store = LocalStore(str(local_conn))
+    assert runs(count) == 2 and resultcache.entries(store) == []
+    assert not store.list(resultcache.CACHE_PREFIX + "/")  # no claim left either

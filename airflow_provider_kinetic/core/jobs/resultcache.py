@@ -49,6 +49,8 @@ CACHE_RETENTION_DAYS = 30.0
 CACHE_WAIT_S = 6 * 3600.0
 #: A claim that names no job this long after it was made is of a task that died.
 CLAIM_GRACE_S = 600.0
+#: How often a waiting task asks the backend whether the claim's job still runs.
+BACKEND_CHECK_S = 30.0
 #: The history entry ``kind`` of a cache hit (a task that took a result, no job).
 HIT_KIND = "cache"
 #: The handle ``extra`` field that carries a job's reuse key to whoever finishes it
@@ -278,10 +280,16 @@ def wait_for(
     poll_s: float = 1.0,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
+    job_ended: Callable[[str], bool] | None = None,
 ) -> Waited:
     """Wait for the entry of ``key`` while another task's claim lives: the entry, or
-    None with why (the claim went without an entry, its job failed, the deadline)."""
+    None with why (the claim went without an entry, its job failed, the deadline).
+    ``job_ended(job_id)``: whether the backend says the claim's job ended, asked at most
+    every :data:`BACKEND_CHECK_S`: a job whose task died ends with nobody to collect
+    it (its history still says it runs); ended at two asks in a row (a live task
+    collects within that), the claim is stale."""
     deadline = clock() + timeout_s
+    asked, ended_before = clock(), None
     while True:
         entry = read(store, key)
         if entry is not None and usable(store, entry):
@@ -292,6 +300,12 @@ def wait_for(
         why = stale(store, held, clock())
         if why is not None:
             return Waited(None, why)
+        if job_ended is not None and held.job_id and clock() - asked >= BACKEND_CHECK_S:
+            asked = clock()
+            ended_now = held.job_id if job_ended(held.job_id) else None
+            if ended_now is not None and ended_now == ended_before:
+                return Waited(None, f"its job {ended_now} ended and no task collected it")
+            ended_before = ended_now
         if clock() >= deadline:
             return Waited(None, f"no result within {timeout_s:.0f} s ([kinetic] cache_wait_s)")
         sleep(poll_s)
