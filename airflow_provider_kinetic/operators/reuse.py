@@ -233,6 +233,18 @@ def offer(run: TaskTry, handle: JobHandle, succeeded: bool) -> None:
         run.claimed = None
 
 
+def cached_result(run: TaskTry, handle: JobHandle) -> set[str]:
+    """The result URI of ``handle`` when a cache entry names its job (a later try that
+    retires the job, a clear of its task, must not delete it); else nothing."""
+    key = handle.extra.get(CACHE_KEY_FIELD)
+    result = {run.store.uri(artifact_key(handle.job_id, "result.pkl"))}
+    try:
+        entry = resultcache.read(run.store, str(key)) if key else None
+    except Exception:  # noqa: BLE001 - cannot tell: keep it
+        return result
+    return result if entry is not None and entry.job_id == handle.job_id else set()
+
+
 def name_job(run: TaskTry, handle: JobHandle) -> None:
     """The claim (if this task run holds it) names the job it submitted now: the first,
     or one that took over (a preemption's resubmit, a capacity step), so waiters follow

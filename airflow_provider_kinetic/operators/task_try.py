@@ -150,12 +150,14 @@ class TaskTry:
     def retire(self, handle: JobHandle, archive_logs: bool | None = None) -> None:
         """The failure rule of the cleanup policy, for a job this try does not collect
         (superseded, a capacity step given up, preempted)."""
+        kept = reuse.cached_result(self, handle)  # a cache entry holds it: never deleted
         after_job(
             self.store,
             self.backend,
             [handle],
             succeeded=False,
             cleanup=self.op.cleanup,
+            kept_uris=kept,
             log_=self.log,
             archive_logs=archive_logs,
         )

@@ -282,3 +282,13 @@ def test_when_the_first_of_two_identical_tasks_fails_the_other_runs_its_own(tmp_
     store = LocalStore(str(local_conn))
     assert runs(count) == 2 and resultcache.entries(store) == []
     assert not store.list(resultcache.CACHE_PREFIX + "/")  # no claim left either
+
+
+def test_a_clear_keeps_the_cached_result_even_under_cleanup_always(tmp_path, local_conn):
+    mod, count = load(tmp_path), tmp_path / "runs"
+    args = {"runs": str(count), "x": 7}
+    run(mod.work, "r1", op_kwargs=args, cleanup="always")
+    value, xc = run(mod.work, "r1", op_kwargs=args, cleanup="always")  # the task cleared
+    assert value == {"x": 14, "data": ""} and xc["kinetic_cache"]["hit"] is True
+    (entry,) = resultcache.entries(LocalStore(str(local_conn)))
+    assert LocalStore(str(local_conn)).exists(f"{entry.job_id}/result.pkl") and runs(count) == 1
