@@ -11,7 +11,7 @@ Actions are loaded lazily (``lazy_load_command``): ``airflow --help`` imports no
 of the backends.  They live by group: ``jobs``, ``data``, ``catalog`` (the
 ``accelerators`` command), ``cache`` and ``usage``, on the shared plumbing in ``common``.
 
-Read-only commands (``jobs list/status/logs/result``, ``data ls``, ``accelerators``,
+Read-only commands (``jobs list/status/logs/result``, ``data ls``, ``cache ls``, ``accelerators``,
 ``usage``) run inside ``hooks.kinetic.reading_only()``: without a ``kinetic_default``
 connection they read the local store without the "jobs run ON THIS MACHINE" warning,
 which is about running jobs (commands that cancel or delete keep it: it names the
