@@ -7,6 +7,7 @@ counts its executions in a file.  Jobs are counted by their history entries
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import sys
@@ -292,3 +293,36 @@ def test_a_clear_keeps_the_cached_result_even_under_cleanup_always(tmp_path, loc
     assert value == {"x": 14, "data": ""} and xc["kinetic_cache"]["hit"] is True
     (entry,) = resultcache.entries(LocalStore(str(local_conn)))
     assert LocalStore(str(local_conn)).exists(f"{entry.job_id}/result.pkl") and runs(count) == 1
+
+
+def test_a_deferred_task_offers_its_result_when_it_resumes(tmp_path, local_conn, monkeypatch):
+    """The claim outlives the deferral; the resumed try (``execute_complete``, a new
+    try object) finishes the job, makes the entry and lets the claim go."""
+    from airflow.providers.common.compat.sdk import TaskDeferred
+
+    monkeypatch.setenv("AIRFLOW__KINETIC__DEFER_GRACE_S", "0")  # defer at once
+    mod, count = load(tmp_path), tmp_path / "runs"
+    op = KineticRunOperator(
+        task_id="t",
+        python_callable=mod.work,
+        op_kwargs={"runs": str(count), "x": 9},
+        kinetic_conn_id="kinetic_local",
+        poll_interval=0.1,
+        deferrable=True,
+        cache=True,
+    )
+    context = {"ti": FakeTI(run_id="r1")}
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    store = LocalStore(str(local_conn))
+    assert _claim(store) is not None  # held while the triggerer waits
+
+    async def first_event() -> Any:
+        async for event in deferred.value.trigger.run():
+            return event.payload
+
+    value = op.execute_complete(context, asyncio.run(first_event()))
+    assert value == {"x": 18, "data": ""}
+    assert len(resultcache.entries(store)) == 1 and _claim(store) is None
+    _, xc = run(mod.work, "r2", op_kwargs={"runs": str(count), "x": 9})
+    assert xc["kinetic_cache"]["hit"] is True and runs(count) == 1
