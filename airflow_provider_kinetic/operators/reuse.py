@@ -99,10 +99,13 @@ def look_up(run: TaskTry, planned: PlannedJob, step: Step = Step.SUBMIT) -> tupl
     me = owner(run)
     for _ in range(ROUNDS):
         entry = resultcache.read(run.store, key)
-        if entry is not None and resultcache.usable(run.store, entry):
+        if entry is not None and resultcache.usable(run.store, entry, run.secret):
             return True, take(run, entry)
         if entry is not None:
-            run.log.info("cache: entry %s names a result no longer stored: dropped", key[:12])
+            run.log.info(
+                "cache: entry %s names a result (or output dir) no longer whole: dropped",
+                key[:12],
+            )
             resultcache.remove(run.store, key)
         if resultcache.claim(run.store, key, me):
             return False, _miss(run, key, "no delivered result of this work yet")
@@ -283,10 +286,15 @@ def take_inputs(t: Any, state: Any) -> dict[str, dict[str, Any]]:
     if t.op.cache_settings is None or not keys:
         return {}
     hits: dict[str, dict[str, Any]] = {}
+    # A new batch starts its own dir empty: a result whose dir lies in it (a clear of
+    # this same task run) would lose its files, so that input runs again.
+    own = (directory_uri(state.template.output_dir) or "").rstrip("/") + "/"
     for index in list(state.queue):
         key = keys.get(str(index))
         entry = resultcache.read(t.store, key) if key else None
-        if entry is None or not resultcache.usable(t.store, entry):
+        if entry is None or not resultcache.usable(t.store, entry, t.secret):
+            continue
+        if (entry.output_dir or "").startswith(own):
             continue
         state.queue.remove(index)
         state.done[index] = SUCCEEDED

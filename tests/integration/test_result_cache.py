@@ -326,3 +326,12 @@ def test_a_deferred_task_offers_its_result_when_it_resumes(tmp_path, local_conn,
     assert len(resultcache.entries(store)) == 1 and _claim(store) is None
     _, xc = run(mod.work, "r2", op_kwargs={"runs": str(count), "x": 9})
     assert xc["kinetic_cache"]["hit"] is True and runs(count) == 1
+
+
+def test_an_entry_whose_dir_a_later_job_of_its_run_emptied_is_not_reused(tmp_path, local_conn):
+    mod, count = load(tmp_path), tmp_path / "runs"
+    args = {"runs": str(count), "x": 3}
+    run(mod.work, "r1", op_kwargs=args)
+    run(load(tmp_path, factor=3).work, "r1", op_kwargs=args)  # r1 cleared with new code
+    _, xc = run(mod.work, "r2", op_kwargs=args)  # r1's first entry: its dir was emptied
+    assert xc["kinetic_cache"]["hit"] is False and runs(count) == 3

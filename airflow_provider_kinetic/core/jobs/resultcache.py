@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.taskrecord import read_record
 from airflow_provider_kinetic.core.spec.handles import artifact_key
 from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore, PreconditionFailed
 
@@ -181,9 +182,31 @@ def read(store: ObjectStore, key: str) -> CacheEntry | None:
         return None
 
 
-def usable(store: ObjectStore, entry: CacheEntry) -> bool:
-    """Whether the result the entry names is still in the store."""
-    return store.exists(artifact_key(entry.job_id, "result.pkl"))
+def usable(store: ObjectStore, entry: CacheEntry, secret: bytes | None = None) -> bool:
+    """Whether the result the entry names is still in the store and (with the
+    deployment's ``secret``) its output dir still holds that job's files: a later new
+    job of the producing task run (a clear that ran other work) starts the run's
+    default dir empty (``core.jobs.outputs``), so its record names another job (or
+    batch) and the entry is no longer whole."""
+    if not store.exists(artifact_key(entry.job_id, "result.pkl")):
+        return False
+    return secret is None or _dir_kept(store, entry, secret)
+
+
+def _dir_kept(store: ObjectStore, entry: CacheEntry, secret: bytes) -> bool:
+    ids = {k: entry.producer.get(k) for k in ("dag_id", "run_id", "task_id", "map_index")}
+    if any(ids.get(k) in (None, "") for k in ("dag_id", "run_id", "task_id")):
+        return True
+    try:
+        record = read_record(store, ids, secret)
+    except Exception:  # noqa: BLE001 - cannot tell: the result itself is verified on use
+        return True
+    if record is None:
+        return True
+    if record.kind == "batch":
+        return record.group_id == entry.handle.get("group_id")
+    job = record.job
+    return job is None or job.job_id == entry.job_id
 
 
 def entries(store: ObjectStore) -> list[CacheEntry]:
