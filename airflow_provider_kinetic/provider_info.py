@@ -81,6 +81,18 @@ CONFIG = {
         "float",
         "7",
     ),
+    "cache_retention_days": _option(
+        "Days a cache=True result is reused (its job's artifacts kept) after it was made; "
+        "`airflow kinetic jobs cleanup` then deletes the entry and them.",
+        "float",
+        "30",
+    ),
+    "cache_wait_s": _option(
+        "Seconds a cache=True task waits for a concurrent identical task's result before "
+        "it runs its own job.",
+        "float",
+        "21600",
+    ),
     "defer_grace_s": _option(
         "Seconds a deferrable task watches a local job before deferring (a job that ends "
         "sooner never enters the triggerer, nor waits out the trigger's settle hold, "

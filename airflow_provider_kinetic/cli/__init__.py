@@ -9,9 +9,9 @@ drift apart.
 
 Actions are loaded lazily (``lazy_load_command``): ``airflow --help`` imports nothing
 of the backends.  They live by group: ``jobs``, ``data``, ``catalog`` (the
-``accelerators`` command) and ``usage``, on the shared plumbing in ``common``.
+``accelerators`` command), ``cache`` and ``usage``, on the shared plumbing in ``common``.
 
-Read-only commands (``jobs list/status/logs/result``, ``data ls``, ``accelerators``,
+Read-only commands (``jobs list/status/logs/result``, ``data ls``, ``cache ls``, ``accelerators``,
 ``usage``) run inside ``hooks.kinetic.reading_only()``: without a ``kinetic_default``
 connection they read the local store without the "jobs run ON THIS MACHINE" warning,
 which is about running jobs (commands that cancel or delete keep it: it names the
@@ -251,6 +251,24 @@ def get_kinetic_cli_commands() -> list[Any]:
             ),
         ),
     )
+    cache = GroupCommand(
+        name="cache",
+        help="Reusable results of cache=True tasks: ls, rm",
+        subcommands=(
+            action(
+                "ls", "List cache entries, newest first", "cache.cache_ls", dag_id, read_only=True
+            ),
+            action(
+                "rm",
+                "Drop cache entries (KEY prefixes, or --all); their jobs' artifacts go "
+                "unless something else holds them",
+                "cache.cache_rm",
+                Arg(("keys",), help="Cache keys or unique prefixes", metavar="KEY", nargs="*"),
+                Arg(("--all",), help="Every entry", action="store_true"),
+                Arg(("--dry-run",), help="Only show what would be dropped", action="store_true"),
+            ),
+        ),
+    )
     catalog = action(
         "accelerators",
         "List the accelerators jobs may ask for",
@@ -275,7 +293,7 @@ def get_kinetic_cli_commands() -> list[Any]:
     return [
         GroupCommand(
             name="kinetic",
-            help="Kinetic jobs, data cache, keys, accelerators and usage",
-            subcommands=(jobs, data, store, catalog, usage),
+            help="Kinetic jobs, data cache, keys, result cache, accelerators and usage",
+            subcommands=(jobs, data, store, cache, catalog, usage),
         )
     ]

@@ -32,7 +32,7 @@ from airflow_provider_kinetic.attached import attach
 from airflow_provider_kinetic.cli import inventory, xcomrefs
 from airflow_provider_kinetic.cli.common import CliError, command, output_format
 from airflow_provider_kinetic.cli.output import emit, human_bytes
-from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs import history, resultcache
 from airflow_provider_kinetic.core.jobs.checkpoint import stale_checkpoints
 from airflow_provider_kinetic.core.jobs.cleanup import FAILED_RETENTION_DAYS, left_behind
 from airflow_provider_kinetic.core.jobs.holds import (
@@ -100,10 +100,15 @@ class Cleaner:
         keep_s = retention_days("history_retention_days", history.HISTORY_RETENTION_DAYS) * DAY
         self.failed_s = retention_days("failed_retention_days", FAILED_RETENTION_DAYS) * DAY
         self.entries = history.entries(self.store)
+        self.cache_s = (
+            retention_days("cache_retention_days", resultcache.CACHE_RETENTION_DAYS) * DAY
+        )
         # What still needs what (``core.jobs.holds``): the store's holders, and the XComs'
         # unless ``--force``, which also lets go of what a failed batch keeps for a
         # retry; a running job or batch holds its own whatever is asked.
-        self.holds = store_holds(self.store, self.now, self.failed_s, self.entries)
+        self.holds = store_holds(
+            self.store, self.now, self.failed_s, self.entries, cache_retention_s=self.cache_s
+        )
         if args.force:
             self.holds = Holds(
                 {
@@ -237,7 +242,25 @@ def _orphans(cleaner: Cleaner, grace_s: float) -> None:
         cleaner.rows.append(_row("orphan artifacts", job_id, None, left, action, held))
 
 
+def expire_cache(cleaner: Cleaner) -> None:
+    """Cache entries past ``[kinetic] cache_retention_days`` go, and with them their
+    jobs' artifacts unless something else holds them (within it they hold them)."""
+    for entry in resultcache.entries(cleaner.store):
+        if not entry.expired(cleaner.now, cleaner.cache_s):
+            continue
+        what = f"cache entry {entry.key[:12]}"
+        job = history.read(cleaner.store, entry.job_id)
+        none = {"objects": 0, "bytes": 0}
+        if cleaner.args.dry_run:
+            cleaner.rows.append(_row(what, entry.job_id, job, none, "would delete"))
+        else:
+            resultcache.remove(cleaner.store, entry.key)
+            cleaner.rows.append(_row(what, entry.job_id, job, none, "deleted"))
+        cleaner.artifacts(entry.job_id, job)
+
+
 def _retention(cleaner: Cleaner) -> None:
+    expire_cache(cleaner)
     failed_s = cleaner.failed_s
     keep_s = retention_days("history_retention_days", history.HISTORY_RETENTION_DAYS) * DAY
     entries = cleaner.entries

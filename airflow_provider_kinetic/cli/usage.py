@@ -19,6 +19,7 @@ from airflow_provider_kinetic.cli.common import CliError, command, output_format
 from airflow_provider_kinetic.cli.jobs import parse_since
 from airflow_provider_kinetic.cli.output import emit, human_age
 from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.resultcache import HIT_KIND
 from airflow_provider_kinetic.core.jobs.usage import PriceTable, job_usage, total
 from airflow_provider_kinetic.deployment.prices import load_price_table
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
@@ -87,6 +88,7 @@ def usage(args: Namespace) -> None:
     entries = history.without_children(
         history.entries(store, history.Filter(args.dag_id, None, since))
     )
+    entries = [e for e in entries if e.get("kind") != HIT_KIND]  # a cache hit ran nothing
     usages = [job_usage(store, entry, now=now) for entry in entries]
     rows, overall = usage_rows(usages, by, prices)
     if output_format(args) == "json":

@@ -22,7 +22,7 @@ from airflow_provider_kinetic.core.batch.resume import save_live
 from airflow_provider_kinetic.core.jobs.resultref import result_ref_uris
 from airflow_provider_kinetic.deployment.signing import result_key_for_job
 from airflow_provider_kinetic.exceptions import KineticBatchFailed
-from airflow_provider_kinetic.operators import assets
+from airflow_provider_kinetic.operators import assets, reuse
 from airflow_provider_kinetic.operators.batch_try import BatchTry, child_output_dirs
 from airflow_provider_kinetic.operators.common import directory_uri, push_value, xcom_value
 from airflow_provider_kinetic.operators.usage import report_usage
@@ -41,7 +41,7 @@ def finish(t: BatchTry) -> list[Any]:
         t.store,
         t.backend,
         cleanup=t.op.cleanup,
-        kept_uris=result_ref_uris(result),
+        kept_uris=result_ref_uris(result) | t.cached_uris,
         log_=t.op.log,
     )
     return result
@@ -83,7 +83,8 @@ def deliver(t: BatchTry) -> list[Any]:
     save_live(store, state, t.secret)
     push_value(op, t.context, result)
     t.write_record(delivered=True)
-    end_batch(t, result_ref_uris(values), delivered=True)
+    t.cached_uris = reuse.offer_inputs(t, state)  # cache=True: kept whatever the policy
+    end_batch(t, result_ref_uris(values) | t.cached_uris, delivered=True)
     report_usage(op, t.context, store, [state.group_id])
     return result
 

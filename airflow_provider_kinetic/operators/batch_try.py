@@ -62,7 +62,7 @@ from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.links import KineticBatchLink, batch_url
-from airflow_provider_kinetic.operators import assets, keyio
+from airflow_provider_kinetic.operators import assets, keyio, reuse
 from airflow_provider_kinetic.operators.common import (
     XCOM_BATCH,
     XCOM_OUTPUT_DIR,
@@ -107,6 +107,8 @@ class BatchTry:
     #: The batch's values were delivered by an earlier try that ended before it
     #: returned them: this try collects them again from the batch's ended state.
     collecting: bool = False
+    #: ``cache=True``: result URIs its inputs' cache entries hold (``operators.reuse``).
+    cached_uris: set[str] = field(default_factory=set)
     line: batchlogs.StatusLine = field(default_factory=batchlogs.StatusLine)
 
     # ---- opening ---------------------------------------------------------------------
@@ -209,8 +211,10 @@ class BatchTry:
                 state.total,
                 state.max_concurrent,
             )
+            hits = reuse.take_inputs(self, state)  # cache=True: no child for these
             batchlaunch.start_batch(state, planned.objects, planned.local, self.store)
             save_plan(self.store, state, self.secret)
+            reuse.note_inputs(self, state, hits)
         elif state.backend != planned.state.backend:
             # An earlier batch of unknown work ran on another backend: its own from now.
             self.__dict__.pop("backend", None)
@@ -366,4 +370,7 @@ class BatchTry:
 
 def child_output_dirs(state: BatchState) -> list[str]:
     """Each input's output dir of a batch, in input order, as ``Data`` takes it."""
-    return [directory_uri(state.template.output_uri(i)) or "" for i in range(state.total)]
+    return [
+        reuse.cached_output_dir(state, i) or directory_uri(state.template.output_uri(i)) or ""
+        for i in range(state.total)
+    ]

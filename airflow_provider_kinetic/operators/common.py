@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseOperator, XCom, conf, mask_secret
@@ -24,6 +25,7 @@ from airflow_provider_kinetic.core.jobs.cleanup import policy as cleanup_policy
 from airflow_provider_kinetic.core.jobs.options import JobOptions
 from airflow_provider_kinetic.core.jobs.pack import DEFAULT_MAX_PAYLOAD_MB
 from airflow_provider_kinetic.core.jobs.request import JobRequest, capture_env, plan_for_request
+from airflow_provider_kinetic.core.jobs.resultcache import CacheSettings
 from airflow_provider_kinetic.core.jobs.resultref import REF_KEY, make_result_ref
 from airflow_provider_kinetic.core.runtime.context import DEFAULT_MAX_CONTEXT_MB, check_patterns
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, check_image_setting
@@ -210,6 +212,8 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
     shallow_copy_attrs: Sequence[str] = ("python_callable",)
     python_callable: Callable[..., Any]
     op_kwargs: Mapping[str, Any] | None
+    #: ``cache=True``'s settings (``core.jobs.resultcache``); None: results not reused.
+    cache_settings: CacheSettings | None = None
 
     # ``python_callable`` is set by subclasses, not taken here: the TaskFlow
     # decorator's apply-defaults hook injects ``op_kwargs`` into any __init__ that
@@ -320,6 +324,10 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
             max_payload_mb=conf.getfloat(
                 "kinetic", "max_payload_mb", fallback=DEFAULT_MAX_PAYLOAD_MB
             ),
+            # The default output dir is the task run's own: left out of the reuse key.
+            cache=replace(self.cache_settings, default_output=not self.output_dir)
+            if self.cache_settings is not None
+            else None,
         )
 
     def resolve_image(

@@ -86,3 +86,19 @@ def show_logs(backend: Backend, handle: JobHandle, offset: int, log: Any) -> int
     for line in text.splitlines():
         log.info("[%s] %s", handle.job_id, line)
     return new_offset
+
+
+def event_report(event: dict[str, Any]) -> StatusReport | None:
+    """The job's final report as the trigger's event carries it, or ``None`` when the
+    event is no final answer: ``timeout`` or ``error`` (the job may still run), or
+    ``NOT_FOUND`` (the job was not seen: read once more before the task acts on it).
+
+    A job that succeeded or failed stays so, so the resumed task does not read its
+    status again (on GKE that read is a Job read and a pod list)."""
+    try:
+        status = JobStatus(event.get("status"))
+    except ValueError:
+        return None
+    if status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+        return None
+    return StatusReport(status, event.get("reason"), str(event.get("message") or ""))

@@ -27,7 +27,7 @@ from airflow_provider_kinetic.core.keys.peer.window import BroadcastWindow
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.links import KineticBatchLink
-from airflow_provider_kinetic.operators import assets, batch_finish, batch_wait
+from airflow_provider_kinetic.operators import assets, batch_finish, batch_wait, reuse
 from airflow_provider_kinetic.operators.batch_try import BatchTry
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
@@ -91,6 +91,12 @@ class KineticMapOperator(KineticOperatorBase):
     :param checkpoint_sync_s: as for KineticRunOperator.
     :param checkpoint_restore: as for KineticRunOperator: ``"same_work"`` (default) restores
         an input's checkpoint only when this same work wrote it; ``"any"``: whatever work did.
+    :param cache: ``True``, per input: an input whose work (the function, its arguments
+        with the shared ``op_kwargs``, Data contents, options) has a delivered result takes
+        it and its output dir, with no child launched (a re-run with one new input runs
+        one child); XCom ``kinetic_cache`` says hit or miss per input.  Off by default.
+    :param cache_version: as for KineticRunOperator: a string in every input's cache key.
+    :param cache_ignore: as for KineticRunOperator: argument names whose values do not count.
 
     :raises KineticBatchFailed: some inputs failed (``partial_results`` holds every
         position).
@@ -149,6 +155,9 @@ class KineticMapOperator(KineticOperatorBase):
         max_run_duration: Any = None,
         checkpoint_sync_s: float = DEFAULT_SYNC_S,
         checkpoint_restore: str = RESTORE_SAME_WORK,
+        cache: bool = False,
+        cache_version: str | None = None,
+        cache_ignore: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -197,6 +206,7 @@ class KineticMapOperator(KineticOperatorBase):
         self.wait_for_completion = wait_for_completion
         self.child_log_bytes_per_poll = child_log_bytes_per_poll
         self.output_asset = output_asset
+        self.cache_settings = reuse.check(self, cache, cache_version, cache_ignore)
         assets.setup(
             self,
             user_outlets=bool(kwargs.get("outlets")),

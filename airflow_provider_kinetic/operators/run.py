@@ -24,13 +24,13 @@ from airflow_provider_kinetic.core.jobs.fallback import describe_step
 from airflow_provider_kinetic.core.jobs.submit import plan_job
 from airflow_provider_kinetic.core.jobs.taskrecord import Step, request_cancel
 from airflow_provider_kinetic.core.keys.publish import NEWEST_LOGICAL_DATE, check_policy
-from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
+from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
 from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.links import KineticJobLink, KineticLogsLink, KineticOutputLink
-from airflow_provider_kinetic.operators import assets, keyio
+from airflow_provider_kinetic.operators import assets, keyio, reuse
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
     DEFAULT_DEFERRABLE,
@@ -40,24 +40,9 @@ from airflow_provider_kinetic.operators.common import (
     defer_timeout,
     rendered_as,
 )
+from airflow_provider_kinetic.operators.job_wait import event_report
 from airflow_provider_kinetic.operators.task_try import TaskTry
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
-
-
-def event_report(event: dict[str, Any]) -> StatusReport | None:
-    """The job's final report as the trigger's event carries it, or ``None`` when the
-    event is no final answer: ``timeout`` or ``error`` (the job may still run), or
-    ``NOT_FOUND`` (the job was not seen: read once more before the task acts on it).
-
-    A job that succeeded or failed stays so, so the resumed task does not read its
-    status again (on GKE that read is a Job read and a pod list)."""
-    try:
-        status = JobStatus(event.get("status"))
-    except ValueError:
-        return None
-    if status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
-        return None
-    return StatusReport(status, event.get("reason"), str(event.get("message") or ""))
 
 
 class KineticRunOperator(KineticOperatorBase):
@@ -136,6 +121,12 @@ class KineticRunOperator(KineticOperatorBase):
     :param output_key_policy: ``"newest_logical_date"`` (default): a run of an older
         logical date does not move ``output_key`` (its version is stored, listed and kept
         aside, and the log says so); ``"last_finisher"``: the last run to finish wins.
+    :param cache: ``True`` returns a delivered result of the same work (code, arguments,
+        Data contents, options) and its output dir without a job (XCom ``kinetic_cache``
+        says hit or miss, and which job and run made it); concurrent identical tasks run
+        one job; failed jobs are never cached (README "Caching").  Off by default.
+    :param cache_version: a string in the cache key: change it to stop reusing results.
+    :param cache_ignore: argument names whose values do not count (``["seed"]``).
 
     :raises KineticJobFailed: the job failed (the remote exception is its ``__cause__``).
     :raises KineticJobCancelled: the job was cancelled (execution_timeout, trigger errors).
@@ -192,6 +183,9 @@ class KineticRunOperator(KineticOperatorBase):
         checkpoint_sync_s: float = DEFAULT_SYNC_S,
         checkpoint_restore: str = RESTORE_SAME_WORK,
         output_key_policy: str = NEWEST_LOGICAL_DATE,
+        cache: bool = False,
+        cache_version: str | None = None,
+        cache_ignore: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -225,6 +219,7 @@ class KineticRunOperator(KineticOperatorBase):
         self.op_kwargs = op_kwargs
         self.preemption_retries = preemption_retries
         self.wait_for_completion = wait_for_completion
+        self.cache_settings = reuse.check(self, cache, cache_version, cache_ignore)
         self._try: TaskTry | None = None  # this execution segment's try
         assets.setup(
             self,
@@ -260,11 +255,15 @@ class KineticRunOperator(KineticOperatorBase):
             assert earlier.job is not None and earlier.report is not None
             run.publish(earlier.job)
             return run.finish(earlier.job, earlier.report, 0)
-        handle = run.start(earlier, planned)
-        deadline_ts = deadline(context, self.execution_timeout)
-        if self.deferrable:
-            return self._wait_deferred(run, handle, deadline_ts)
-        return self._wait_sync(run, handle, deadline_ts)
+        hit, value = reuse.look_up(run, planned, earlier.step)  # cache=True
+        if hit:
+            return value
+        with reuse.unclaimed_on_error(run):  # waiting identical tasks run their own job
+            handle = run.start(earlier, planned)
+            deadline_ts = deadline(context, self.execution_timeout)
+            if self.deferrable:
+                return self._wait_deferred(run, handle, deadline_ts)
+            return self._wait_sync(run, handle, deadline_ts)
 
     def _wait_sync(self, run: TaskTry, handle: JobHandle, deadline_ts: float | None) -> Any:
         """Poll in the worker, the job's log shown live, until it ends; finish it."""
@@ -389,3 +388,5 @@ class KineticRunOperator(KineticOperatorBase):
         if run is not None and run.handle is not None:
             self.log.info("task killed: cancelling kinetic job %s", run.handle.job_id)
             request_cancel(run.store, run.backend, run.handle)
+        if run is not None:
+            reuse.unclaim(run)

@@ -38,7 +38,7 @@ from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key
 from airflow_provider_kinetic.exceptions import KineticJobFailed
 from airflow_provider_kinetic.links import job_links
-from airflow_provider_kinetic.operators import assets, job_wait, keyio
+from airflow_provider_kinetic.operators import assets, job_wait, keyio, reuse
 from airflow_provider_kinetic.operators.common import (
     XCOM_JOB,
     XCOM_OUTPUT_DIR,
@@ -90,6 +90,9 @@ class TaskTry:
     #: The job this try waits for (``on_kill`` cancels it); None once it is finished,
     #: or when nobody waits for it.
     handle: JobHandle | None = None
+    #: ``cache=True``: the reuse key this try claimed (``operators.reuse``: concurrent
+    #: identical tasks wait for its result); None once let go.
+    claimed: str | None = None
 
     @classmethod
     def open(cls, op: Any, context: Any, backend_kind: str | None = None) -> TaskTry:
@@ -162,12 +165,14 @@ class TaskTry:
     def retire(self, handle: JobHandle, archive_logs: bool | None = None) -> None:
         """The failure rule of the cleanup policy, for a job this try does not collect
         (superseded, a capacity step given up, preempted)."""
+        kept = reuse.cached_result(self, handle)  # a cache entry holds it: never deleted
         after_job(
             self.store,
             self.backend,
             [handle],
             succeeded=False,
             cleanup=self.op.cleanup,
+            kept_uris=kept,
             log_=self.log,
             archive_logs=archive_logs,
         )
@@ -183,6 +188,7 @@ class TaskTry:
             handle = earlier.job
         else:
             handle = self.submit(planned)
+            reuse.name_job(self, handle)  # cache=True: waiters follow this job
         self.write_record(handle)
         self.publish(handle)
         return handle
@@ -300,6 +306,7 @@ class TaskTry:
             self.backend.cancel(handle)  # delete the Job that never ran (its pods never started)
             self.retire(handle)
             new = self.submit(self.plan(then.step))
+        reuse.name_job(self, new)
         self.write_record(new, preemptions=then.preemptions)
         self.publish(new)
         return new
@@ -326,8 +333,10 @@ class TaskTry:
             deliver=lambda value, blob: self.deliver(handle, value, blob),
             checkpoints_of=self.identity,
             hold=True,
+            keep_result=self.op.cache_settings is not None,
             log_=self.log,
         )
+        reuse.offer(self, handle, done.succeeded and done.read)
         # The task's usage over every job its run had (the record's attempts).
         attempts = self.record.attempts if self.record is not None else []
         report_usage(self.op, self.context, self.store, attempts or [handle.job_id])

@@ -24,7 +24,7 @@ from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.refs import cache_hash
 from airflow_provider_kinetic.core.jobs import batchwire
 from airflow_provider_kinetic.core.jobs.history import DATA_HASHES
-from airflow_provider_kinetic.core.jobs.pack import prepare, ref_for_data
+from airflow_provider_kinetic.core.jobs.pack import prepare, ref_for_data, reuse_call
 from airflow_provider_kinetic.core.jobs.payload import (
     UnpicklableArgumentError,
     find_data,
@@ -37,6 +37,7 @@ from airflow_provider_kinetic.core.jobs.request import (
     validate_data,
 )
 from airflow_provider_kinetic.core.jobs.submit import (
+    cache_key_for,
     checkpoint_slots,
     template_for,
     use_default_capacity,
@@ -48,6 +49,8 @@ from airflow_provider_kinetic.core.storage import ObjectStore
 log = logging.getLogger(__name__)
 
 INPUT_MODES = ("auto", "single", "args", "kwargs")
+#: ``BatchState.extra``: input index (a string) -> its reuse key (``cache=True``).
+CACHE_KEYS = "cache_keys"
 PAYLOAD_CACHE = "default/payload-cache"
 
 
@@ -194,6 +197,12 @@ def plan_batch(
     held += [h for ref in refs.values() if (h := cache_hash(str(ref.get("uri", "")))) is not None]
     if held:
         state.extra[DATA_HASHES] = list(dict.fromkeys(held))
+    if request.cache is not None:  # cache=True: each input's reuse key, by index
+        keys = {
+            str(i): cache_key_for(request, template, reuse_call(request, packed, a, k))
+            for i, (a, k) in enumerate(child_inputs)
+        }
+        state.extra[CACHE_KEYS] = {i: key for i, key in keys.items() if key is not None}
     objects = {
         f"{PAYLOAD_CACHE}/{payload_sha}.pkl": packed.payload,
         packed.context_key: packed.context,

@@ -105,6 +105,7 @@ def finish_job(
     deliver: Callable[[Any, bytes], Any] | None = None,
     checkpoints_of: Mapping[str, Any] | None = None,
     hold: bool = False,
+    keep_result: bool = False,
     log_: Any = None,
 ) -> FinishedJob:
     """Finish an ended job (``report``: how it ended) in the order above.
@@ -115,6 +116,8 @@ def finish_job(
     (value, verified ``result.pkl`` bytes) -> what was delivered, called for a job
     that succeeded before anything is deleted (if it raises, the job is left as it
     is).  ``hold``: a delivered value's artifacts are kept until ``release_held``.
+    ``keep_result``: a succeeded job's artifacts stay whatever the policy (``cache=True``:
+    a cache entry will hold its result, ``core.jobs.resultcache``).
     The job's failure is returned (``FinishedJob.error``), not raised: the caller
     raises it its own way, after what it still has to do."""
     logger = log_ or log
@@ -138,7 +141,7 @@ def finish_job(
     if read_value and done.succeeded:
         done.value = deliver(value, blob) if deliver is not None else value
     try:  # its log archived before the Job (and its pods) go
-        _record_end(store, backend, done, cleanup, logger, hold)
+        _record_end(store, backend, done, cleanup, logger, hold, keep_result)
     finally:
         _delete_job(backend, handle, logger)
     if checkpoints_of is not None and done.succeeded and deletes(cleanup, True):
@@ -150,7 +153,13 @@ def finish_job(
 
 
 def _record_end(
-    store: ObjectStore, backend: Backend, done: FinishedJob, cleanup: str, logger: Any, hold: bool
+    store: ObjectStore,
+    backend: Backend,
+    done: FinishedJob,
+    cleanup: str,
+    logger: Any,
+    hold: bool,
+    keep_result: bool = False,
 ) -> None:
     """History, then the cleanup policy.  A job that succeeded but whose result could
     not be read is left exactly as it is: a retry collects it, nothing runs twice.
@@ -174,6 +183,9 @@ def _record_end(
     history.update(store, handle.job_id, state, failure or reason)
     kept = result_ref_uris(done.value)
     result = store.uri(artifact_key(handle.job_id, "result.pkl"))
+    cached = keep_result and done.read and done.succeeded
+    if cached:
+        kept.add(result)
     done.held = hold and done.read and done.succeeded and deletes(cleanup, True)
     done.held = done.held and result not in kept  # a referenced result stays anyway
     done.removed = after_job(
@@ -188,8 +200,12 @@ def _record_end(
     )
     if done.held:
         _note_artifacts(store, handle.job_id, cleanup, HELD)
+    elif cached:
+        _note_artifacts(store, handle.job_id, cleanup, CACHED)
 
 
+#: History's word for a cached job's artifacts (``core.jobs.resultcache``).
+CACHED = "kept: a cache entry holds its result ([kinetic] cache_retention_days)"
 #: History's word for a delivered job's artifacts kept until its try has returned.
 HELD = "held: the value is delivered; kept until the task's try has returned it"
 

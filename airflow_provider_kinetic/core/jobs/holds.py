@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs import history, resultcache
 from airflow_provider_kinetic.core.jobs.checkpoint import task_checkpoints_key
 from airflow_provider_kinetic.core.jobs.history import DATA_HASHES
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
@@ -36,6 +36,7 @@ ARTIFACTS = "artifacts"  # a job's ``{job_id}/`` dir
 BATCH = "batch"  # a batch (group id): what holds it holds its children's artifacts
 KEY_VERSION = "key-version"  # ``key@version`` in a key's record
 CHECKPOINTS = "checkpoints"  # a task run's ``checkpoints/tasks/...`` prefix
+OUTPUT = "output"  # an output dir, by its URI as XCom ``output_dir`` spells it
 
 #: The history entry fields a batch writes at its end (``core/batch/finish.py``):
 #: ``{job_id: input index}`` of its children that succeeded, delivered or not.
@@ -57,7 +58,7 @@ class Ref:
 class Holder:
     """Something that still needs an object.  ``kind`` is one of ``running job``,
     ``running batch``, ``batch input``, ``key version``, ``pin``, ``xcom``,
-    ``history entry``, ``key``; ``what`` says it for people."""
+    ``history entry``, ``key``, ``cache entry``; ``what`` says it for people."""
 
     kind: str
     what: str
@@ -209,13 +210,29 @@ def key_holds(keys: KeyStore, now: float) -> Holds:
     return holds
 
 
+def cache_holds(found: Iterable[resultcache.CacheEntry], now: float, retention_s: float) -> Holds:
+    """What cache entries hold (``core.jobs.resultcache``): an entry within its
+    retention (``[kinetic] cache_retention_days`` from when it was written) holds its
+    job's artifacts (the result it reuses) and the output dir it names."""
+    holds = Holds()
+    for entry in resultcache.held_keys(found, now, retention_s):
+        what = f"cache entry {entry.key[:12]} (until {entry.expires_at(retention_s)})"
+        holder = Holder("cache entry", what)
+        holds.add(Ref(ARTIFACTS, entry.job_id), holder)
+        if entry.output_dir:
+            holds.add(Ref(OUTPUT, entry.output_dir), holder)
+    return holds
+
+
 def store_holds(
     store: ObjectStore,
     now: float,
     retry_window_s: float,
     entries: list[dict[str, Any]] | None = None,
+    cache_retention_s: float = resultcache.CACHE_RETENTION_DAYS * 86400.0,
 ) -> Holds:
-    """Every holder the store itself knows of (history, batches, keys, pins); the
-    Airflow side merges the XComs' into it."""
+    """Every holder the store itself knows of (history, batches, keys, pins, cache
+    entries); the Airflow side merges the XComs' into it."""
     found = history.entries(store) if entries is None else entries
-    return history_holds(found, now, retry_window_s).merge(key_holds(KeyStore(store), now))
+    holds = history_holds(found, now, retry_window_s).merge(key_holds(KeyStore(store), now))
+    return holds.merge(cache_holds(resultcache.entries(store), now, cache_retention_s))

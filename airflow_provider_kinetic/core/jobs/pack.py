@@ -29,13 +29,15 @@ from airflow_provider_kinetic.core.jobs.payload import (
     replace_data,
 )
 from airflow_provider_kinetic.core.jobs.request import JobRequest, validate_data, validate_volumes
-from airflow_provider_kinetic.core.jobs.work import call_digest, unsure
+from airflow_provider_kinetic.core.jobs.work import call_digest, named_call, unsure
 from airflow_provider_kinetic.core.keys import resolve as _key_resolver  # noqa: F401 - installs kinetic://
 from airflow_provider_kinetic.core.runtime import context as job_context
 from airflow_provider_kinetic.core.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
+#: The env var of the function's output dir (``core.jobs.submit.plan_job`` sets it).
+OUTPUT_DIR_ENV = "KINETIC_OUTPUT_DIR"
 #: Default of ``[kinetic] max_payload_mb`` (MiB).
 DEFAULT_MAX_PAYLOAD_MB = 64.0
 
@@ -59,6 +61,12 @@ class PackedJob:
     #: Data-cache entries the job reads (local Data and ``kinetic://`` keys): its
     #: handle and history entry name them, so ``data gc`` keeps them meanwhile.
     data_hashes: list[str] = field(default_factory=list)
+    #: With ``cache=True``: the call digest the reuse key starts from (the arguments by
+    #: name, ``cache_ignore``'s left out; the task run's default output dir too).
+    reuse_call: str | None = None
+    #: With ``cache=True``: the shared kwargs (Data as refs), volume refs and env that
+    #: ``reuse_call`` digests with each call's own arguments.
+    reuse_parts: tuple[dict, list, dict] | None = None
 
     @property
     def context_sha256(self) -> str:
@@ -129,7 +137,29 @@ def prepare(
     call = _call_digest(request, args, kwargs, volume_refs, env_vars)
     held = {cache_hash(r["uri"]) for r in [*refs.values(), *volume_refs]} - {None}
     context = build_context(request, excludes, local)
-    return PackedJob(accel, local, payload, context, fuse, call, sorted(h for h in held if h))
+    held_hashes = sorted(h for h in held if h)
+    packed = PackedJob(accel, local, payload, context, fuse, call, held_hashes)
+    if request.cache is not None:
+        if request.cache.default_output:  # the task run's own dir: not what is computed
+            env_vars = {k: v for k, v in env_vars.items() if k != OUTPUT_DIR_ENV}
+        packed.reuse_parts = (kwargs, volume_refs, env_vars)
+        packed.reuse_call = reuse_call(request, packed, args, {})
+    return packed
+
+
+def reuse_call(request: JobRequest, packed: PackedJob, args: tuple, kwargs: dict) -> str | None:
+    """``call_digest`` of one call as the reuse key sees it (``core.jobs.resultcache``):
+    the shared ``op_kwargs`` with ``args`` / ``kwargs`` (a batch input's) by argument
+    name, less ``cache_ignore``; the default output dir left out (``prepare``)."""
+    if request.cache is None or packed.reuse_parts is None:
+        return None
+    shared, volumes, env = packed.reuse_parts
+    try:
+        named = named_call(request.func, args, {**shared, **kwargs}, request.cache.ignore)
+        return call_digest(request.func, (), named, volumes, env, request.by_value_roots)
+    except Exception as exc:  # noqa: BLE001 - not comparable: never reused
+        log.warning("cache: cannot fingerprint this call (%s); its result is not reused", exc)
+        return unsure(type(exc).__name__)
 
 
 def _mib(size: int) -> str:

@@ -21,6 +21,7 @@ from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.mounts import FUSE_ROOT, check_mount_paths
 from airflow_provider_kinetic.core.jobs.options import JobOptions
 from airflow_provider_kinetic.core.jobs.payload import underlying
+from airflow_provider_kinetic.core.jobs.resultcache import CacheSettings
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, plan_image
 
 ENV_BLOCKLIST = frozenset(
@@ -78,6 +79,8 @@ class JobRequest:
     requirements: list[str] | str | None = None
     #: The image plan the operator already resolved (and built); None: resolved here.
     image_plan: ImagePlan | None = None
+    #: ``cache=True``: the reuse key is computed (``core.jobs.resultcache``); None: off.
+    cache: CacheSettings | None = None
 
     def __post_init__(self) -> None:
         # One name is a list of one (a templated "{{ var.value.key_name }}" renders to a

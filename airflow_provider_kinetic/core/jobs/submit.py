@@ -18,15 +18,16 @@ from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.checkpoint import has_task_ids, work_slot
 from airflow_provider_kinetic.core.jobs.history import DATA_HASHES
 from airflow_provider_kinetic.core.jobs.outputs import start_empty
-from airflow_provider_kinetic.core.jobs.pack import PackedJob, prepare
+from airflow_provider_kinetic.core.jobs.pack import OUTPUT_DIR_ENV, PackedJob, prepare
 from airflow_provider_kinetic.core.jobs.request import (
     JobRequest,
     capture_env,
     plan_for_request,
 )
+from airflow_provider_kinetic.core.jobs.resultcache import CACHE_KEY_FIELD
 from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC, AUTH_NONE, encrypt_env
 from airflow_provider_kinetic.core.jobs.template import JobTemplate, function_output_dir
-from airflow_provider_kinetic.core.jobs.work import template_options, work_digest
+from airflow_provider_kinetic.core.jobs.work import reuse_key, template_options, work_digest
 from airflow_provider_kinetic.core.runtime import context as job_context
 from airflow_provider_kinetic.core.runtime.images import ImagePlan
 from airflow_provider_kinetic.core.spec.handles import JobHandle, artifact_key, new_job_id
@@ -178,6 +179,9 @@ class PlannedJob:
     image: ImagePlan | None = None
     #: ``core.jobs.work.work_digest`` of this job (None: not computable).
     work: str | None = None
+    #: With ``cache=True``: the key its result is reused under (``core.jobs.resultcache``);
+    #: None: off, or a call that cannot be compared.
+    cache_key: str | None = None
 
     @property
     def output_uri(self) -> str:
@@ -200,7 +204,7 @@ def plan_job(
     output_uri = request.output_dir or store.uri(f"outputs/{job_id}")
     captured = capture_env(request.capture_env_vars)
     env_vars = {} if signing_secret is not None else dict(captured)  # secrets: not in payload
-    env_vars["KINETIC_OUTPUT_DIR"] = function_output_dir(output_uri)
+    env_vars[OUTPUT_DIR_ENV] = function_output_dir(output_uri)
     image = plan_for_request(request, config, kind)  # bad image/requirements: raise here
     packed = prepare(request, store, env_vars)
     template = template_for(
@@ -224,7 +228,23 @@ def plan_job(
     handle = template.handle(config, store, spec, step=step)
     if packed.data_hashes:  # what the job reads: data gc keeps it while the job is known
         handle = replace(handle, extra={**handle.extra, DATA_HASHES: packed.data_hashes})
-    return PlannedJob(packed, template, spec, handle, image, work)
+    key = cache_key_for(request, template, packed.reuse_call)
+    if key is not None:  # whoever finishes the job (a resumed deferral too) caches it
+        handle = replace(handle, extra={**handle.extra, CACHE_KEY_FIELD: key})
+    return PlannedJob(packed, template, spec, handle, image, work, key)
+
+
+def cache_key_for(request: JobRequest, template: JobTemplate, call: str | None) -> str | None:
+    """The reuse key (``core.jobs.work.reuse_key``) of a call (``pack.reuse_call``: a
+    job's, or one batch input's): the work digest of the call as ``cache_ignore``
+    leaves it, the job's options less the task run's default output dir, and
+    ``cache_version``."""
+    if request.cache is None or call is None:
+        return None
+    options = template_options(template, request.capture_env_vars)
+    if request.cache.default_output:
+        options.pop("output_dir", None)
+    return reuse_key(work_digest(call=call, options=options), request.cache.version)
 
 
 def submit_job(

@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import hashlib
+import inspect
 import io
 import itertools
 import json
@@ -247,6 +248,37 @@ def work_digest(
             digest_inputs = hashlib.sha256(stable_bytes(inputs)).hexdigest()
     doc = {"call": call, "options": options, "inputs": digest_inputs}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def named_call(
+    func: Callable[..., Any], args: tuple, kwargs: dict[str, Any], ignore: Iterable[str]
+) -> dict[str, Any]:
+    """The call's arguments by parameter name, less those named in ``ignore`` (a
+    ``**kwargs`` parameter's entries by their own names): what the reuse key digests,
+    so the same values passed positionally or by keyword are the same work.  A call
+    that does not bind raises ``TypeError`` (the job would fail the same way)."""
+    sig = inspect.signature(func)  # a partial's or a bound method's: what is left to pass
+    bound = sig.bind_partial(*args, **kwargs)
+    named = dict(bound.arguments)
+    for name in ignore:
+        if name in named:
+            named.pop(name)
+            continue
+        for param in sig.parameters.values():
+            if param.kind is param.VAR_KEYWORD and isinstance(named.get(param.name), dict):
+                named[param.name] = {k: v for k, v in named[param.name].items() if k != name}
+    return named
+
+
+def reuse_key(work: str | None, version: str) -> str | None:
+    """The key a delivered result is reused under (``core.jobs.resultcache``): the work
+    digest of the call with the ignored arguments and the task run's own output dir
+    left out (``work_digest`` of that call, the one notion of sameness), and the
+    user's ``cache_version``.  None for work that is not sure (never reused)."""
+    if not is_sure(work):
+        return None
+    doc = json.dumps({"work": work, "cache_version": version}, sort_keys=True)
+    return hashlib.sha256(doc.encode()).hexdigest()[:40]
 
 
 def is_sure(work: str | None) -> bool:
