@@ -12,10 +12,11 @@ from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.polling import StoreOutage, poll_delays
 from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
 from airflow_provider_kinetic.core.jobs.usage import note_admitted
+from airflow_provider_kinetic.core.spec.failure import Failure, FailureClass
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.deployment.connection import store_outage_window_s
-from airflow_provider_kinetic.exceptions import KineticJobCancelled
+from airflow_provider_kinetic.exceptions import KineticTimeout
 
 
 @dataclass
@@ -70,9 +71,15 @@ def poll_job(
             return Watched(handle, None, offset)
         if deadline is not None and time.time() >= deadline:
             request_cancel(store, backend, handle)
-            raise KineticJobCancelled(
-                f"kinetic job {handle.job_id} cancelled at the task's execution_timeout",
+            failure = Failure(
+                FailureClass.TIMEOUT,
                 job_id=handle.job_id,
+                message="cancelled at the task's execution_timeout",
+            )
+            log.error("kinetic job %s %s", handle.job_id, failure.describe())
+            raise KineticTimeout(
+                f"kinetic job {handle.job_id} cancelled at the task's execution_timeout",
+                failure=failure,
             )
         delay = next(delays)
         if give_up is not None:

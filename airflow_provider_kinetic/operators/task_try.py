@@ -21,7 +21,7 @@ from airflow_provider_kinetic.core.catalog.capacity import parse_capacity
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.cleanup import after_job
-from airflow_provider_kinetic.core.jobs.finish import finish_job, release_held
+from airflow_provider_kinetic.core.jobs.finish import describe_failure, finish_job, release_held
 from airflow_provider_kinetic.core.jobs.submit import PlannedJob, plan_job, submit_planned
 from airflow_provider_kinetic.core.jobs.taskrecord import (
     DEFERRED,
@@ -32,10 +32,11 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
     supersede_record,
     write_record,
 )
+from airflow_provider_kinetic.core.spec.failure import Failure, FailureClass
 from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport, new_job_id
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key
-from airflow_provider_kinetic.exceptions import KineticJobFailed
+from airflow_provider_kinetic.exceptions import job_failed
 from airflow_provider_kinetic.links import job_links
 from airflow_provider_kinetic.operators import assets, job_wait, keyio
 from airflow_provider_kinetic.operators.common import (
@@ -209,11 +210,18 @@ class TaskTry:
         self.write_record(provisional)
         try:
             submit_planned(planned, self.backend, self.store)
-        except Exception:
+        except Exception as exc:
             if not self._job_exists(planned.handle):
                 restore_record(self.store, self.identity, self.context, before, self.log)
                 self.record = before.record
-            raise
+            phase = getattr(exc, "failure_phase", None)  # the job's environment failed
+            if phase is None:
+                raise
+            failure = Failure(
+                FailureClass.INFRA, phase=phase, job_id=job_id, message=describe_failure(exc)
+            )
+            self.log.error("kinetic job %s %s", job_id, failure.describe())
+            raise job_failed(f"kinetic job {job_id} {failure.describe()}", failure) from exc
         return planned.handle
 
     def _job_exists(self, handle: JobHandle) -> bool:
@@ -275,7 +283,12 @@ class TaskTry:
         if then is None:
             return None
         if then.preempted:
-            history.update(self.store, handle.job_id, "PREEMPTED", report.reason)
+            failure = then.failure
+            preempted = failure is None or failure.failure_class is FailureClass.PREEMPTION
+            state = "PREEMPTED" if preempted else report.status.value
+            why = report.reason if failure is None else failure.describe()
+            extra = {"failure": failure.to_dict()} if failure is not None else {}
+            history.update(self.store, handle.job_id, state, why, **extra)
             self.retire(handle, archive_logs=True)
             self.backend.cancel(handle)  # delete what is left of it
             new = self.submit()
@@ -285,7 +298,7 @@ class TaskTry:
             self.backend.cancel(handle)  # delete the Job that never ran (its pods never started)
             self.retire(handle)
             new = self.submit(self.plan(then.step))
-        self.write_record(new, preemptions=then.preemptions)
+        self.write_record(new, preemptions=then.preemptions, resubmits=then.resubmits)
         self.publish(new)
         return new
 
@@ -312,13 +325,20 @@ class TaskTry:
             checkpoints_of=self.identity,
             hold=True,
             log_=self.log,
+            infra_exit_codes=self.op.resubmit_policy.exit_codes,
         )
         # The task's usage over every job its run had (the record's attempts).
         attempts = self.record.attempts if self.record is not None else []
         report_usage(self.op, self.context, self.store, attempts or [handle.job_id])
         if done.error is not None:
-            raise KineticJobFailed(
-                f"kinetic job {handle.job_id} failed: {done.failure}", job_id=handle.job_id
+            failure = done.classified
+            if failure is not None:
+                self.log.error("kinetic job %s %s", handle.job_id, failure.describe())
+                self.context["ti"].xcom_push(
+                    key=XCOM_JOB, value={**handle.to_dict(), "failure": failure.to_dict()}
+                )
+            raise job_failed(
+                f"kinetic job {handle.job_id} failed: {done.failure}", failure, handle.job_id
             ) from done.error
         keyio.put_output_key(self.op, self.context, self.store, handle)
         if handle.output_dir:
@@ -353,6 +373,7 @@ class TaskTry:
         delivered: bool = False,
         returned: bool = False,
         preemptions: int | None = None,
+        resubmits: dict[str, int] | None = None,
     ) -> None:
         """The task's record: this try's job, how it waits now (``mode``: SYNC in the
         worker, DEFERRED once handed to the triggerer), its work digest, whether its
@@ -367,6 +388,7 @@ class TaskTry:
             delivered=delivered,
             returned=returned,
             preemptions=preemptions,
+            resubmits=resubmits,
         )
         write_record(self.store, self.identity, record, self.secret)
         self.record = record
