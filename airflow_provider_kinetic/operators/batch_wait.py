@@ -28,6 +28,7 @@ from airflow_provider_kinetic.core.jobs.polling import poll_delays
 from airflow_provider_kinetic.core.jobs.signing import Keyring
 from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
 from airflow_provider_kinetic.core.storage import ObjectStore
+from airflow_provider_kinetic.deployment.signing import result_key_for_job
 from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import config_to_json
 from airflow_provider_kinetic.operators.common import XCOM_BATCH, defer_grace_s, defer_timeout
@@ -161,7 +162,14 @@ class BatchWaits:
         reports = backend.batch_status(state.group_id, handles) if handles else {}
         # Before observe: it deletes finished children's Jobs (and their pod logs).
         batchlogs.show(state, backend, reports, self.child_line, self.op.child_log_bytes_per_poll)
-        finished = batchrun.observe(state, reports, backend, self.store)
+        auth = state.template.result_auth
+        finished = batchrun.observe(
+            state,
+            reports,
+            backend,
+            self.store,
+            payload_key=lambda child: result_key_for_job(child.job_id, auth),
+        )
         batchlogs.log_failures(state, finished, reports, self.op.log)
         batchlogs.forget_finished(state)
 

@@ -12,6 +12,7 @@ from airflow_provider_kinetic import (
     KineticInfraError,
     KineticJobCancelled,
     KineticJobFailed,
+    KineticMapOperator,
     KineticNoCapacity,
     KineticPreempted,
     KineticRunOperator,
@@ -221,5 +222,15 @@ def test_bad_retry_on_fails_naming_the_allowed_forms(value, preemption_retries, 
 def test_bad_retry_on_fails_when_the_dag_is_parsed():
     with pytest.raises(BadRetryOn, match="unknown failure class 'bug'"):
         KineticRunOperator(task_id="t", python_callable=len, retry_on={"bug": 1})
+    with pytest.raises(ValueError, match="integer >= 0, got 'never!'; or per class, a dict"):
+        KineticMapOperator(task_id="m", python_callable=len, inputs=[1], input_retries="never!")
+    with pytest.raises(BadRetryOn, match="unknown failure class 'oom'"):
+        KineticMapOperator(task_id="m", python_callable=len, inputs=[1], input_retries={"oom": 1})
+    assert (
+        KineticMapOperator(
+            task_id="m", python_callable=len, inputs=[1], input_retries="never"
+        ).input_retries
+        == "never"
+    )
     op = KineticRunOperator(task_id="t", python_callable=len, retry_on="{{ params.r }}")
     assert "retry_on" in op.template_fields and op.retry_on == "{{ params.r }}"

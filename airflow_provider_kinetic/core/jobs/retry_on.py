@@ -39,6 +39,8 @@ NEVER = "never"
 EXIT_CODES = "exit_codes"
 #: ``preemption_retries``' default.
 DEFAULT_PREEMPTION_RETRIES = 2
+#: A batch input's preemption re-submits when ``input_retries`` does not name them.
+BATCH_PREEMPTION_RETRIES = 3
 ALLOWED = (
     f"a dict of re-submit counts per class ({', '.join(c.value for c in RETRYABLE)}: "
     f'non-negative ints) and/or "{EXIT_CODES}": a list of exit codes (0-255) that count as '
@@ -64,6 +66,14 @@ class RetryOn:
             return 0
         return int(self.counts.get(FailureClass(failure_class).value, 0))
 
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> RetryOn:
+        """The form :meth:`to_dict` wrote (a batch's state carries it)."""
+        if value.get(NEVER):
+            return cls(never=True)
+        counts = {k: int(v) for k, v in value.items() if k != EXIT_CODES}
+        return cls(counts, frozenset(value.get(EXIT_CODES) or ()))
+
     def to_dict(self) -> dict[str, Any]:
         if self.never:
             return {NEVER: True}
@@ -79,10 +89,15 @@ def is_template(value: Any) -> bool:
 
 
 def parse_retry_on(
-    value: Any, *, preemption_retries: int | None = None, what: str = "retry_on"
+    value: Any,
+    *,
+    preemption_retries: int | None = None,
+    what: str = "retry_on",
+    default_preemptions: int = DEFAULT_PREEMPTION_RETRIES,
 ) -> RetryOn:
     """``value`` (a ``retry_on``) as a :class:`RetryOn`; ``preemption_retries``: the
-    operator's own spelling of ``{"preemption": N}`` (None: not given).
+    operator's own spelling of ``{"preemption": N}`` (None: not given);
+    ``default_preemptions``: preemption re-submits when neither names them.
 
     Raises:
         BadRetryOn: naming the bad value and the allowed forms.
@@ -98,7 +113,7 @@ def parse_retry_on(
     if isinstance(value, str) and value.strip() != NEVER:
         value = _literal(value, what)
     if value is None:
-        n = DEFAULT_PREEMPTION_RETRIES if preemption_retries is None else preemption_retries
+        n = default_preemptions if preemption_retries is None else preemption_retries
         return RetryOn({FailureClass.PREEMPTION.value: n})
     if isinstance(value, str):  # "never"
         if preemption_retries:
@@ -134,7 +149,7 @@ def parse_retry_on(
                 f"{preemption_retries} disagree: give one"
             )
         counts[preempt] = preemption_retries
-    counts.setdefault(preempt, DEFAULT_PREEMPTION_RETRIES)
+    counts.setdefault(preempt, default_preemptions)
     return RetryOn(counts, codes)
 
 
@@ -159,3 +174,11 @@ def _exit_codes(value: Any, what: str) -> frozenset[int]:
             f"allowed: {ALLOWED}"
         )
     return frozenset(value)
+
+
+def input_policy(value: Any) -> RetryOn | None:
+    """A map's ``input_retries``: None for a count (any failure, as before), else its
+    per-class form, per input (preemptions: ``BATCH_PREEMPTION_RETRIES`` unless named)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return None
+    return parse_retry_on(value, what="input_retries", default_preemptions=BATCH_PREEMPTION_RETRIES)
