@@ -2,13 +2,14 @@
 (``execute`` in this process, real runner subprocesses) whose function raises, is
 killed by a signal, or exceeds its memory limit (an rlimit), and whose requirements
 cannot be installed, ends with the typed exception of its class, the phase it failed
-in, one task-log line saying so, the failure in XCom ``kinetic_job`` and in the job's
-history entry; ``retry_on`` re-submits only the classes it names, counted in the
-task's record.  (A Data entry that is bad at the job's start: ``data resolve``, in
-``test_local_data_verified``.)"""
+in, one task-log line saying so, the failure in XCom ``kinetic_job``, in the job's
+history entry and in ``jobs status``; ``retry_on`` re-submits only the classes it
+names, counted in the task's record.  (A Data entry that is bad at the job's start:
+``data resolve``, in ``test_local_data_verified``.)"""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -30,6 +31,7 @@ from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
 from airflow_provider_kinetic.exceptions import KineticJobFailed
 from airflow_provider_kinetic.operators.common import task_identity
+from tests.fixtures.cli import run_cli
 from tests.fixtures.fake_ti import FakeTI, StateStore
 
 
@@ -100,6 +102,10 @@ def test_a_raising_function_is_a_user_error_in_execute(local_conn: Path, capfd, 
     entry = history.read(LocalStore(str(local_conn)), exc.job_id)
     assert entry["state"] == "FAILED" and entry["failure"]["phase"] == "execute"
     assert "re-submit" not in got.text  # user errors get none by default
+    status = run_cli("jobs", "status", exc.job_id, "--conn-id", "kinetic_local", "-o", "json")
+    assert status.returncode == 0, status.stderr
+    said = "failed in phase execute (user_error), exit code 1: ValueError: bad value 7"
+    assert json.loads(status.stdout)["failure"] == said
 
 
 def test_a_killed_function_is_infra_and_retry_on_resubmits_it_once(
