@@ -22,7 +22,8 @@ from airflow_provider_kinetic import (
 )
 from airflow_provider_kinetic.core.backends.k8s import status as ks
 from airflow_provider_kinetic.core.jobs.classify import classify, exit_code_of
-from airflow_provider_kinetic.core.jobs.payload import make_result
+from airflow_provider_kinetic.core.jobs.finish import failure_of
+from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
 from airflow_provider_kinetic.core.jobs.retry_on import BadRetryOn, RetryOn, parse_retry_on
 from airflow_provider_kinetic.core.spec.failure import PHASES, Failure, FailureClass
 from airflow_provider_kinetic.core.spec.handles import (
@@ -32,7 +33,9 @@ from airflow_provider_kinetic.core.spec.handles import (
     JobStatus,
     StatusReport,
 )
+from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.exceptions import ERROR_FOR_CLASS, job_failed
+from tests.fixtures import records
 
 FAILED = JobStatus.FAILED
 
@@ -234,3 +237,21 @@ def test_bad_retry_on_fails_when_the_dag_is_parsed():
     )
     op = KineticRunOperator(task_id="t", python_callable=len, retry_on="{{ params.r }}")
     assert "retry_on" in op.template_fields and op.retry_on == "{{ params.r }}"
+
+
+def test_a_multi_host_job_names_its_lowest_failing_host_and_the_others(tmp_path):
+    """Workers 2 and 3 of a 4-host slice wrote their failures while the leader ran: the
+    job's failure is host 2's, naming host 3 too (``core.jobs.finish.failure_of``)."""
+    store = LocalStore(str(tmp_path))
+    job = records.handle("job-mh", str(tmp_path), backend="pathways", accelerator="tpu-v6e-4x4")
+    for host, exc in ((3, OSError("3 broke")), (2, FileNotFoundError("/data/x"))):
+        blob, _ = dump_result(failed_in("data resolve", exc, host_index=host))
+        store.write_bytes(f"job-mh/result-worker-{host}.pkl", blob)
+    report = StatusReport(FAILED, ks.REASON_WORKER_FAILED, "worker pod x-0-2: exited with code 1")
+    failure = failure_of(store, job, report, None)
+    assert failure is not None
+    assert (failure.host_index, failure.host_count, failure.other_hosts) == (2, 4, (3,))
+    assert failure.describe() == (
+        "failed in phase data resolve (infra) on host 2 of 4, exit code 1 "
+        "(hosts 3 failed too): FileNotFoundError: /data/x"
+    )
