@@ -84,22 +84,24 @@ def takeover(
         return None
     kind = failure.failure_class
     budget, done = policy.budget(kind), counts.get(kind.value, 0)
+    preempted = kind is FailureClass.PREEMPTION
+    what = f"was preempted ({report.describe()})" if preempted else failure.describe()
     if done >= budget:
-        if budget or kind is FailureClass.PREEMPTION:
+        if budget or preempted:
             log.warning(
-                "kinetic job %s %s; the task's %d %s re-submits are used up",
+                "kinetic job %s %s and the task's %d %s re-submits are used up",
                 handle.job_id,
-                failure.describe(),
+                what,
                 budget,
                 kind.value,
             )
         return None
     log.warning(
-        "kinetic job %s %s: submitting it again (%s re-submit %d/%d; the task's Airflow "
-        "retries are not used)",
+        "kinetic job %s %s: submitting it again (%s %d/%d; the task's Airflow retries "
+        "are not used)",
         handle.job_id,
-        failure.describe(),
-        kind.value,
+        what,
+        "preemption retry" if preempted else f"{kind.value} re-submit",
         done + 1,
         budget,
     )

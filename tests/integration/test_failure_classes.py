@@ -121,7 +121,7 @@ def test_a_killed_function_is_infra_and_retry_on_resubmits_it_once(
     )  # fmt: skip
     assert failure.reason == "killed by SIGKILL" and exc.__cause__ is not None
     assert "(infra re-submit 1/1;" in got.text
-    assert "the task's 1 infra re-submits are used up" in got.text
+    assert "and the task's 1 infra re-submits are used up" in got.text
     store = LocalStore(str(local_conn))
     record = read_record(store, task_identity(ctx), deployment_secret())
     assert record is not None and record.resubmits == {"infra": 1}
