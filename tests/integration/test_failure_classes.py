@@ -128,6 +128,8 @@ def test_a_killed_function_is_infra_and_retry_on_resubmits_it_once(
     first, second = record.attempts
     assert second == exc.job_id
     assert history.read(store, first)["failure"]["class"] == "infra"  # the re-submitted one
+    usage = ctx["ti"].xcom["kinetic_usage"]  # what each failure class cost
+    assert usage["failures"]["infra"]["attempts"] == 2 and "failed: 2 infra" in got.text
 
 
 def test_a_memory_limit_exceeded_is_infra(local_conn: Path, capfd, caplog) -> None:

@@ -115,6 +115,8 @@ def _base(entry: Mapping[str, Any]) -> dict[str, Any]:
         "capacity": capacity_of(entry),
         "submitted_at": entry.get("submitted_at"),
         "admitted_at": entry.get("admitted_at"),
+        # What failed, when it did (``core.spec.failure``: the class its task recorded).
+        "failure_class": (entry.get("failure") or {}).get("class"),
     }
 
 
@@ -226,11 +228,12 @@ def job_usage(
     Keys: ``job_id, kind, dag_id, task_id, run_id, map_index, try_number, state,
     accelerator, family, capacity, chips, hosts, jobs, measured_jobs, submitted_at,
     admitted_at, started_at, ended_at, queued_s, admission_wait_s, start_wait_s,
-    run_s, chip_hours, preempted, preemptions, running`` (times ISO UTC, spans in
+    run_s, chip_hours, preempted, preemptions, running, failure_class`` (times ISO UTC, spans in
     seconds; None where unknown).  JSON-serialisable."""
     recorded = entry.get("usage")
     if isinstance(recorded, Mapping) and recorded.get("job_id") == entry.get("job_id"):
         current = {key: entry.get(key) for key in (*IDENTITY, "state")}
+        current["failure_class"] = (entry.get("failure") or {}).get("class")
         return {**recorded, **current}
     if entry.get("kind") == "batch":
         return _batch(store, entry, live)
@@ -308,6 +311,14 @@ def total(usages: Iterable[Mapping[str, Any]], prices: PriceTable | None = None)
         "run_s": round(sum(u.get("run_s") or 0.0 for u in detail), 3),
         "queued_s": round(sum(u.get("queued_s") or 0.0 for u in detail), 3),
     }
+    failures: dict[str, dict[str, Any]] = {}  # what each failure class cost
+    for u in detail:
+        if u.get("failure_class"):
+            lost = failures.setdefault(u["failure_class"], {"attempts": 0, "chip_hours": 0.0})
+            lost["attempts"] += 1
+            lost["chip_hours"] += u.get("chip_hours") or 0.0
+    if failures:
+        out["failures"] = failures
     if prices is not None:
         cost, unpriced = 0.0, 0.0
         for u in detail:
@@ -370,7 +381,8 @@ def _plural(n: int, word: str) -> str:
 def summary_line(usage: Mapping[str, Any]) -> str:
     """One line for the task log, e.g. ``tpu-v6e-8 on spot: 1.9 chip-hours over 2
     attempts, 14 min queued``; CPU jobs have no chips and say hours instead.  Adds, when
-    there are any: the chip-hours per capacity, preemptions, jobs (a batch's children),
+    there are any: the chip-hours per capacity, preemptions, the attempts that failed per
+    failure class and the chip-hours each lost, jobs (a batch's children),
     jobs nobody measured or still running, and the estimated cost with what the price
     table does not price."""
     attempts, jobs = int(usage.get("attempts") or 0), int(usage.get("jobs") or 0)
@@ -387,6 +399,12 @@ def summary_line(usage: Mapping[str, Any]) -> str:
     parts = [f"{head}: {held} over {over}", f"{_wait(usage.get('queued_s') or 0.0)} queued"]
     if usage.get("preemptions"):
         parts.append(_plural(int(usage["preemptions"]), "preemption"))
+    if usage.get("failures"):  # chip-hours lost to each failure class
+        lost = []
+        for name, f in usage["failures"].items():
+            hours = f" ({_amount(f['chip_hours'])} chip-hours)" if f.get("chip_hours") else ""
+            lost.append(f"{f['attempts']} {name}{hours}")
+        parts.append("failed: " + ", ".join(lost))
     if usage.get("unmeasured_jobs"):
         parts.append(f"{usage['unmeasured_jobs']} without a recorded run time")
     if usage.get("running"):
