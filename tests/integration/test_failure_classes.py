@@ -3,7 +3,7 @@
 killed by a signal, or exceeds its memory limit (an rlimit), and whose requirements
 cannot be installed, ends with the typed exception of its class, the phase it failed
 in, one task-log line saying so, the failure in XCom ``kinetic_job``, in the job's
-history entry and in ``jobs status``; ``retry_on`` re-submits only the classes it
+history entry, ``jobs status`` and the Kinetic page; ``retry_on`` re-submits only the classes it
 names, counted in the task's record.  (A Data entry that is bad at the job's start:
 ``data resolve``, in ``test_local_data_verified``.)"""
 
@@ -31,6 +31,7 @@ from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
 from airflow_provider_kinetic.exceptions import KineticJobFailed
 from airflow_provider_kinetic.operators.common import task_identity
+from airflow_provider_kinetic.plugins.jobs import list_rows
 from tests.fixtures.cli import run_cli
 from tests.fixtures.fake_ti import FakeTI, StateStore
 
@@ -106,6 +107,8 @@ def test_a_raising_function_is_a_user_error_in_execute(local_conn: Path, capfd, 
     assert status.returncode == 0, status.stderr
     said = "failed in phase execute (user_error), exit code 1: ValueError: bad value 7"
     assert json.loads(status.stdout)["failure"] == said
+    (row,) = [r for r in list_rows("kinetic_local") if r.handle.job_id == exc.job_id]
+    assert row.report.reason == said  # the Kinetic page's row (and the task tab's)
 
 
 def test_a_killed_function_is_infra_and_retry_on_resubmits_it_once(
