@@ -25,6 +25,7 @@ from airflow_provider_kinetic.core.jobs.classify import classify, exit_code_of
 from airflow_provider_kinetic.core.jobs.finish import failure_of
 from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
 from airflow_provider_kinetic.core.jobs.retry_on import BadRetryOn, RetryOn, parse_retry_on
+from airflow_provider_kinetic.core.jobs.signing import ResultAuthError
 from airflow_provider_kinetic.core.spec.failure import PHASES, Failure, FailureClass
 from airflow_provider_kinetic.core.spec.handles import (
     REASON_EVICTED,
@@ -94,6 +95,13 @@ def test_without_a_payload_the_platform_reason_decides(reason, message, kind, ph
 def test_a_succeeded_job_whose_result_cannot_be_read_failed_in_the_store():
     failure = classify("job-3", StatusReport(JobStatus.SUCCEEDED), error=OSError("unreadable"))
     assert failure.failure_class is FailureClass.STORE and "unreadable" in failure.message
+
+
+def test_a_payload_that_fails_its_signature_is_the_stores_never_a_resubmit():
+    unsigned = ResultAuthError("result payload of job job-9 has no signature")
+    failure = classify("job-9", StatusReport(FAILED, "exit code 1"), error=unsigned)
+    assert failure.failure_class is FailureClass.STORE
+    assert parse_retry_on({"infra": 5}).budget(failure.failure_class) == 0
 
 
 def test_a_cancel_request_wins_over_the_platform_reason():

@@ -10,7 +10,8 @@ backend): a spot reclaim or a node shut down under the job is a preemption; no
 capacity within the wait (or unschedulable past the schedule timeout) is
 no_capacity; a run deadline is a timeout; an image pull, OOM, a crash outside the
 function, an eviction or a lost node are infra.  A job that succeeded but whose
-result cannot be read failed in the store.  Exit codes the task counts as infra
+result cannot be read, or whose payload fails its signature, failed in the store
+(never re-submitted: its function ran).  Exit codes the task counts as infra
 (``retry_on={"exit_codes": [...]}``) make any failure with that code infra.
 """
 
@@ -23,6 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.k8s import status as k8s
+from airflow_provider_kinetic.core.jobs.signing import ResultAuthError
 from airflow_provider_kinetic.core.spec.failure import USER_PHASES, Failure, FailureClass
 from airflow_provider_kinetic.core.spec.handles import (
     REASON_EVICTED,
@@ -149,8 +151,9 @@ def _from_report(
     phase: str | None = None
     if cancelled or reason == LOCAL_CANCELLED:
         kind = FailureClass.CANCELLED
-    elif report.status is JobStatus.SUCCEEDED:
-        kind = FailureClass.STORE  # it ran; its result could not be read
+    elif report.status is JobStatus.SUCCEEDED or isinstance(error, ResultAuthError):
+        # It ran and its result could not be read (or not trusted): never re-run it.
+        kind = FailureClass.STORE
         message = f"{type(error).__name__}: {error}" if error is not None else message
     elif reason == REASON_PREEMPTED:
         kind = FailureClass.PREEMPTION
