@@ -21,7 +21,7 @@ from airflow_provider_kinetic.core.catalog.capacity import DEFAULT_CAPACITY_WAIT
 from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S, RESTORE_SAME_WORK
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
 from airflow_provider_kinetic.core.jobs.fallback import describe_step
-from airflow_provider_kinetic.core.jobs.retry_on import RetryOn, is_template, parse_retry_on
+from airflow_provider_kinetic.core.jobs.retry_on import is_template, parse_retry_on
 from airflow_provider_kinetic.core.jobs.submit import plan_job
 from airflow_provider_kinetic.core.jobs.taskrecord import Step, request_cancel
 from airflow_provider_kinetic.core.keys.publish import NEWEST_LOGICAL_DATE, check_policy
@@ -77,18 +77,12 @@ class KineticRunOperator(KineticOperatorBase):
     :param python_callable: the function to run remotely.
     :param op_args: its positional arguments (templated; ``Data`` may sit at any depth).
     :param op_kwargs: its keyword arguments (templated; must render to a dict).
-    :param preemption_retries: how often a preempted job (a spot VM reclaimed, a node
-        shut down under it) is submitted again within the same try (default 2); the
-        same as ``retry_on={"preemption": N}``.  These do not use the task's Airflow
-        ``retries``.
-    :param retry_on: re-submits per failure class within one Airflow try (templated;
-        ``core.jobs.retry_on``): ``{"preemption": 3, "infra": 1, "user_error": 0,
-        "no_capacity": 0}``, ``{"exit_codes": [42, 143]}`` (failures with these exit
-        codes count as infra), or ``"never"`` (never re-submit: a function that must
-        not run twice).  Default: ``{"preemption": preemption_retries}``.  A job that
-        fails for good raises the typed exception of its class (``KineticUserError``,
-        ``KineticInfraError``, ``KineticPreempted``, ...), which the task's own
-        ``retries`` (or Airflow 3.3's ``retry_policy``) may act on.
+    :param preemption_retries: re-submits of a preempted job (spot reclaim, node shutdown)
+        within the try, not using Airflow ``retries`` (default 2): ``retry_on``'s preemption.
+    :param retry_on: re-submits per failure class within one try (templated):
+        ``{"preemption": 3, "infra": 1, "user_error": 0}``, ``{"exit_codes": [42]}``
+        (these count as infra) or ``"never"``; docs/RETRIES.md.  A job that fails for
+        good raises its class's exception (``KineticUserError``, ``KineticInfraError``, ...).
     :param wait_for_completion: ``False`` submits, pushes the handle and succeeds at once
         (its return value is the handle dict); a ``KineticJobSensor`` with
         ``return_result=True`` waits for it later.
@@ -246,11 +240,6 @@ class KineticRunOperator(KineticOperatorBase):
             user_outlets=bool(kwargs.get("outlets")),
             argument_fields=("op_args", "op_kwargs", "volumes"),
         )
-
-    @property
-    def resubmit_policy(self) -> RetryOn:
-        """``retry_on`` (as rendered) with ``preemption_retries``."""
-        return parse_retry_on(self.retry_on, preemption_retries=self.preemption_retries)
 
     def request_args(self) -> tuple[Any, ...]:
         rendered_as("op_args", self.op_args, list | tuple, "a list or tuple")

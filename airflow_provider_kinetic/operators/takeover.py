@@ -19,6 +19,7 @@ from airflow_provider_kinetic.core.catalog.capacity import chain_for
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.fallback import describe_step, next_step
 from airflow_provider_kinetic.core.jobs.finish import failure_of
+from airflow_provider_kinetic.core.jobs.retry_on import RetryOn, parse_retry_on
 from airflow_provider_kinetic.core.jobs.taskrecord import TaskRecord
 from airflow_provider_kinetic.core.spec.failure import Failure, FailureClass
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
@@ -43,6 +44,11 @@ class Takeover:
     def preempted(self) -> bool:
         """A re-submit (of a preempted job, or of any class ``retry_on`` re-submits)."""
         return self.step is None
+
+
+def resubmit_policy(op: Any) -> RetryOn:
+    """The task's ``retry_on`` (as rendered) with its ``preemption_retries``."""
+    return parse_retry_on(op.retry_on, preemption_retries=op.preemption_retries)
 
 
 def capacity_chain(op: Any, config: KineticConfig) -> list[str]:
@@ -78,7 +84,7 @@ def takeover(
         return Takeover(step, used, counts)
     if report.status is JobStatus.SUCCEEDED:
         return None
-    policy = op.resubmit_policy
+    policy = resubmit_policy(op)
     failure = failure_of(store, handle, report, result_key(handle), policy.exit_codes)
     if failure is None:  # it left a good result after all
         return None

@@ -48,7 +48,7 @@ from airflow_provider_kinetic.operators.common import (
     task_identity,
     xcom_value,
 )
-from airflow_provider_kinetic.operators.takeover import takeover
+from airflow_provider_kinetic.operators.takeover import resubmit_policy, takeover
 from airflow_provider_kinetic.operators.task_record import (
     load_record,
     next_record,
@@ -325,7 +325,7 @@ class TaskTry:
             checkpoints_of=self.identity,
             hold=True,
             log_=self.log,
-            infra_exit_codes=self.op.resubmit_policy.exit_codes,
+            infra_exit_codes=resubmit_policy(self.op).exit_codes,
         )
         # The task's usage over every job its run had (the record's attempts).
         attempts = self.record.attempts if self.record is not None else []
