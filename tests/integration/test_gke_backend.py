@@ -604,6 +604,24 @@ async def test_pathways_failing_worker_fails_the_job(api: K8sDouble) -> None:
     assert (failure.failure_class, failure.exit_code) == (FailureClass.INFRA, 1)
 
 
+async def test_pathways_worker_2_failing_while_the_leader_runs_fails_the_job_at_once(
+    api: K8sDouble,
+) -> None:
+    """A 4-host slice: the leader and workers 1 and 3 run, worker 2's container crashed.
+    The first status read fails the job naming worker 2 (not the leader's timeout)."""
+    await api.create(LWS_PATH, to_json(lws_manifest(make_spec("tpu-v6e-4x4"))))
+    await add_pod(api, f"{LWS}-0", owner=LWS, phase="Running")
+    for n in (1, 3):
+        await add_pod(api, f"{LWS}-0-{n}", owner=LWS, phase="Running")
+    crashed = worker({"running": {}}, last={"terminated": {"exitCode": 2, "reason": "Error"}})
+    await add_pod(api, f"{LWS}-0-2", owner=LWS, phase="Running", containerStatuses=crashed)
+    report = await both(PathwaysBackend(api.client_factory()), LWS_HANDLE)
+    assert (report.status, report.reason) == (JobStatus.FAILED, ks.REASON_WORKER_FAILED)
+    assert f"{LWS}-0-2" in report.message
+    failure = classify(LWS_HANDLE.job_id, report, host_count=4)
+    assert (failure.failure_class, failure.exit_code) == (FailureClass.INFRA, 2)
+
+
 async def test_pathways_unschedulable_worker_and_failed_create(api: K8sDouble) -> None:
     body = to_json(lws_manifest(make_spec("tpu-v6e-4x4")))
     body["metadata"]["creationTimestamp"] = ago(OLD)
