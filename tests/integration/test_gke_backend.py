@@ -608,7 +608,8 @@ async def test_pathways_worker_2_failing_while_the_leader_runs_fails_the_job_at_
     api: K8sDouble,
 ) -> None:
     """A 4-host slice: the leader and workers 1 and 3 run, worker 2's container crashed.
-    The first status read fails the job naming worker 2 (not the leader's timeout)."""
+    The first status read fails the job naming worker 2 (not the leader's timeout), and
+    worker 2's own log tail can be read."""
     await api.create(LWS_PATH, to_json(lws_manifest(make_spec("tpu-v6e-4x4"))))
     await add_pod(api, f"{LWS}-0", owner=LWS, phase="Running")
     for n in (1, 3):
@@ -620,6 +621,14 @@ async def test_pathways_worker_2_failing_while_the_leader_runs_fails_the_job_at_
     assert f"{LWS}-0-2" in report.message
     failure = classify(LWS_HANDLE.job_id, report, host_count=4)
     assert (failure.failure_class, failure.exit_code) == (FailureClass.INFRA, 2)
+    # Its own log is shown, not only the leader's (core.jobs.finish reads its tail).
+    api.write_log(NS, f"{LWS}-0", "leader: waiting for the slice")
+    api.write_log(NS, f"{LWS}-0-2", *[f"step {n}" for n in range(60)], "host 2: bad shard")
+    backend = PathwaysBackend(api.client_factory())
+    text = await asyncio.to_thread(backend.read_host_log, LWS_HANDLE, 2, 50)
+    assert text is not None and text.splitlines()[-1] == "host 2: bad shard"
+    assert len(text.splitlines()) == 50 and "leader" not in text
+    assert await asyncio.to_thread(backend.read_host_log, LWS_HANDLE, 0, 50) is None
 
 
 async def test_pathways_unschedulable_worker_and_failed_create(api: K8sDouble) -> None:

@@ -22,7 +22,7 @@ from airflow_provider_kinetic import (
 )
 from airflow_provider_kinetic.core.backends.k8s import status as ks
 from airflow_provider_kinetic.core.jobs.classify import classify, exit_code_of
-from airflow_provider_kinetic.core.jobs.finish import failure_of
+from airflow_provider_kinetic.core.jobs.finish import failure_of, finish_job
 from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
 from airflow_provider_kinetic.core.jobs.retry_on import BadRetryOn, RetryOn, parse_retry_on
 from airflow_provider_kinetic.core.jobs.signing import ResultAuthError
@@ -37,6 +37,7 @@ from airflow_provider_kinetic.core.spec.handles import (
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.exceptions import ERROR_FOR_CLASS, job_failed
 from tests.fixtures import records
+from tests.fixtures.ended_jobs import EndedBackend
 
 FAILED = JobStatus.FAILED
 
@@ -263,3 +264,31 @@ def test_a_multi_host_job_names_its_lowest_failing_host_and_the_others(tmp_path)
         "failed in phase data resolve (infra) on host 2 of 4, exit code 1 "
         "(hosts 3 failed too): FileNotFoundError: /data/x"
     )
+
+
+class Said:
+    """A logger that keeps what it was told, formatted."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def _say(self, msg: str, *args: Any) -> None:
+        self.lines.append(msg % args)
+
+    info = warning = error = debug = _say
+
+
+def test_the_failing_hosts_own_log_is_shown_before_its_pods_go(tmp_path):
+    backend = EndedBackend(str(tmp_path))
+    store = LocalStore(str(tmp_path))
+    job = records.handle("job-h2", str(tmp_path), backend="pathways", accelerator="tpu-v6e-4x4")
+    blob, _ = dump_result(failed_in("execute", ValueError("bad shard"), host_index=2))
+    store.write_bytes("job-h2/result-worker-2.pkl", blob)
+    backend.host_logs[2] = "loading shard 7\nhost 2: bad shard\n"
+    report = StatusReport(FAILED, ks.REASON_WORKER_FAILED, "worker pod x-0-2: exit code 1")
+    said = Said()
+    done = finish_job(store, backend, job, report, cleanup="never", result_key=None, log_=said)
+    assert done.classified is not None and done.classified.host_index == 2
+    assert "[job-h2 host 2] host 2: bad shard" in said.lines
+    events = [what for what, _ in backend.events]
+    assert events.index("read_host_log") < events.index("cancel")  # read while it is there

@@ -143,6 +143,7 @@ def finish_job(
             done.classified = classify_ended(
                 store, handle, report, failed, exc, infra_exit_codes=infra_exit_codes
             )
+            _show_host_log(backend, handle, done.classified.host_index, logger)
             tb = next((n for n in getattr(exc, "__notes__", []) if n.startswith("Remote")), None)
             logger.error(
                 "kinetic job %s failed: %s: %s%s",
@@ -163,6 +164,23 @@ def finish_job(
         except Exception as exc:  # noqa: BLE001 - the value is delivered already
             logger.warning("could not delete the task's checkpoints: %s", exc)
     return done
+
+
+#: The failing host's last log lines shown in the task log (its pods go at the finish).
+HOST_LOG_LINES = 50
+
+
+def _show_host_log(backend: Backend, handle: JobHandle, host: int | None, logger: Any) -> None:
+    """A failing worker's own log tail (a multi-host job's log is its leader's)."""
+    if not host:
+        return
+    try:
+        text = backend.read_host_log(handle, host, HOST_LOG_LINES)
+    except Exception as exc:  # noqa: BLE001 - the failure is reported either way
+        logger.warning("could not read host %d's log of job %s: %s", host, handle.job_id, exc)
+        return
+    for line in (text or "").splitlines():
+        logger.info("[%s host %d] %s", handle.job_id, host, line)
 
 
 def host_count(handle: JobHandle) -> int:
