@@ -292,3 +292,20 @@ def test_the_failing_hosts_own_log_is_shown_before_its_pods_go(tmp_path):
     assert "[job-h2 host 2] host 2: bad shard" in said.lines
     events = [what for what, _ in backend.events]
     assert events.index("read_host_log") < events.index("cancel")  # read while it is there
+
+
+def test_task_kinetic_takes_retry_on_as_a_template_and_refuses_a_bad_one():
+    from airflow.sdk import DAG
+
+    from airflow_provider_kinetic import kinetic_task
+
+    def double(x: int) -> int:
+        return 2 * x
+
+    with DAG("kinetic_retry_on_decorator", schedule=None):
+        out = kinetic_task(retry_on={"infra": 1, "exit_codes": [42]})(double)(2)
+        with pytest.raises(BadRetryOn, match="unknown failure class 'bug'"):
+            kinetic_task(retry_on={"bug": 1})(double)(3)
+    op = out.operator
+    assert "retry_on" in op.template_fields
+    assert op.retry_on == {"infra": 1, "exit_codes": [42]}
