@@ -18,12 +18,19 @@ if TYPE_CHECKING:  # what editors and type checkers see; runtime imports stay la
     from airflow_provider_kinetic.core.errors import KineticError
     from airflow_provider_kinetic.core.jobs.resultref import load_result
     from airflow_provider_kinetic.core.keys.peer.window import BroadcastWindow
+    from airflow_provider_kinetic.core.spec.failure import Failure, FailureClass
     from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
     from airflow_provider_kinetic.decorators.kinetic import kinetic_task
     from airflow_provider_kinetic.exceptions import (
         KineticBatchFailed,
+        KineticInfraError,
         KineticJobCancelled,
         KineticJobFailed,
+        KineticNoCapacity,
+        KineticPreempted,
+        KineticStoreError,
+        KineticTimeout,
+        KineticUserError,
     )
     from airflow_provider_kinetic.hooks.kinetic import KineticHook
     from airflow_provider_kinetic.keys import store
@@ -47,6 +54,14 @@ _LAZY = {
     "KineticBatchFailed": "airflow_provider_kinetic.exceptions",
     "KineticJobCancelled": "airflow_provider_kinetic.exceptions",
     "KineticJobFailed": "airflow_provider_kinetic.exceptions",
+    "KineticInfraError": "airflow_provider_kinetic.exceptions",
+    "KineticNoCapacity": "airflow_provider_kinetic.exceptions",
+    "KineticPreempted": "airflow_provider_kinetic.exceptions",
+    "KineticStoreError": "airflow_provider_kinetic.exceptions",
+    "KineticTimeout": "airflow_provider_kinetic.exceptions",
+    "KineticUserError": "airflow_provider_kinetic.exceptions",
+    "Failure": "airflow_provider_kinetic.core.spec.failure",
+    "FailureClass": "airflow_provider_kinetic.core.spec.failure",
     "KineticHook": "airflow_provider_kinetic.hooks.kinetic",
     "KineticMapOperator": "airflow_provider_kinetic.operators.map",
     "KineticRunOperator": "airflow_provider_kinetic.operators.run",
@@ -65,6 +80,8 @@ __all__ = [
     "BatchState",
     "BroadcastWindow",
     "Data",
+    "Failure",
+    "FailureClass",
     "JobHandle",
     "JobStatus",
     "KineticBatchFailed",
@@ -72,12 +89,18 @@ __all__ = [
     "KineticBatchTrigger",
     "KineticError",
     "KineticHook",
+    "KineticInfraError",
     "KineticJobCancelled",
     "KineticJobFailed",
     "KineticJobSensor",
     "KineticJobTrigger",
     "KineticMapOperator",
+    "KineticNoCapacity",
+    "KineticPreempted",
     "KineticRunOperator",
+    "KineticStoreError",
+    "KineticTimeout",
+    "KineticUserError",
     "__version__",
     "attach",
     "get_provider_info",

@@ -50,4 +50,5 @@ exec "$VENV/bin/pytest" -q -p no:cacheprovider \
   tests/integration/test_peers_jobs.py \
   tests/integration/test_tensor_keys_gke.py \
   tests/integration/test_peer_keys_ls_ttl.py \
+  tests/integration/test_retry_policy.py \
   "$@"

@@ -24,6 +24,7 @@ from airflow_provider_kinetic.core.batch.manifest import manifest_key
 from airflow_provider_kinetic.core.batch.resume import live_key
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.signing import unseal
+from airflow_provider_kinetic.core.spec.failure import Failure
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectNotFound
 from airflow_provider_kinetic.deployment.signing import deployment_secret
@@ -232,7 +233,18 @@ def entry_row(entry: dict[str, Any]) -> dict[str, Any]:
         "artifacts_bytes": artifacts.get("bytes"),
         "children": entry.get("children"),
         "result": result_fate(entry),
+        "failure": _failure_line(entry.get("failure")),
     }
+
+
+def _failure_line(recorded: Any) -> str | None:
+    """The failure line a task recorded in the entry (``core.spec.failure``), or None."""
+    if not isinstance(recorded, dict) or not recorded.get("class"):
+        return None
+    try:
+        return Failure.from_dict(recorded).describe()
+    except (TypeError, ValueError):  # an entry from another version
+        return None
 
 
 def _legacy_row(entry: inventory.JobEntry) -> dict[str, Any]:

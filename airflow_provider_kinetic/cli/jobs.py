@@ -32,7 +32,11 @@ from airflow_provider_kinetic.cli.joblist import (
 )
 from airflow_provider_kinetic.cli.output import emit
 from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.finish import failure_of
+from airflow_provider_kinetic.core.spec.failure import Failure
+from airflow_provider_kinetic.core.spec.handles import JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectNotFound
+from airflow_provider_kinetic.deployment.signing import result_key
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 
 
@@ -116,9 +120,23 @@ def jobs_status(args: Namespace) -> None:
             "artifacts": job.store.uri(f"{h.job_id}/"),
             "try_number": (entry or {}).get("try_number"),
             "result": result_fate(entry) if entry and report.status.is_terminal else None,
+            "failure": _failure(job, report, entry),
         },
         output_format(args),
     )
+
+
+def _failure(job: AttachedJob, report: StatusReport, entry: dict | None) -> str | None:
+    """What failed (``core.spec.failure``): as the task that finished the job recorded
+    it, else read from its failure payload and status now; None for a job that did not
+    fail."""
+    recorded = (entry or {}).get("failure")
+    if isinstance(recorded, dict) and recorded.get("class"):
+        return Failure.from_dict(recorded).describe()
+    if report.status is not JobStatus.FAILED:
+        return None
+    failure = failure_of(job.store, job.handle, report, result_key(job.handle))
+    return failure.describe() if failure is not None else None
 
 
 @command

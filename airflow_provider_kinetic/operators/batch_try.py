@@ -46,6 +46,7 @@ from airflow_provider_kinetic.core.batch.resume import (
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.jobs.retry_on import input_policy
 from airflow_provider_kinetic.core.jobs.signing import Keyring, ResultAuthError
 from airflow_provider_kinetic.core.jobs.taskrecord import (
     DEFERRED,
@@ -168,6 +169,7 @@ class BatchTry:
         children's env carrying the broadcast window; the try's state is the planned
         one until ``resume_or_start`` decides."""
         op = self.op
+        policy = input_policy(op.input_retries)
         request = op.build_request(self.identity, self.store.uri, self.context)
         request, inputs = keyio.pin_batch(op, self.context, self.store, request, op.inputs)
         # The image once for every child; built (if missing) only when executing.
@@ -181,12 +183,14 @@ class BatchTry:
             self.store,
             config=self.config,
             max_concurrent=op.max_concurrent,
-            retries=op.input_retries,
+            retries=0 if policy is not None else op.input_retries,
             fail_fast=op.fail_fast,
             group_name=op.group_name or op.task_id,
             tags=[self.identity["dag_id"], self.identity["task_id"]],
             signing_secret=self.secret,
         )
+        if policy is not None:  # input_retries per class
+            state.retry_on = policy.to_dict()
         if op.broadcast is not None:
             state.template.env.update(databroadcast.window_env(op.broadcast))
         self.state = state

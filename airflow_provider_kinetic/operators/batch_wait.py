@@ -24,6 +24,7 @@ from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.jobs.polling import poll_delays
 from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
+from airflow_provider_kinetic.deployment.signing import result_key_for_job
 from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import config_to_json
 from airflow_provider_kinetic.operators.batch_try import BatchTry
@@ -156,7 +157,14 @@ def poll(t: BatchTry) -> None:
         lambda i, line: child_line(t, i, line),
         t.op.child_log_bytes_per_poll,
     )
-    finished = batchrun.observe(state, reports, backend, t.store)
+    auth = state.template.result_auth
+    finished = batchrun.observe(
+        state,
+        reports,
+        backend,
+        t.store,
+        payload_key=lambda child: result_key_for_job(child.job_id, auth),
+    )
     batchlogs.log_failures(state, finished, reports, t.op.log)
     batchlogs.forget_finished(state)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseOperator, XCom, conf, mask_secret
 
+from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.catalog.accelerators import with_spot
 from airflow_provider_kinetic.core.catalog.capacity import DEFAULT_CAPACITY_WAIT_S
 from airflow_provider_kinetic.core.data.schemes import scheme_for
@@ -30,7 +31,7 @@ from airflow_provider_kinetic.core.jobs.resultref import REF_KEY, make_result_re
 from airflow_provider_kinetic.core.runtime.context import DEFAULT_MAX_CONTEXT_MB, check_patterns
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, check_image_setting
 from airflow_provider_kinetic.core.runtime.requirements import check_spec as check_requirements
-from airflow_provider_kinetic.core.spec.handles import artifact_key
+from airflow_provider_kinetic.core.spec.handles import JobHandle, artifact_key
 from airflow_provider_kinetic.core.spec.identity import task_key, ti_identity
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.operators.capacity import check_options as check_capacity
@@ -373,3 +374,11 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
         if not callable(python_callable):
             raise TypeError(f"python_callable must be callable, got {python_callable!r}")
         return python_callable
+
+
+def show_job_logs(backend: Backend, handle: JobHandle, offset: int, log: Any) -> int:
+    """The job's log from ``offset`` into the task log; the new offset."""
+    text, new_offset = backend.read_logs(handle, offset)
+    for line in text.splitlines():
+        log.info("[%s] %s", handle.job_id, line)
+    return new_offset

@@ -12,10 +12,15 @@ from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.polling import StoreOutage, poll_delays
 from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
 from airflow_provider_kinetic.core.jobs.usage import note_admitted
+from airflow_provider_kinetic.core.spec.failure import Failure, FailureClass
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.deployment.connection import store_outage_window_s
-from airflow_provider_kinetic.exceptions import KineticJobCancelled
+from airflow_provider_kinetic.exceptions import KineticTimeout
+from airflow_provider_kinetic.operators import reuse
+from airflow_provider_kinetic.operators.common import show_job_logs
+from airflow_provider_kinetic.operators.takeover import takeover
+from airflow_provider_kinetic.operators.task_try import TaskTry
 
 
 @dataclass
@@ -55,7 +60,7 @@ def poll_job(
             time.sleep(delay)
             continue
         outage.recovered()
-        offset = show_logs(backend, handle, offset, log)
+        offset = show_job_logs(backend, handle, offset, log)
         if report.describe() != last:
             log.info("kinetic job %s: %s", handle.job_id, report.describe())
             if admitting and report.reason != REASON_NOT_ADMITTED:  # Kueue let it in
@@ -70,22 +75,20 @@ def poll_job(
             return Watched(handle, None, offset)
         if deadline is not None and time.time() >= deadline:
             request_cancel(store, backend, handle)
-            raise KineticJobCancelled(
-                f"kinetic job {handle.job_id} cancelled at the task's execution_timeout",
+            failure = Failure(
+                FailureClass.TIMEOUT,
                 job_id=handle.job_id,
+                message="cancelled at the task's execution_timeout",
+            )
+            log.error("kinetic job %s %s", handle.job_id, failure.describe())
+            raise KineticTimeout(
+                f"kinetic job {handle.job_id} cancelled at the task's execution_timeout",
+                failure=failure,
             )
         delay = next(delays)
         if give_up is not None:
             delay = max(0.0, min(delay, give_up - time.monotonic()))
         backend.wait([handle], delay)
-
-
-def show_logs(backend: Backend, handle: JobHandle, offset: int, log: Any) -> int:
-    """The job's log from ``offset`` into the task log; the new offset."""
-    text, new_offset = backend.read_logs(handle, offset)
-    for line in text.splitlines():
-        log.info("[%s] %s", handle.job_id, line)
-    return new_offset
 
 
 def event_report(event: dict[str, Any]) -> StatusReport | None:
@@ -102,3 +105,55 @@ def event_report(event: dict[str, Any]) -> StatusReport | None:
     if status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
         return None
     return StatusReport(status, event.get("reason"), str(event.get("message") or ""))
+
+
+def wait(
+    t: TaskTry, handle: JobHandle, deadline: float | None, give_up_after: float | None = None
+) -> Watched:
+    """Poll until the job ends and no job takes over from it (``next_job``), or,
+    with ``give_up_after`` (seconds, from each job's start of the wait), until then."""
+    while True:
+        watched = poll_job(
+            t.backend,
+            t.store,
+            handle,
+            poll_interval=t.op.poll_interval,
+            log=t.log,
+            deadline=deadline,
+            give_up_after=give_up_after,
+        )
+        if watched.report is None:
+            return watched
+        new = next_job(t, handle, watched.report)
+        if new is None:
+            return watched
+        handle = new
+
+
+def next_job(t: TaskTry, handle: JobHandle, report: StatusReport) -> JobHandle | None:
+    """The job that takes over from ``handle``, which ended with ``report``
+    (``operators.takeover``): the next capacity step's, or a preempted job's
+    re-submit; None: finish this one."""
+    then = takeover(t.op, t.config, t.store, t.record, handle, report, t.log)
+    if then is None:
+        return None
+    if then.preempted:
+        failure = then.failure
+        preempted = failure is None or failure.failure_class is FailureClass.PREEMPTION
+        state = "PREEMPTED" if preempted else report.status.value
+        why = report.reason if failure is None else failure.describe()
+        extra = {"failure": failure.to_dict()} if failure is not None else {}
+        history.update(t.store, handle.job_id, state, why, **extra)
+        t.retire(handle, archive_logs=True)
+        t.backend.cancel(handle)  # delete what is left of it
+        new = t.submit()
+    else:
+        why = f"{report.reason}: {report.message}"
+        history.update(t.store, handle.job_id, history.CANCELLED, why)
+        t.backend.cancel(handle)  # delete the Job that never ran (its pods never started)
+        t.retire(handle)
+        new = t.submit(t.plan(then.step))
+    reuse.name_job(t, new)
+    t.write_record(new, preemptions=then.preemptions, resubmits=then.resubmits)
+    t.publish(new)
+    return new

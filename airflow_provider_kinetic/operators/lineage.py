@@ -189,6 +189,7 @@ def job_facts(store: Any, handle: Mapping[str, Any], attempts: list[str]) -> dic
         "outputDir": handle.get("output_dir") or entry.get("output_dir"),
         "state": entry.get("state"),
         "reason": entry.get("reason"),
+        "failure": entry.get("failure"),
         "usage": usage_of(store, list(attempts) or [job_id]) if store is not None else None,
     }
     return {k: v for k, v in facts.items() if v is not None}
@@ -253,8 +254,13 @@ def finish(lineage: TaskLineage, facts: Mapping[str, Any], phase: str) -> TaskLi
     if out and not any(o.uri == out for o in lineage.outputs):
         lineage.outputs = [DataSet(str(out), "output_dir")]
     ended_badly = facts.get("state") not in (None, "SUCCEEDED", "SUBMITTED", "RUNNING")
-    if phase == FAIL and ended_badly and facts.get("reason"):
-        what = f"batch {facts['groupId']}" if "groupId" in facts else f"job {facts.get('jobId')}"
+    what = f"batch {facts['groupId']}" if "groupId" in facts else f"job {facts.get('jobId')}"
+    failure = facts.get("failure")
+    if phase == FAIL and isinstance(failure, Mapping) and failure.get("class"):
+        from airflow_provider_kinetic.core.spec.failure import Failure
+
+        lineage.error = f"kinetic {what} {Failure.from_dict(failure).describe()}"
+    elif phase == FAIL and ended_badly and facts.get("reason"):
         lineage.error = f"kinetic {what} {str(facts['state']).lower()}: {facts['reason']}"
     return lineage
 

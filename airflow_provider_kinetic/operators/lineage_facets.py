@@ -45,7 +45,9 @@ class KineticRunFacet(RunFacet):
     (every job of the task run: capacity fallbacks, preemptions).  Batches: ``groupId``,
     ``childJobCount``, the first ``childJobIds`` and the ``children`` counts.  Both:
     where it ran (``backend``, ``accelerator``, ``capacity``, ``image``), how it ended
-    (``state``, ``reason``) and ``usage`` (the ``kinetic_usage`` summary).
+    (``state``, ``reason``, and for a failed job ``failure``: its class, phase, exit
+    code, host and remote exception, ``core.spec.failure``) and ``usage`` (the
+    ``kinetic_usage`` summary).
     """
 
     connId: str | None = field(default=None)
@@ -62,6 +64,7 @@ class KineticRunFacet(RunFacet):
     outputDir: str | None = field(default=None)
     state: str | None = field(default=None)
     reason: str | None = field(default=None)
+    failure: dict[str, Any] | None = field(default=None)
     usage: dict[str, Any] | None = field(default=None)
     omittedInputs: int | None = field(default=None)
 

@@ -22,6 +22,7 @@ from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.catalog.capacity import DEFAULT_CAPACITY_WAIT_S
 from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S, RESTORE_SAME_WORK
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
+from airflow_provider_kinetic.core.jobs.retry_on import ALLOWED, NEVER, input_policy
 from airflow_provider_kinetic.core.keys import databroadcast
 from airflow_provider_kinetic.core.keys.peer.window import BroadcastWindow
 from airflow_provider_kinetic.core.storage import ObjectStore
@@ -49,7 +50,10 @@ class KineticMapOperator(KineticOperatorBase):
     :param op_kwargs: keyword arguments shared by every child (templated).
     :param max_concurrent: children running at once.
     :param input_retries: re-submissions of a failed input's child (new job id), within
-        the try. Preemptions are retried apart from this budget.  (``retries`` is the
+        the try: a count (any failure; preemptions are retried apart from it, up to 3),
+        or, per input, ``retry_on``'s per-class form (``{"preemption": 3, "infra": 1,
+        "user_error": 0}``, ``{"exit_codes": [42]}``, ``"never"``; preemptions get 3
+        unless named).  (``retries`` is the
         task's Airflow retries, as on every operator: a retry resumes the batch, only
         failed or missing inputs run again.)
     :param fail_fast: on the first failure launch nothing more and cancel running siblings.
@@ -126,7 +130,7 @@ class KineticMapOperator(KineticOperatorBase):
         input_mode: str = "auto",
         op_kwargs: Mapping[str, Any] | None = None,
         max_concurrent: int = 64,
-        input_retries: int = 0,
+        input_retries: int | dict[str, Any] | str = 0,
         fail_fast: bool = False,
         return_exceptions: bool = False,
         ordered: bool = True,
@@ -184,14 +188,17 @@ class KineticMapOperator(KineticOperatorBase):
             **kwargs,
         )
         self.broadcast = databroadcast.window_of(broadcast)
-        if (
+        per_class = isinstance(input_retries, Mapping) or input_retries == NEVER
+        if per_class:  # retry_on's form: bad input fails here, naming what is allowed
+            input_policy(input_retries)
+        elif (
             isinstance(input_retries, bool)
             or not isinstance(input_retries, int)
             or input_retries < 0
         ):
             raise ValueError(
                 "input_retries (re-submissions of a failed input) must be an integer >= 0, "
-                f"got {input_retries!r}"
+                f"got {input_retries!r}; or per class, {ALLOWED}"
             )
         self.input_retries = input_retries
         self.python_callable = self.require_callable(python_callable)

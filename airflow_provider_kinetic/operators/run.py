@@ -21,6 +21,7 @@ from airflow_provider_kinetic.core.catalog.capacity import DEFAULT_CAPACITY_WAIT
 from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S, RESTORE_SAME_WORK
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
 from airflow_provider_kinetic.core.jobs.fallback import describe_step
+from airflow_provider_kinetic.core.jobs.retry_on import is_template, parse_retry_on
 from airflow_provider_kinetic.core.jobs.submit import plan_job
 from airflow_provider_kinetic.core.jobs.taskrecord import Step, request_cancel
 from airflow_provider_kinetic.core.keys.publish import NEWEST_LOGICAL_DATE, check_policy
@@ -30,7 +31,7 @@ from airflow_provider_kinetic.deployment.signing import deployment_secret
 from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.links import KineticJobLink, KineticLogsLink, KineticOutputLink
-from airflow_provider_kinetic.operators import assets, keyio, reuse
+from airflow_provider_kinetic.operators import assets, job_wait, keyio, reuse
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
     DEFAULT_DEFERRABLE,
@@ -40,7 +41,6 @@ from airflow_provider_kinetic.operators.common import (
     defer_timeout,
     rendered_as,
 )
-from airflow_provider_kinetic.operators.job_wait import event_report
 from airflow_provider_kinetic.operators.task_try import TaskTry
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
 
@@ -61,9 +61,12 @@ class KineticRunOperator(KineticOperatorBase):
     :param python_callable: the function to run remotely.
     :param op_args: its positional arguments (templated; ``Data`` may sit at any depth).
     :param op_kwargs: its keyword arguments (templated; must render to a dict).
-    :param preemption_retries: how often a job killed by the platform (spot reclaim,
-        eviction) is submitted again within the same try; these do not use the task's
-        Airflow ``retries``.
+    :param preemption_retries: re-submits of a preempted job (spot reclaim, node shutdown)
+        within the try, not using Airflow ``retries`` (default 2): ``retry_on``'s preemption.
+    :param retry_on: re-submits per failure class within one try (templated):
+        ``{"preemption": 3, "infra": 1, "user_error": 0}``, ``{"exit_codes": [42]}``
+        (these count as infra) or ``"never"``; docs/RETRIES.md.  A job that fails for
+        good raises its class's exception (``KineticUserError``, ``KineticInfraError``, ...).
     :param wait_for_completion: ``False`` submits, pushes the handle and succeeds at once
         (its return value is the handle dict); a ``KineticJobSensor`` with
         ``return_result=True`` waits for it later.
@@ -135,6 +138,7 @@ class KineticRunOperator(KineticOperatorBase):
     template_fields: Sequence[str] = (
         "op_args",
         "op_kwargs",
+        "retry_on",
         "volumes",
         "output_dir",
         "accelerator",
@@ -158,7 +162,8 @@ class KineticRunOperator(KineticOperatorBase):
         python_callable: Callable[..., Any],
         op_args: Collection[Any] | None = None,
         op_kwargs: Mapping[str, Any] | None = None,
-        preemption_retries: int = 2,
+        preemption_retries: int | None = None,
+        retry_on: dict[str, Any] | str | None = None,
         wait_for_completion: bool = True,
         output_asset: bool = True,
         output_key: str | None = None,
@@ -218,6 +223,9 @@ class KineticRunOperator(KineticOperatorBase):
         self.op_args = op_args
         self.op_kwargs = op_kwargs
         self.preemption_retries = preemption_retries
+        self.retry_on = retry_on
+        if not is_template(retry_on):  # bad input fails at parse time
+            parse_retry_on(retry_on, preemption_retries=preemption_retries)
         self.wait_for_completion = wait_for_completion
         self.cache_settings = reuse.check(self, cache, cache_version, cache_ignore)
         self._try: TaskTry | None = None  # this execution segment's try
@@ -267,7 +275,7 @@ class KineticRunOperator(KineticOperatorBase):
 
     def _wait_sync(self, run: TaskTry, handle: JobHandle, deadline_ts: float | None) -> Any:
         """Poll in the worker, the job's log shown live, until it ends; finish it."""
-        watched = run.wait(handle, deadline_ts)
+        watched = job_wait.wait(run, handle, deadline_ts)
         assert watched.report is not None
         return run.finish(watched.handle, watched.report, watched.offset)
 
@@ -278,7 +286,7 @@ class KineticRunOperator(KineticOperatorBase):
         would make Airflow race the worker's own exit report against the trigger's
         event (apache/airflow#66374) and costs a round trip."""
         grace = defer_grace_s() if run.backend.first_poll_s is not None else 0.0
-        watched = run.wait(handle, deadline_ts, give_up_after=grace)
+        watched = job_wait.wait(run, handle, deadline_ts, give_up_after=grace)
         if watched.report is None:
             self._defer(run, watched.handle, deadline_ts, attempt=0, log_offset=watched.offset)
         return run.finish(watched.handle, watched.report, watched.offset)
@@ -319,7 +327,7 @@ class KineticRunOperator(KineticOperatorBase):
         handle = JobHandle.from_dict(event["handle"])
         run = self._try = TaskTry.open(self, context, handle.backend)
         run.handle = handle
-        report = event_report(event)
+        report = job_wait.event_report(event)
         if report is None:  # no final answer from the trigger: ask the job itself
             report = run.backend.status(handle)
         self.log.info(
@@ -331,7 +339,7 @@ class KineticRunOperator(KineticOperatorBase):
         # The trigger showed the job's log up to here while the task was deferred.
         offset = int(event.get("log_offset") or 0)
         if report.status.is_terminal:
-            new = run.next_job(handle, report)
+            new = job_wait.next_job(run, handle, report)
             if new is not None:
                 return self._defer(run, new, event.get("deadline"), 0)
             return run.finish(handle, report, offset)

@@ -2,8 +2,8 @@
 
 Every try keeps a record of its job in the store, written *before* the job is
 created, so a later try finds the job instead of running it twice.  The record also
-counts the task's preemption re-submits (``preemption_retries``), which do not use
-the task's Airflow ``retries``.  Airflow 3.3's task state store holds the job too:
+counts the task's re-submits per failure class (``retry_on``, ``preemption_retries``),
+which do not use the task's Airflow ``retries``.  Airflow 3.3's task state store holds the job too:
 a fallback when the store has no record.
 """
 
@@ -20,6 +20,17 @@ from airflow_provider_kinetic.operators.common import XCOM_JOB
 
 def preemptions_of(record: TaskRecord | None) -> int:
     return record.preemptions if record is not None and record.kind == "job" else 0
+
+
+def resubmits_of(record: TaskRecord | None) -> dict[str, int]:
+    """Re-submits so far per failure class (a record from before classes: its
+    preemptions)."""
+    if record is None or record.kind != "job":
+        return {}
+    counts = dict(record.resubmits or {})
+    if record.preemptions:
+        counts["preemption"] = max(counts.get("preemption", 0), record.preemptions)
+    return counts
 
 
 def load_record(
@@ -49,12 +60,15 @@ def next_record(
     delivered: bool,
     returned: bool = False,
     preemptions: int | None,
+    resubmits: dict[str, int] | None = None,
 ) -> TaskRecord:
     """The record after ``old`` for ``handle``: its work digest (``work``, else the
     record's for the same job: a resumed deferred try has not planned), the task's
     preemptions (``old``'s unless given) and every job its run has had."""
     if preemptions is None:
         preemptions = preemptions_of(old)
+    if resubmits is None:
+        resubmits = resubmits_of(old)
     if work is None and old is not None and old.job and old.job.job_id == handle.job_id:
         work = old.work
     attempts = list(old.attempts) if old is not None and old.kind == "job" else []
@@ -68,6 +82,7 @@ def next_record(
         delivered=delivered,
         returned=returned,
         preemptions=preemptions,
+        resubmits=dict(resubmits),
         work=work,
         attempts=attempts,
     )

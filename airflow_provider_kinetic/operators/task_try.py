@@ -21,7 +21,7 @@ from airflow_provider_kinetic.core.catalog.capacity import parse_capacity
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.cleanup import after_job
-from airflow_provider_kinetic.core.jobs.finish import finish_job, release_held
+from airflow_provider_kinetic.core.jobs.finish import describe_failure, finish_job, release_held
 from airflow_provider_kinetic.core.jobs.submit import PlannedJob, plan_job, submit_planned
 from airflow_provider_kinetic.core.jobs.taskrecord import (
     DEFERRED,
@@ -33,22 +33,24 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
     supersede_record,
     write_record,
 )
+from airflow_provider_kinetic.core.spec.failure import Failure, FailureClass
 from airflow_provider_kinetic.core.spec.handles import JobHandle, StatusReport, new_job_id
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key
-from airflow_provider_kinetic.exceptions import KineticJobFailed
+from airflow_provider_kinetic.exceptions import job_failed
 from airflow_provider_kinetic.links import job_links
-from airflow_provider_kinetic.operators import assets, job_wait, keyio, reuse
+from airflow_provider_kinetic.operators import assets, keyio, reuse
 from airflow_provider_kinetic.operators.common import (
     XCOM_JOB,
     XCOM_OUTPUT_DIR,
     KineticOperatorBase,
     directory_uri,
     push_value,
+    show_job_logs,
     task_identity,
     xcom_value,
 )
-from airflow_provider_kinetic.operators.takeover import takeover
+from airflow_provider_kinetic.operators.takeover import resubmit_policy
 from airflow_provider_kinetic.operators.task_record import (
     load_record,
     next_record,
@@ -230,11 +232,18 @@ class TaskTry:
         self.write_record(provisional)
         try:
             submit_planned(planned, self.backend, self.store)
-        except Exception:
+        except Exception as exc:
             if not self._job_exists(planned.handle):
                 restore_record(self.store, self.identity, self.context, before, self.log)
                 self.record = before.record
-            raise
+            phase = getattr(exc, "failure_phase", None)  # the job's environment failed
+            if phase is None:
+                raise
+            failure = Failure(
+                FailureClass.INFRA, phase=phase, job_id=job_id, message=describe_failure(exc)
+            )
+            self.log.error("kinetic job %s %s", job_id, failure.describe())
+            raise job_failed(f"kinetic job {job_id} {failure.describe()}", failure) from exc
         return planned.handle
 
     def _job_exists(self, handle: JobHandle) -> bool:
@@ -261,55 +270,10 @@ class TaskTry:
             what = parse_capacity(handle.capacity).describe
             self.log.info("kinetic job %s asks for capacity: %s", handle.job_id, what)
 
-    # ---- waiting in the worker ---------------------------------------------------------
-    def wait(
-        self, handle: JobHandle, deadline: float | None, give_up_after: float | None = None
-    ) -> job_wait.Watched:
-        """Poll until the job ends and no job takes over from it (``next_job``), or,
-        with ``give_up_after`` (seconds, from each job's start of the wait), until then."""
-        while True:
-            watched = job_wait.poll_job(
-                self.backend,
-                self.store,
-                handle,
-                poll_interval=self.op.poll_interval,
-                log=self.log,
-                deadline=deadline,
-                give_up_after=give_up_after,
-            )
-            if watched.report is None:
-                return watched
-            new = self.next_job(handle, watched.report)
-            if new is None:
-                return watched
-            handle = new
-
+    # ---- waiting in the worker (operators.job_wait) -----------------------------------
     def show_logs(self, handle: JobHandle, offset: int) -> int:
-        return job_wait.show_logs(self.backend, handle, offset, self.log)
-
-    # ---- jobs that take over from an ended one -----------------------------------------
-    def next_job(self, handle: JobHandle, report: StatusReport) -> JobHandle | None:
-        """The job that takes over from ``handle``, which ended with ``report``
-        (``operators.takeover``): the next capacity step's, or a preempted job's
-        re-submit; None: finish this one."""
-        then = takeover(self.op, self.config, self.store, self.record, handle, report, self.log)
-        if then is None:
-            return None
-        if then.preempted:
-            history.update(self.store, handle.job_id, "PREEMPTED", report.reason)
-            self.retire(handle, archive_logs=True)
-            self.backend.cancel(handle)  # delete what is left of it
-            new = self.submit()
-        else:
-            why = f"{report.reason}: {report.message}"
-            history.update(self.store, handle.job_id, history.CANCELLED, why)
-            self.backend.cancel(handle)  # delete the Job that never ran (its pods never started)
-            self.retire(handle)
-            new = self.submit(self.plan(then.step))
-        reuse.name_job(self, new)
-        self.write_record(new, preemptions=then.preemptions)
-        self.publish(new)
-        return new
+        """The job's log from ``offset`` into the task log; the new offset."""
+        return show_job_logs(self.backend, handle, offset, self.log)
 
     # ---- finishing ---------------------------------------------------------------------
     def finish(self, handle: JobHandle, report: StatusReport, offset: int) -> Any:
@@ -335,14 +299,21 @@ class TaskTry:
             hold=True,
             keep_result=self.op.cache_settings is not None,
             log_=self.log,
+            infra_exit_codes=resubmit_policy(self.op).exit_codes,
         )
         reuse.offer(self, handle, done.succeeded and done.read)
         # The task's usage over every job its run had (the record's attempts).
         attempts = self.record.attempts if self.record is not None else []
         report_usage(self.op, self.context, self.store, attempts or [handle.job_id])
         if done.error is not None:
-            raise KineticJobFailed(
-                f"kinetic job {handle.job_id} failed: {done.failure}", job_id=handle.job_id
+            failure = done.classified
+            if failure is not None:
+                self.log.error("kinetic job %s %s", handle.job_id, failure.describe())
+                self.context["ti"].xcom_push(
+                    key=XCOM_JOB, value={**handle.to_dict(), "failure": failure.to_dict()}
+                )
+            raise job_failed(
+                f"kinetic job {handle.job_id} failed: {done.failure}", failure, handle.job_id
             ) from done.error
         keyio.put_output_key(self.op, self.context, self.store, handle)
         if handle.output_dir:
@@ -377,6 +348,7 @@ class TaskTry:
         delivered: bool = False,
         returned: bool = False,
         preemptions: int | None = None,
+        resubmits: dict[str, int] | None = None,
     ) -> None:
         """The task's record: this try's job, how it waits now (``mode``: SYNC in the
         worker, DEFERRED once handed to the triggerer), its work digest, whether its
@@ -391,6 +363,7 @@ class TaskTry:
             delivered=delivered,
             returned=returned,
             preemptions=preemptions,
+            resubmits=resubmits,
         )
         write_record(self.store, self.identity, record, self.secret)
         self.record = record

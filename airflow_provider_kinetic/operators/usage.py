@@ -53,7 +53,8 @@ def send_metrics(
     """Per ended job or batch this try ran (its ``try_number``) or collected (the last
     id): ``kinetic.job.ended``, ``.queued`` and ``.run`` (a batch: one sample, the mean
     over its children), ``.chip_seconds``, and for a single job its preemption and its
-    capacity step given up (a batch's are counted live, by ``core.batch.run.observe``)."""
+    capacity step given up (a batch's are counted live, by ``core.batch.run.observe``); a
+    failed job's carry its ``failure_class``."""
     last = job_ids[-1] if job_ids else None
     for attempt in usage.get("attempts_detail") or []:
         mine = attempt.get("job_id") == last or attempt.get("try_number") == try_number
@@ -69,6 +70,8 @@ def send_metrics(
             "capacity": attempt.get("capacity"),
             "kind": attempt.get("kind") or "job",
         }
+        if attempt.get("failure_class"):  # what failed (core.spec.failure)
+            tags["failure_class"] = attempt["failure_class"]
         jobs = max(1, int(attempt.get("jobs") or 1))
         metrics.incr("kinetic.job.ended", jobs, {**tags, "state": attempt.get("state")})
         measured = max(1, int(attempt.get("measured_jobs") or 1)) if batch else 1

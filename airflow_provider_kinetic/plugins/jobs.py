@@ -165,9 +165,11 @@ def history_row(row: dict, store: ObjectStore) -> JobRow:
         output_dir=row.get("output_dir"),
     )
     mi = row.get("map_index")
+    # A failed job's reason: what failed, as the task log said it (class and phase).
+    failure = row.get("failure") if state == JobStatus.FAILED.value else None
     return JobRow(
         handle,
-        StatusReport(status, row.get("reason") or default_reason),
+        StatusReport(status, failure or row.get("reason") or default_reason),
         row.get("dag_id"),
         row.get("run_id"),
         row.get("task_id"),

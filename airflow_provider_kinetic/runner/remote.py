@@ -76,8 +76,13 @@ def _execute(func: Any, args: tuple, kwargs: dict, index: int) -> dict[str, Any]
         if exc.code in (None, 0):
             return make_result(success=True, result=None, host_index=index)
         err = RuntimeError(f"function called sys.exit({exc.code})")
+        code = exc.code if isinstance(exc.code, int) else 1  # as Python exits
         return make_result(
-            success=False, exception=err, traceback=traceback.format_exc(), host_index=index
+            success=False,
+            exception=err,
+            traceback=traceback.format_exc(),
+            host_index=index,
+            exit_code=code,
         )
     except BaseException as exc:  # noqa: BLE001
         err = exc if isinstance(exc, Exception) else RuntimeError(f"{type(exc).__name__}: {exc}")

@@ -32,7 +32,10 @@ from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
 from airflow_provider_kinetic.core.jobs.cleanup import policy as cleanup_policy
 from airflow_provider_kinetic.core.jobs.resultref import result_ref_uris
 from airflow_provider_kinetic.core.spec.handles import parse_rendered
-from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key_for_job
+from airflow_provider_kinetic.deployment.signing import (
+    deployment_secret,
+    result_key_for_job,
+)
 from airflow_provider_kinetic.exceptions import KineticBatchFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.operators.common import xcom_value
@@ -118,7 +121,9 @@ class KineticBatchSensor(KineticBatchSensorLineage, BaseSensorOperator):
         handles = list(state.active.values())
         reports = backend.batch_status(state.group_id, handles) if handles else {}
         batchlogs.show(state, backend, reports, self._child_line, self.child_log_bytes_per_poll)
-        for index in batchrun.observe(state, reports, backend, store):
+        auth = state.template.result_auth
+        keys = lambda child: result_key_for_job(child.job_id, auth)  # noqa: E731
+        for index in batchrun.observe(state, reports, backend, store, payload_key=keys):
             if state.done[index] != "SUCCEEDED":
                 report = reports.get(state.jobs[index])
                 why = report.describe() if report else state.done[index]

@@ -21,7 +21,7 @@ from airflow_provider_kinetic.core.spec.handles import (
     parse_rendered,
 )
 from airflow_provider_kinetic.deployment.signing import result_key
-from airflow_provider_kinetic.exceptions import KineticJobFailed
+from airflow_provider_kinetic.exceptions import KineticJobFailed, job_failed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.operators.common import xcom_value
 from airflow_provider_kinetic.operators.lineage import KineticJobSensorLineage
@@ -106,8 +106,12 @@ class KineticJobSensor(KineticJobSensorLineage, BaseSensorOperator):
             log_=self.log,
         )
         if done.error is not None:  # a failed job: its own error, with the remote traceback
-            raise KineticJobFailed(
-                f"kinetic job {handle.job_id} failed: {done.failure}", job_id=handle.job_id
+            if done.classified is not None:
+                self.log.error("kinetic job %s %s", handle.job_id, done.classified.describe())
+            raise job_failed(
+                f"kinetic job {handle.job_id} failed: {done.failure}",
+                done.classified,
+                handle.job_id,
             ) from done.error
         if not done.succeeded:
             raise KineticJobFailed(

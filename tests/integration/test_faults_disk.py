@@ -117,8 +117,9 @@ def test_a_full_disk_while_the_result_is_written_reaches_the_task(
         {(t, k): v for (t, k, _), v in xcoms(dr).items()}[("big", "kinetic_job")]
     )
     path = f"{full_root}/{job.job_id}/result.pkl"
-    # The task's error says what was written where, how big, and the room left.
-    failed = "airflow_provider_kinetic.exceptions.KineticJobFailed: "
+    # The task's error says what was written where, how big, and the room left; its
+    # class is the store's (the function ran: never re-submitted).
+    failed = "airflow_provider_kinetic.exceptions.KineticStoreError: "
     error = next(line for line in out.splitlines() if failed in line)
     assert "the job's result could not be stored" in error, error
     assert f"at {path} (" in error and "bytes free there" in error, error

@@ -26,6 +26,8 @@ from airflow_provider_kinetic.core.backends.k8s.manifests import (
 )
 from airflow_provider_kinetic.core.backends.k8s.pathways import PathwaysBackend
 from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
+from airflow_provider_kinetic.core.jobs.classify import classify
+from airflow_provider_kinetic.core.spec.failure import FailureClass
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_job_spec
 from airflow_provider_kinetic.gcp.gke_auth import (
@@ -233,6 +235,8 @@ async def test_image_pull_errors(api: K8sDouble, kubelet_reason: str, age: float
     assert report.reason == PULL[kubelet_reason]
     assert report.status is (JobStatus.PENDING if age == YOUNG else JobStatus.FAILED)
     assert "gpu-nope" in report.message
+    failure = classify(HANDLE.job_id, report)  # what the task says once it failed
+    assert (failure.failure_class, failure.phase) == (FailureClass.INFRA, "startup")
 
 
 @pytest.mark.parametrize("age", [YOUNG, OLD])
@@ -260,6 +264,8 @@ async def test_unschedulable(api: K8sDouble, message: str, hint: str, age: float
     assert report.reason == ks.REASON_UNSCHEDULABLE
     assert report.status is (JobStatus.PENDING if age == YOUNG else JobStatus.FAILED)
     assert message in report.message and hint in report.message
+    failure = classify(HANDLE.job_id, report)  # past the wait: no capacity came
+    assert (failure.failure_class, failure.phase) == (FailureClass.NO_CAPACITY, "startup")
 
 
 @pytest.mark.parametrize("age", [YOUNG, OLD])
@@ -319,6 +325,17 @@ KILLED: dict[str, dict[str, Any]] = {
         ],
         "containerStatuses": worker({"terminated": {"exitCode": 143, "reason": "Error"}}),
     },
+    ks.REASON_NODE_LOST: {
+        "reason": "NodeLost",
+        "message": "Node gke-pool-1-abc which was running pod x1 is unresponsive",
+    },
+}
+#: The class each way of being killed has (``core.jobs.classify``), and its exit code.
+KILLED_AS = {
+    ks.REASON_OOM_KILLED: (FailureClass.INFRA, 137),
+    ks.REASON_EVICTED: (FailureClass.INFRA, None),
+    ks.REASON_PREEMPTED: (FailureClass.PREEMPTION, None),
+    ks.REASON_NODE_LOST: (FailureClass.INFRA, None),
 }
 
 
@@ -331,6 +348,8 @@ async def test_killed_pods(api: K8sDouble, reason: str, counted: bool) -> None:
     assert (report.status, report.reason) == (JobStatus.FAILED, reason)
     if reason == ks.REASON_PREEMPTED:
         assert "spot VM was reclaimed" in report.message
+    failure = classify(HANDLE.job_id, report)
+    assert (failure.failure_class, failure.exit_code) == KILLED_AS[reason]
 
 
 def test_reasons_are_distinct() -> None:
@@ -581,6 +600,35 @@ async def test_pathways_failing_worker_fails_the_job(api: K8sDouble) -> None:
     report = await both(PathwaysBackend(api.client_factory()), LWS_HANDLE)
     assert (report.status, report.reason) == (JobStatus.FAILED, ks.REASON_WORKER_FAILED)
     assert f"{LWS}-0-1" in report.message
+    failure = classify(LWS_HANDLE.job_id, report)  # no payload: a crash outside the function
+    assert (failure.failure_class, failure.exit_code) == (FailureClass.INFRA, 1)
+
+
+async def test_pathways_worker_2_failing_while_the_leader_runs_fails_the_job_at_once(
+    api: K8sDouble,
+) -> None:
+    """A 4-host slice: the leader and workers 1 and 3 run, worker 2's container crashed.
+    The first status read fails the job naming worker 2 (not the leader's timeout), and
+    worker 2's own log tail can be read."""
+    await api.create(LWS_PATH, to_json(lws_manifest(make_spec("tpu-v6e-4x4"))))
+    await add_pod(api, f"{LWS}-0", owner=LWS, phase="Running")
+    for n in (1, 3):
+        await add_pod(api, f"{LWS}-0-{n}", owner=LWS, phase="Running")
+    crashed = worker({"running": {}}, last={"terminated": {"exitCode": 2, "reason": "Error"}})
+    await add_pod(api, f"{LWS}-0-2", owner=LWS, phase="Running", containerStatuses=crashed)
+    report = await both(PathwaysBackend(api.client_factory()), LWS_HANDLE)
+    assert (report.status, report.reason) == (JobStatus.FAILED, ks.REASON_WORKER_FAILED)
+    assert f"{LWS}-0-2" in report.message
+    failure = classify(LWS_HANDLE.job_id, report, host_count=4)
+    assert (failure.failure_class, failure.exit_code) == (FailureClass.INFRA, 2)
+    # Its own log is shown, not only the leader's (core.jobs.finish reads its tail).
+    api.write_log(NS, f"{LWS}-0", "leader: waiting for the slice")
+    api.write_log(NS, f"{LWS}-0-2", *[f"step {n}" for n in range(60)], "host 2: bad shard")
+    backend = PathwaysBackend(api.client_factory())
+    text = await asyncio.to_thread(backend.read_host_log, LWS_HANDLE, 2, 50)
+    assert text is not None and text.splitlines()[-1] == "host 2: bad shard"
+    assert len(text.splitlines()) == 50 and "leader" not in text
+    assert await asyncio.to_thread(backend.read_host_log, LWS_HANDLE, 0, 50) is None
 
 
 async def test_pathways_unschedulable_worker_and_failed_create(api: K8sDouble) -> None:

@@ -2,7 +2,8 @@
 read in place (a volume's link, a ``Data(fuse=True)`` path) is hashed against its name
 first.  A byte flipped in the cache is caught at submit while the Data's source is
 there (the entry is uploaded again), or, flipped after the submit, fails the job
-before the function runs, naming the entry, and the retry uploads it again."""
+before the function runs (class infra, phase data resolve), naming the entry, and the
+retry uploads it again."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from airflow_provider_kinetic.core.backends.local.slots import SLOTS_ENV
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.refs import cache_key, marker_key
+from airflow_provider_kinetic.core.jobs.finish import failure_of
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.results import collect
 from airflow_provider_kinetic.core.jobs.submit import submit_job
+from airflow_provider_kinetic.core.spec.failure import FailureClass
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from tests.fixtures.waiting import ended, wait_for
 
@@ -146,6 +149,10 @@ def test_a_byte_flipped_after_the_submit_fails_the_job_before_the_function(
     used = f"Data({entry.as_uri()!r}, fuse=True)" if fuse else f"the volume at {mount}"
     assert f"data cache entry {entry} ({used}) is bad: expected content hash {digest}" in log
     assert "found " in log and "refused before the function ran" in log
+    failure = failure_of(config.store(), handle, report, None)  # what failed, and where
+    assert failure is not None and (failure.failure_class, failure.phase) == (
+        FailureClass.INFRA, "data resolve",
+    )  # fmt: skip
     assert not entry.exists() and not Path(config.bucket_name, marker_key(digest)).exists()
     assert not os.path.lexists(mount)  # no link was made
     assert run(config, backend, request) == want  # the retry: uploaded again

@@ -200,6 +200,8 @@ def test_failed_job_error_in_fail_event(lineage_run):
     facets = fail["run"]["facets"]
     assert "ValueError: lineage boom 7" in facets["errorMessage"]["message"]
     assert facets["kinetic"]["state"] == "FAILED"
+    failure = facets["kinetic"]["failure"]  # what failed, and where
+    assert (failure["class"], failure["phase"]) == ("user_error", "execute")
     assert "lineage boom 7" in facets["kinetic"]["reason"]
     assert facets["kinetic"]["jobId"] == run["xcoms"]["bad|kinetic_job"]["job_id"]
 

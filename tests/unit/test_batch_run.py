@@ -311,3 +311,35 @@ def test_an_error_midway_leaves_the_input_queued_or_active_never_neither(tmp_pat
     with pytest.raises(OSError):
         batchrun.observe(s, {"job-x": StatusReport(JobStatus.SUCCEEDED)}, backend, store)
     assert list(s.active) == [2] and 2 not in s.done and batchlaunch.unaccounted(s) == []
+
+
+def test_input_retries_per_class_resubmit_each_input_by_its_failure(tmp_path):
+    """A batch with mixed failures: each input gets the re-submits its failure's class
+    has left (``input_retries`` in retry_on's form), a user error none."""
+    store, backend = LocalStore(str(tmp_path)), Recorder()
+    s = state(4, {0: "job-u", 1: "job-p", 2: "job-e", 3: "job-x"}, retries=0)
+    s.retry_on = {"user_error": 0, "infra": 1, "preemption": 1, "exit_codes": [42]}
+    result(store, "job-u", False)  # the function raised
+    exited = make_result(
+        success=False, exception=RuntimeError("sys.exit(42)"), traceback="tb", exit_code=42
+    )
+    store.write_bytes("job-x/result.pkl", dump_result(exited)[0])
+    reports = {
+        "job-u": FAILED,
+        "job-p": StatusReport(JobStatus.FAILED, REASON_PREEMPTED, "the spot VM was reclaimed"),
+        "job-e": StatusReport(JobStatus.FAILED, "Evicted", "The node was low on memory."),
+        "job-x": FAILED,
+    }
+    assert batchrun.observe(s, reports, backend, store) == [0]
+    assert s.done == {0: "FAILED"} and sorted(s.queue) == [1, 2, 3]
+    assert s.failed_why[0] == "failed in phase execute (user_error): ValueError: job-u broke"
+    assert s.resubmits == {1: {"preemption": 1}, 2: {"infra": 1}, 3: {"infra": 1}}
+    assert s.preemptions == {1: 1}
+    # Each budget is per input: the second infra failure of input 2 is its last.
+    s.queue.remove(2)
+    s.active[2] = handle("job-e2")
+    assert batchrun.observe(s, {"job-e2": reports["job-e"]}, backend, store) == [2]
+    assert s.done[2] == "FAILED" and s.failed_why[2].startswith("failed (infra): ")
+    # The state carries its policy and counts across deferrals.
+    again = type(s).from_dict(s.to_dict())
+    assert again.retry_on == s.retry_on and again.resubmits == s.resubmits

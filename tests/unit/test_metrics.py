@@ -25,6 +25,7 @@ from airflow_provider_kinetic.core.data.hashing.statcache import StatCache
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
 from airflow_provider_kinetic.core.jobs.results import collect_with_blob
+from airflow_provider_kinetic.core.jobs.usage import for_jobs, summary_line, total
 from airflow_provider_kinetic.core.spec.handles import (
     REASON_NO_CAPACITY,
     JobHandle,
@@ -414,3 +415,19 @@ def test_a_trigger_scope_tags_its_task(saved):
         "dag_id": "d",
         "task_id": "t",
     }
+
+
+def test_a_failed_jobs_metrics_carry_its_failure_class(sink, tmp_path: Path):
+    store = LocalStore(str(tmp_path))
+    entry(store, "job-bug", "FAILED")
+    failure = {"class": "user_error", "phase": "execute", "job_id": "job-bug"}
+    history.update(store, "job-bug", failure=failure)
+    usage = for_jobs(store, ["job-bug"])
+    detail = [attempt("job-bug", 1, state="FAILED", failure_class="user_error")]
+    assert usage["attempts_detail"][0]["failure_class"] == "user_error"
+    send_metrics(store, {"attempts_detail": detail}, ["job-bug"], 1)
+    ((_, ended),) = sink.named("kinetic.job.ended")
+    ((_, chips),) = sink.named("kinetic.job.chip_seconds")
+    assert ended["failure_class"] == chips["failure_class"] == "user_error"
+    line = summary_line({**total(detail), "family": "l4"})
+    assert "failed: 1 user_error (0.0028 chip-hours)" in line

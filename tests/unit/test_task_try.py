@@ -13,8 +13,10 @@ import pytest
 from airflow_provider_kinetic import KineticJobSensor, KineticRunOperator
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.taskrecord import SYNC, record_key
+from airflow_provider_kinetic.core.spec.failure import FailureClass
 from airflow_provider_kinetic.core.spec.handles import (
-    PREEMPTION_REASONS,
+    REASON_EVICTED,
+    REASON_PREEMPTED,
     JobHandle,
     JobStatus,
     StatusReport,
@@ -120,19 +122,41 @@ def test_preemptions_are_counted_from_the_record(backend, context):
     op = operator(preemption_retries=1)
     run = TaskTry.open(op, context)
     handle = job(backend, 6)
-    reclaimed = StatusReport(JobStatus.FAILED, sorted(PREEMPTION_REASONS)[0])
+    reclaimed = StatusReport(JobStatus.FAILED, REASON_PREEMPTED, "the spot VM was reclaimed")
     run.write_record(handle)
 
     def then(report: StatusReport) -> takeover.Takeover | None:
         return takeover.takeover(op, run.config, run.store, run.record, handle, report, run.log)
 
-    assert then(reclaimed) == takeover.Takeover(step=None, preemptions=1)
+    first = then(reclaimed)
+    assert first is not None and (first.step, first.preemptions) == (None, 1)
+    assert first.resubmits == {"preemption": 1}
+    assert first.failure is not None and first.failure.failure_class is FailureClass.PREEMPTION
     assert then(StatusReport(JobStatus.FAILED, "exit code 1")) is None
+    # An eviction is infra, not a preemption: no infra re-submits by default.
+    assert then(StatusReport(JobStatus.FAILED, REASON_EVICTED)) is None
 
     run.write_record(handle, preemptions=1)  # the budget is used up
 
     assert then(reclaimed) is None
     assert run.next_job(handle, reclaimed) is None  # finish this one
+
+
+def test_retry_on_counts_each_class_apart(backend, context):
+    op = operator(retry_on={"infra": 1, "preemption": 0})
+    run = TaskTry.open(op, context)
+    handle = job(backend, 9)
+    evicted = StatusReport(JobStatus.FAILED, REASON_EVICTED, "The node was low on memory.")
+    run.write_record(handle)
+
+    def then(report: StatusReport) -> takeover.Takeover | None:
+        return takeover.takeover(op, run.config, run.store, run.record, handle, report, run.log)
+
+    first = then(evicted)
+    assert first is not None and first.resubmits == {"infra": 1} and first.preemptions == 0
+    assert then(StatusReport(JobStatus.FAILED, REASON_PREEMPTED)) is None  # none for those
+    run.write_record(handle, resubmits=first.resubmits)
+    assert then(evicted) is None  # the infra budget is used up
 
 
 @pytest.mark.parametrize("succeeds", [True, False])

@@ -129,6 +129,11 @@ class Backend(abc.ABC):
     def cancel(self, handle: JobHandle) -> None:
         """Stop the job; a job that is already gone is not an error."""
 
+    def read_host_log(self, handle: JobHandle, host: int, lines: int) -> str | None:
+        """The last ``lines`` of host ``host``'s log of a multi-host job, when it is not
+        the log :meth:`read_logs` shows (the leader's); None: no such log here."""
+        return None
+
     #: Whether the job's log outlives :meth:`release` where the backend keeps it (a
     #: cluster's logging does; the local backend's log file does not, so the job's
     #: log is archived in the store's history first).

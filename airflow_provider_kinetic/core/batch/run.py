@@ -25,8 +25,11 @@ from airflow_provider_kinetic.core.batch.state import (
     BatchState,
 )
 from airflow_provider_kinetic.core.jobs.fallback import describe_step, next_step
+from airflow_provider_kinetic.core.jobs.finish import failure_of
 from airflow_provider_kinetic.core.jobs.results import is_preemption
+from airflow_provider_kinetic.core.jobs.retry_on import RetryOn
 from airflow_provider_kinetic.core.jobs.taskrecord import succeeded_result
+from airflow_provider_kinetic.core.spec.failure import Failure, FailureClass
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectStore
 
@@ -41,12 +44,16 @@ def observe(
     backend: Backend,
     store: ObjectStore,
     result_key: Callable[[JobHandle], str | None] | None = None,
+    *,
+    payload_key: Callable[[JobHandle], str | None] | None = None,
 ) -> list[int]:
     """Fold terminal child statuses into ``state``; returns indices that finished.
 
     ``result_key`` (drivers that may restart): a child whose job is gone (NOT_FOUND)
     but left an authentic success payload succeeded; its job was deleted by a driver
-    that did not live to save that.
+    that did not live to save that.  ``payload_key`` (else ``result_key``): the key a
+    failed child's payload is verified with before ``input_retries`` in its per-class
+    form reads its class and phase.
 
     fail_fast stops the batch (:func:`stop`) after every report of the poll is
     folded in: two children that failed in one poll both end FAILED (the second
@@ -54,7 +61,8 @@ def observe(
     finished: list[int] = []
     failed_now: list[int] = []
     try:
-        _fold(state, statuses, store, backend, result_key, finished, failed_now)
+        keys = payload_key or result_key
+        _fold(state, statuses, store, backend, result_key, finished, failed_now, keys)
     finally:
         # Also after an error midway (the poll is asked again): an input already
         # FAILED here must still stop the batch, or its queue would never end.
@@ -73,6 +81,7 @@ def _fold(
     result_key: Callable[[JobHandle], str | None] | None,
     finished: list[int],
     failed_now: list[int],
+    payload_key: Callable[[JobHandle], str | None] | None = None,
 ) -> None:
     """:func:`observe`'s loop: ``finished`` and ``failed_now`` (inputs that failed
     for good in this poll) grow as each input leaves ``active``."""
@@ -95,6 +104,13 @@ def _fold(
             and step is None
             and is_preemption(report, store, handle)
         )
+        failure = None
+        if state.retry_on is not None and report.status is not JobStatus.SUCCEEDED and step is None:
+            policy = RetryOn.from_dict(state.retry_on)
+            key = payload_key(handle) if payload_key is not None else None
+            failure = failure_of(store, handle, report, key, policy.exit_codes)
+            if failure is None:  # it left a good result after all (its pod was gone)
+                report = StatusReport(JobStatus.SUCCEEDED)
         # Every call that can fail is made: the input leaves ``active`` for ``done`` or
         # the queue with nothing between (an error above leaves it active, asked again).
         del state.active[index]
@@ -115,6 +131,10 @@ def _fold(
             )
             state.queue.insert(0, index)
             continue
+        elif failure is not None:  # input_retries per class
+            if _resubmit_by_class(state, index, handle, failure, failed_now):
+                continue
+            failed_now.append(index)
         elif preempted and state.preemptions.get(index, 0) < MAX_PREEMPTION_RETRIES:
             state.preemptions[index] = state.preemptions.get(index, 0) + 1
             metrics.incr("kinetic.job.preemptions", 1, {"capacity": state.capacity_used[index]})
@@ -142,6 +162,43 @@ def _fold(
             failed_now.append(index)
         state.order.append(index)
         finished.append(index)
+
+
+def _resubmit_by_class(
+    state: BatchState,
+    index: int,
+    handle: JobHandle,
+    failure: Failure,
+    failed_now: list[int],
+) -> bool:
+    """``input_retries`` in its per-class form (``core.jobs.retry_on``): queue input
+    ``index`` again (True) while its failure's class has re-submits left; else it is
+    FAILED, its reason the failure's line (False)."""
+    policy = RetryOn.from_dict(state.retry_on or {})
+    kind = failure.failure_class.value
+    used = state.resubmits.get(index, {})
+    budget = policy.budget(kind)
+    if used.get(kind, 0) < budget and not state.stopped and not (state.fail_fast and failed_now):
+        used = state.resubmits[index] = {**used, kind: used.get(kind, 0) + 1}
+        state.attempts[index] -= 1  # counted per class, not against ``retries``
+        if kind == FailureClass.PREEMPTION.value:
+            state.preemptions[index] = state.preemptions.get(index, 0) + 1
+            metrics.incr("kinetic.job.preemptions", 1, {"capacity": state.capacity_used[index]})
+        log.warning(
+            "inputs[%d] (%s) %s: resubmitting (%s re-submit %d/%d)",
+            index,
+            handle.job_id,
+            failure.describe(),
+            kind,
+            used[kind],
+            budget,
+        )
+        state.queue.insert(0, index)
+        return True
+    state.done[index] = FAILED
+    why = state.failed_why[index] = failure.describe()[:REASON_MAX]
+    log.warning("inputs[%d] (%s) %s", index, handle.job_id, why)
+    return False
 
 
 def stop(state: BatchState, backend: Backend, why: str) -> None:

@@ -54,6 +54,11 @@ class BatchState:
         default_factory=set, compare=False, metadata={"wire": False}
     )
     preemptions: dict[int, int] = field(default_factory=dict)
+    #: ``input_retries`` in its per-class form (``core.jobs.retry_on.RetryOn.to_dict``),
+    #: None for a count (``retries``, any failure); and re-submits so far per input and
+    #: class under it.
+    retry_on: dict[str, Any] | None = None
+    resubmits: dict[int, dict[str, int]] = field(default_factory=dict)
     #: The capacity step (index into ``template.options.capacity``) each input's next job asks
     #: for, and the step its latest job was made for (``core.capacity``).
     steps: dict[int, int] = field(default_factory=dict)
@@ -108,6 +113,7 @@ class BatchState:
         "launches",
         "intended",
         "preemptions",
+        "resubmits",
         "steps",
         "capacity_used",
         "done",

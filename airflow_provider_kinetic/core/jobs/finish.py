@@ -30,17 +30,20 @@ Whatever needs Airflow (the XCom push, the task's usage line) is the caller's.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.base import Backend
+from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.checkpoint import remove_checkpoints
+from airflow_provider_kinetic.core.jobs.classify import classify
 from airflow_provider_kinetic.core.jobs.cleanup import after_job, deletes, left_behind
 from airflow_provider_kinetic.core.jobs.resultref import result_ref_uris
 from airflow_provider_kinetic.core.jobs.results import collect_with_blob
 from airflow_provider_kinetic.core.jobs.taskrecord import cancel_requested
+from airflow_provider_kinetic.core.spec.failure import Failure
 from airflow_provider_kinetic.core.spec.handles import (
     JobHandle,
     JobStatus,
@@ -78,6 +81,8 @@ class FinishedJob:
     removed: int = 0
     #: The policy deletes its artifacts, but they are kept until ``release_held``.
     held: bool = False
+    #: What failed (class, phase, host), when ``error`` is set.
+    classified: Failure | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -107,6 +112,7 @@ def finish_job(
     hold: bool = False,
     keep_result: bool = False,
     log_: Any = None,
+    infra_exit_codes: Collection[int] = (),
 ) -> FinishedJob:
     """Finish an ended job (``report``: how it ended) in the order above.
 
@@ -118,18 +124,29 @@ def finish_job(
     is).  ``hold``: a delivered value's artifacts are kept until ``release_held``.
     ``keep_result``: a succeeded job's artifacts stay whatever the policy (``cache=True``:
     a cache entry will hold its result, ``core.jobs.resultcache``).
-    The job's failure is returned (``FinishedJob.error``), not raised: the caller
-    raises it its own way, after what it still has to do."""
+    The job's failure is returned (``FinishedJob.error``, and what failed:
+    ``FinishedJob.classified``), not raised: the caller raises it its own way, after
+    what it still has to do.  ``infra_exit_codes``: exit codes that count as infra."""
     logger = log_ or log
     done = FinishedJob(handle, report, read=read_value)
     value, blob = None, b""
     if read_value:
+        failed: list[dict] = []
         try:
             value, blob = collect_with_blob(
-                store, handle.job_id, report.status, report.reason, result_key=result_key
+                store,
+                handle.job_id,
+                report.status,
+                report.reason,
+                result_key=result_key,
+                failed=failed,
             )
         except Exception as exc:
             done.error = exc
+            done.classified = classify_ended(
+                store, handle, report, failed, exc, infra_exit_codes=infra_exit_codes
+            )
+            _show_host_log(backend, handle, done.classified.host_index, logger)
             tb = next((n for n in getattr(exc, "__notes__", []) if n.startswith("Remote")), None)
             logger.error(
                 "kinetic job %s failed: %s: %s%s",
@@ -150,6 +167,78 @@ def finish_job(
         except Exception as exc:  # noqa: BLE001 - the value is delivered already
             logger.warning("could not delete the task's checkpoints: %s", exc)
     return done
+
+
+#: The failing host's last log lines shown in the task log (its pods go at the finish).
+HOST_LOG_LINES = 50
+
+
+def _show_host_log(backend: Backend, handle: JobHandle, host: int | None, logger: Any) -> None:
+    """A failing worker's own log tail (a multi-host job's log is its leader's)."""
+    if not host:
+        return
+    try:
+        text = backend.read_host_log(handle, host, HOST_LOG_LINES)
+    except Exception as exc:  # noqa: BLE001 - the failure is reported either way
+        logger.warning("could not read host %d's log of job %s: %s", host, handle.job_id, exc)
+        return
+    for line in (text or "").splitlines():
+        logger.info("[%s host %d] %s", handle.job_id, host, line)
+
+
+def host_count(handle: JobHandle) -> int:
+    """How many hosts the job's accelerator spans (1 when it cannot be read)."""
+    try:
+        return parse_accelerator(handle.accelerator or "cpu").num_nodes
+    except Exception:  # noqa: BLE001 - an accelerator from another version: one host
+        return 1
+
+
+def classify_ended(
+    store: ObjectStore,
+    handle: JobHandle,
+    report: StatusReport,
+    failed: list[dict],
+    error: BaseException | None = None,
+    *,
+    infra_exit_codes: Collection[int] = (),
+) -> Failure:
+    """What failed in ``handle`` (``core.jobs.classify``), from the failure payloads
+    its hosts wrote (``failed``: lowest failing host first, as ``collect`` found them)."""
+    payload = min(failed, key=lambda p: int(p.get("host_index") or 0)) if failed else None
+    try:
+        cancelled = cancel_requested(store, handle)
+    except Exception:  # noqa: BLE001 - an unreadable store: not known to be cancelled
+        cancelled = False
+    return classify(
+        handle.job_id,
+        report,
+        payload,
+        failed_hosts=[int(p.get("host_index") or 0) for p in failed],
+        host_count=host_count(handle),
+        cancelled=cancelled and payload is None,
+        error=error,
+        infra_exit_codes=infra_exit_codes,
+    )
+
+
+def failure_of(
+    store: ObjectStore,
+    handle: JobHandle,
+    report: StatusReport,
+    result_key: str | None,
+    infra_exit_codes: Collection[int] = (),
+) -> Failure | None:
+    """What failed in an ended job (its result read and verified, nothing delivered
+    or deleted), or None: it left a good result after all."""
+    failed: list[dict] = []
+    try:
+        collect_with_blob(
+            store, handle.job_id, report.status, report.reason, result_key=result_key, failed=failed
+        )
+    except Exception as exc:  # noqa: BLE001 - every failure is classified
+        return classify_ended(store, handle, report, failed, exc, infra_exit_codes=infra_exit_codes)
+    return None
 
 
 def _record_end(
@@ -178,9 +267,11 @@ def _record_end(
     if failure is not None and cancel_requested(store, handle):
         state = history.CANCELLED  # stopped on purpose: not the function's failure
     if failure is not None and report.status is JobStatus.SUCCEEDED:
-        history.update(store, handle.job_id, state, f"not collected: {failure}")
+        what = {"failure": done.classified.to_dict()} if done.classified is not None else {}
+        history.update(store, handle.job_id, state, f"not collected: {failure}", **what)
         return
-    history.update(store, handle.job_id, state, failure or reason)
+    extra = {"failure": done.classified.to_dict()} if done.classified is not None else {}
+    history.update(store, handle.job_id, state, failure or reason, **extra)
     kept = result_ref_uris(done.value)
     result = store.uri(artifact_key(handle.job_id, "result.pkl"))
     cached = keep_result and done.read and done.succeeded

@@ -285,9 +285,12 @@ def make_result(
     traceback: str | None = None,
     phase: str = "execute",
     host_index: int = 0,
+    exit_code: int | None = None,
 ) -> dict[str, Any]:
-    """kinetic's result dict; with an exception, also ``exception_type`` and
-    ``exception_message`` (plain strings: additive keys kinetic's client ignores)."""
+    """kinetic's result dict (``phase``: the phase it failed in, a key kinetic's
+    client reads); with an exception, also ``exception_type`` and
+    ``exception_message`` (plain strings), and with ``exit_code`` the code the
+    function exited with (``sys.exit``): additive keys kinetic's client ignores."""
     payload = {
         "success": success,
         "result": result,
@@ -298,6 +301,8 @@ def make_result(
     }
     if exception is not None:
         payload["exception_type"], payload["exception_message"] = exception_strings(exception)
+    if exit_code is not None:
+        payload["exit_code"] = exit_code
     return payload
 
 

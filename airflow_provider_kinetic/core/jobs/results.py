@@ -233,8 +233,12 @@ def collect_with_blob(
     reason: str | None = None,
     *,
     result_key: str | None = None,
+    failed: list[dict] | None = None,
 ) -> tuple[Any, bytes]:
-    """``collect`` plus the verified ``result.pkl`` bytes (for a result reference)."""
+    """``collect`` plus the verified ``result.pkl`` bytes (for a result reference).
+
+    ``failed``: a list the failure payloads of every failing host are put in (the
+    leader's first, then the workers', lowest host first) before one is raised."""
     backoff = RESULT_BACKOFF_S if status is JobStatus.SUCCEEDED else (0,)
     payload, blob = read_result_blob(store, job_id, backoff, result_key)
     where = store.uri(f"{job_id}/result.pkl")
@@ -256,6 +260,9 @@ def collect_with_blob(
         )
         metrics.incr("kinetic.job.result_bytes", len(blob))
         return payload.get("result"), blob
+    if failed is not None:
+        own = [payload] if payload is not None and not payload.get("success") else []
+        failed.extend(own + [p for p in failed_workers if not p.get("success")])
     if payload is not None and not payload.get("success"):
         raise_remote_failure(payload, where)
     if failed_workers:

@@ -104,8 +104,11 @@ class TaskRecord:
     #: The try that delivered the value returned it to Airflow: nothing of that try is
     #: left to do, so a later try of this record is a clear ("run it again").
     returned: bool = False
-    #: Platform kills (spot reclaim, eviction) resubmitted so far, across tries.
+    #: Preemptions (spot reclaim, a node shut down) resubmitted so far, across tries.
     preemptions: int = 0
+    #: Re-submits so far per failure class (``retry_on``), across tries; preemptions
+    #: are counted here and in ``preemptions``.
+    resubmits: dict[str, int] = field(default_factory=dict)
     #: ``core.jobs.work`` digest of what the job (or batch) runs; None: not known.
     work: str | None = None
     #: The task's exact ids (dag_id, run_id, task_id, map_index), for history listings.

@@ -45,6 +45,14 @@ from airflow_provider_kinetic.core.catalog.accelerators import (
 )
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.checkpoint import STARTED_NAME, read_started
+from airflow_provider_kinetic.core.jobs.usage_text import (
+    amount,
+    failure_class_of,
+    lost_line,
+    lost_to_failures,
+    plural,
+    wait,
+)
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.storage.stat import stat_objects
 
@@ -115,6 +123,7 @@ def _base(entry: Mapping[str, Any]) -> dict[str, Any]:
         "capacity": capacity_of(entry),
         "submitted_at": entry.get("submitted_at"),
         "admitted_at": entry.get("admitted_at"),
+        "failure_class": failure_class_of(entry),  # what failed, when it did
     }
 
 
@@ -226,12 +235,12 @@ def job_usage(
     Keys: ``job_id, kind, dag_id, task_id, run_id, map_index, try_number, state,
     accelerator, family, capacity, chips, hosts, jobs, measured_jobs, submitted_at,
     admitted_at, started_at, ended_at, queued_s, admission_wait_s, start_wait_s,
-    run_s, chip_hours, preempted, preemptions, running`` (times ISO UTC, spans in
+    run_s, chip_hours, preempted, preemptions, running, failure_class`` (times ISO UTC, spans in
     seconds; None where unknown).  JSON-serialisable."""
     recorded = entry.get("usage")
     if isinstance(recorded, Mapping) and recorded.get("job_id") == entry.get("job_id"):
         current = {key: entry.get(key) for key in (*IDENTITY, "state")}
-        return {**recorded, **current}
+        return {**recorded, **current, "failure_class": failure_class_of(entry)}
     if entry.get("kind") == "batch":
         return _batch(store, entry, live)
     return _single(store, entry, live, time.time() if now is None else now)
@@ -308,6 +317,8 @@ def total(usages: Iterable[Mapping[str, Any]], prices: PriceTable | None = None)
         "run_s": round(sum(u.get("run_s") or 0.0 for u in detail), 3),
         "queued_s": round(sum(u.get("queued_s") or 0.0 for u in detail), 3),
     }
+    if failures := lost_to_failures(detail):  # what each failure class cost
+        out["failures"] = failures
     if prices is not None:
         cost, unpriced = 0.0, 0.0
         for u in detail:
@@ -348,45 +359,28 @@ def for_jobs(
     return out
 
 
-def _amount(value: float) -> str:
-    """1.9, 0.042, 0.0014: never scientific notation (a short job's chip-hours)."""
-    if not value:
-        return "0"
-    if value < 0.0001:
-        return "<0.0001"
-    return f"{value:.1f}" if value >= 0.1 else f"{value:.4f}".rstrip("0").rstrip(".")
-
-
-def _wait(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
-
 def summary_line(usage: Mapping[str, Any]) -> str:
     """One line for the task log, e.g. ``tpu-v6e-8 on spot: 1.9 chip-hours over 2
     attempts, 14 min queued``; CPU jobs have no chips and say hours instead.  Adds, when
-    there are any: the chip-hours per capacity, preemptions, jobs (a batch's children),
-    jobs nobody measured or still running, and the estimated cost with what the price
-    table does not price."""
+    there are any: the chip-hours per capacity, preemptions, failures per class (with the
+    chip-hours they lost), jobs (a batch's children), jobs nobody measured or still
+    running, and the estimated cost with what the price table does not price."""
     attempts, jobs = int(usage.get("attempts") or 0), int(usage.get("jobs") or 0)
     if usage.get("family") is None:
-        held = f"{_amount((usage.get('run_s') or 0.0) / 3600)} hours"
+        held = f"{amount((usage.get('run_s') or 0.0) / 3600)} hours"
     else:
-        held = f"{_amount(usage.get('chip_hours') or 0.0)} chip-hours"
+        held = f"{amount(usage.get('chip_hours') or 0.0)} chip-hours"
         capacities = usage.get("capacities") or {}
         if len(capacities) > 1:
-            each = (f"{_amount(c['chip_hours'])} on {name}" for name, c in capacities.items())
+            each = (f"{amount(c['chip_hours'])} on {name}" for name, c in capacities.items())
             held += f" ({', '.join(each)})"
-    over = _plural(attempts, "attempt") + (f" ({_plural(jobs, 'job')})" if jobs > attempts else "")
+    over = plural(attempts, "attempt") + (f" ({plural(jobs, 'job')})" if jobs > attempts else "")
     head = f"{usage.get('accelerator') or '?'} on {usage.get('capacity') or '?'}"
-    parts = [f"{head}: {held} over {over}", f"{_wait(usage.get('queued_s') or 0.0)} queued"]
+    parts = [f"{head}: {held} over {over}", f"{wait(usage.get('queued_s') or 0.0)} queued"]
     if usage.get("preemptions"):
-        parts.append(_plural(int(usage["preemptions"]), "preemption"))
+        parts.append(plural(int(usage["preemptions"]), "preemption"))
+    if usage.get("failures"):  # chip-hours lost to each failure class
+        parts.append(lost_line(usage["failures"]))
     if usage.get("unmeasured_jobs"):
         parts.append(f"{usage['unmeasured_jobs']} without a recorded run time")
     if usage.get("running"):
@@ -394,6 +388,6 @@ def summary_line(usage: Mapping[str, Any]) -> str:
     if "cost" in usage:
         cost = f"est. ${usage['cost']:,.2f}"
         if usage.get("unpriced_chip_hours"):
-            cost += f" + {_amount(usage['unpriced_chip_hours'])} chip-hours not in the price table"
+            cost += f" + {amount(usage['unpriced_chip_hours'])} chip-hours not in the price table"
         parts.append(cost)
     return ", ".join(parts)

@@ -26,7 +26,7 @@ from airflow_provider_kinetic.core.backends.k8s.manifests import (
 from airflow_provider_kinetic.core.backends.k8s.ownership import Ownership, delete_options
 from airflow_provider_kinetic.core.catalog.accelerators import Accelerator
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
-from airflow_provider_kinetic.core.spec.pod import JobSpec
+from airflow_provider_kinetic.core.spec.pod import CONTAINER_NAME, JobSpec
 
 
 class PathwaysBackend(GkeBackend):
@@ -154,6 +154,18 @@ class PathwaysBackend(GkeBackend):
         for handle in handles:
             result[handle.job_id] = yield from self._status_plan(handle)
         return result
+
+    def read_host_log(self, handle: JobHandle, host: int, lines: int) -> str | None:
+        """The last ``lines`` of worker ``host``'s log (its pod ``{lws}-0-{host}``): a
+        failing worker's own output, shown beside the leader's."""
+        return self._run(self._host_log_plan(handle, host, lines)) if host > 0 else None
+
+    def _host_log_plan(self, handle: JobHandle, host: int, lines: int) -> Plan[str | None]:
+        ns, name = self.where(handle)
+        pod = f"{leader_pod_name(name)}-{host}"
+        kwargs = {"container": CONTAINER_NAME, "tail_lines": lines}
+        reply = yield Call("CoreV1Api", "read_namespaced_pod_log", (pod, ns), kwargs)
+        return reply.body.decode("utf-8", "replace") if reply.ok else None
 
     def _log_pod_plan(self, ns: str, name: str) -> Plan[dict[str, Any] | None]:
         """The leader pod: it runs process 0, whose output is the job's (kinetic shows only it)."""

@@ -43,6 +43,8 @@ REASON_OOM_KILLED = "OOMKilled"
 REASON_NONZERO_EXIT = "NonZeroExit"
 REASON_POD_FAILED = "PodFailed"
 REASON_WORKER_FAILED = "WorkerFailed"
+#: The node controller lost the pod's node (unreachable, deleted): infra, not a preemption.
+REASON_NODE_LOST = "NodeLost"
 REASON_JOB_FAILED = "JobFailed"
 #: A Kueue-queued Job not admitted yet (still suspended): waiting, not a failure.
 REASON_NOT_ADMITTED = "NotAdmitted"
@@ -57,7 +59,7 @@ IMAGE_PULL_REASONS = {
 _CONFIG_ERRORS = frozenset({"CreateContainerConfigError", "CreateContainerError"})
 _STARTING = frozenset({"ContainerCreating", "PodInitializing"})
 # Pod status reasons the kubelet / node lifecycle set when a node goes away.
-_NODE_GONE = frozenset({"Terminated", "NodeShutdown", "Shutdown", "NodeLost", "Preempting"})
+_NODE_GONE = frozenset({"Terminated", "NodeShutdown", "Shutdown", "Preempting"})
 _SPOT_LABEL = "cloud.google.com/gke-spot"
 
 
@@ -194,6 +196,9 @@ def pod_failure(pod: dict[str, Any]) -> StatusReport | None:
     message = status.get("message") or (disruption or {}).get("message") or ""
     if status.get("reason") == "Evicted" or (disrupted and d_reason == "EvictionByEvictionAPI"):
         return StatusReport(JobStatus.FAILED, REASON_EVICTED, message or "the pod was evicted")
+    if status.get("reason") == REASON_NODE_LOST and not disrupted:
+        what = message or "the node the pod ran on was lost"
+        return StatusReport(JobStatus.FAILED, REASON_NODE_LOST, what)
     if disrupted or status.get("reason") in _NODE_GONE:
         spot = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(_SPOT_LABEL) == "true"
         what = "the spot VM was reclaimed" if spot else "the node went away"

@@ -54,6 +54,9 @@ _ERROR_TAIL = 4000
 class LocalVenvError(KineticError, RuntimeError):
     """The venv for a local job's requirements could not be built (uv's error inside)."""
 
+    #: The phase a job fails in when this rejects its submit (``core.spec.failure``).
+    failure_phase = "requirements install"
+
 
 def package_count(lines: Sequence[str]) -> int:
     """Lines that name something to install (not blank, comment or option lines)."""
