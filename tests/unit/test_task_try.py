@@ -24,7 +24,7 @@ from airflow_provider_kinetic.core.spec.handles import (
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.exceptions import KineticJobFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
-from airflow_provider_kinetic.operators import takeover, task_record, task_try
+from airflow_provider_kinetic.operators import job_wait, takeover, task_record, task_try
 from airflow_provider_kinetic.operators.task_try import TaskTry
 from tests.fixtures import records
 from tests.fixtures.ended_jobs import EndedBackend, put_result
@@ -139,7 +139,7 @@ def test_preemptions_are_counted_from_the_record(backend, context):
     run.write_record(handle, preemptions=1)  # the budget is used up
 
     assert then(reclaimed) is None
-    assert run.next_job(handle, reclaimed) is None  # finish this one
+    assert job_wait.next_job(run, handle, reclaimed) is None  # finish this one
 
 
 def test_retry_on_counts_each_class_apart(backend, context):
