@@ -9,7 +9,8 @@ file the test rewrites (its ``VERSION`` constant: the code) and reads a ``Data``
 
 Steps: a try that runs to its end (a retry under the same try number or the next);
 a try whose worker dies once its job is submitted (the job held running) or once its
-job ended (nothing delivered); the job cancelled (``jobs cancel``); a new version of
+job ended (nothing delivered); the job cancelled (``jobs cancel``); its supervisor
+SIGKILLed alone (the runner must die with it; the job reads FAILED); a new version of
 the code; new bytes in the Data file; ``jobs cleanup`` (the retention form, and
 ``--older-than 0s``); ``data gc --older-than 0s``; a ``store put`` of a key.
 
@@ -129,6 +130,11 @@ SEQUENCES = {
         ("full_try", {"same": False}),
     ],
     "keys": [("put_key", {})] * 4 + [("full_try", {"same": False}), ("data_gc", {})],
+    "supervisor_killed": [
+        ("dying_try", {"after_end": False}),
+        ("kill_supervisor", {}),
+        ("full_try", {"same": False}),
+    ],
 }
 
 

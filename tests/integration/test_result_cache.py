@@ -23,7 +23,7 @@ from airflow_provider_kinetic import KineticMapOperator, KineticRunOperator
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.jobs import history, resultcache
 from airflow_provider_kinetic.core.storage import LocalStore
-from airflow_provider_kinetic.exceptions import KineticJobFailed
+from airflow_provider_kinetic.exceptions import KineticJobFailed, KineticUserError
 from tests.fixtures import task_process
 from tests.fixtures.cli import run_cli
 from tests.fixtures.fake_ti import FakeTI
@@ -277,9 +277,9 @@ def test_when_the_first_of_two_identical_tasks_fails_the_other_runs_its_own(tmp_
         second = pool.submit(run, mod.work, "r2", op_kwargs=kw)
         gate.unlink()
         out = task_process.finish(first, ok=False)[1]
-        with pytest.raises(KineticJobFailed):  # never a failed result taken
+        with pytest.raises(KineticUserError):  # never a failed result taken
             second.result(timeout=180)
-    assert "KineticJobFailed" in out
+    assert "KineticUserError" in out  # the function raised: a user error (issue 39)
     store = LocalStore(str(local_conn))
     assert runs(count) == 2 and resultcache.entries(store) == []
     assert not store.list(resultcache.CACHE_PREFIX + "/")  # no claim left either
