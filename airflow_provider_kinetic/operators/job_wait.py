@@ -1,4 +1,6 @@
-"""Waiting for a job in the worker: its status polled, its log shown live."""
+"""Waiting for a job in the worker, as functions of the try (``TaskTry``): its status
+polled, its log shown live, and the job that takes over from an ended one (the next
+capacity step's, or a preempted job's re-submit)."""
 
 from __future__ import annotations
 

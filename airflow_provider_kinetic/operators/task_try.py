@@ -5,10 +5,10 @@
 backend, the task's identity, the deployment secret, and the task's record (read
 once, ``operators.task_record``: the try keeps it current as it writes it).  Its
 methods are the try's steps: plan and look back (``core.jobs.taskrecord``: adopt,
-collect or submit anew), start / submit / publish, wait (``operators.job_wait``)
-following the jobs that take over from an ended one (``operators.takeover``: capacity
-steps, preemption re-submits), finish (``core.jobs.finish``, as the job sensor's, then what needs
-Airflow), and the record's writes.
+collect or submit anew), start / submit / publish, finish (``core.jobs.finish``, as
+the job sensor's, then what needs Airflow), and the record's writes.  The wait in the
+worker and the jobs that take over from an ended one (``operators.takeover``: capacity
+steps, preemption re-submits) are functions of the try in ``operators.job_wait``.
 """
 
 from __future__ import annotations
