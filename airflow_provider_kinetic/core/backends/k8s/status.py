@@ -190,6 +190,10 @@ def pod_failure(pod: dict[str, Any]) -> StatusReport | None:
                 f"container {name} ran out of memory (exit code {term.get('exitCode')}); "
                 "ask for a larger machine or reduce memory use",
             )
+    # Pod reason "Evicted": kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/;
+    # DisruptionTarget and its reasons (EvictionByEvictionAPI, PreemptionByScheduler, ...):
+    # "Pod disruption conditions", kubernetes.io/docs/concepts/workloads/pods/disruptions/;
+    # "NodeLost": a pod status reason as kube-state-metrics' kube_pod_status_reason lists.
     disruption = _condition(pod, "DisruptionTarget")
     disrupted = disruption is not None and disruption.get("status") == "True"
     d_reason = (disruption or {}).get("reason", "")
