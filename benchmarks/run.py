@@ -25,6 +25,9 @@ Prints one table (case, baseline, ours, ratio, goal, pass/fail) for:
    the store (bytes from the store, time; 1,000 pods on paper): ``cases_broadcast.py``.
 10. what a local DAG file adds to Airflow's own import when it imports the provider
     (``cases_import.py``).
+11. (``--only standalone``, not in ``--quick``) deferred 7 s and 20 s jobs under
+    ``airflow standalone`` against ``DateTimeSensorAsync`` of the same length: the
+    trigger ending the task, and the worker resuming it (``cases_standalone.py``).
 
 Each ratio is kinetic's (or the baseline's) time over ours, best of ``--repeat``
 interleaved runs.  ``--quick`` uses small sizes (the test suite runs it); its ratios
@@ -52,6 +55,7 @@ import cases_import  # noqa: E402
 import cases_keys  # noqa: E402
 import cases_overhead  # noqa: E402
 import cases_polls  # noqa: E402
+import cases_standalone  # noqa: E402
 import cases_transfer  # noqa: E402
 import cases_triggerer  # noqa: E402
 import cases_upload  # noqa: E402
@@ -61,7 +65,9 @@ from table import Row, render  # noqa: E402
 FULL = {"files": 20_000, "size": 4096, "big": 1 << 30, "upload": 2_000, "batch": 1_000,
         "pod_files": 2_000, "pod_big": 2 << 30}  # fmt: skip
 CASES = ["hash", "big", "rehash", "keys", "upload", "batch", "overhead", "transfer", "triggerer",
-         "batch10k", "broadcast", "import"]  # fmt: skip
+         "batch10k", "broadcast", "import", "standalone"]  # fmt: skip
+#: Cases a run makes only when ``--only`` names them (minutes each, no --quick size).
+ON_REQUEST = {"standalone"}
 QUICK = {"files": 2_000, "size": 4096, "big": 64 << 20, "upload": 200, "batch": 20,
          "pod_files": 20, "pod_big": 64 << 20}  # fmt: skip
 FULL["batch10k"], QUICK["batch10k"] = (1_000, 10_000), (8, 24)  # type: ignore[assignment]
@@ -91,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     ns = parser.parse_args(argv)
     sizes = QUICK if ns.quick else FULL
-    only = set(ns.only or CASES)
-    no_kinetic_side = {"keys", "broadcast", "import"}
+    only = set(ns.only or set(CASES) - ON_REQUEST)
+    no_kinetic_side = {"keys", "broadcast", "import", "standalone"}
     if only - no_kinetic_side and kinetic_ref.kinetic_dir() is None:
         print("keras-kinetic 0.0.4 is not installed: pip install --no-deps keras-kinetic==0.0.4")
         return 2
@@ -159,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.extend(cases_triggerer.triggerer(*TRIGGERER["quick" if ns.quick else "full"]))
         if "broadcast" in only:
             rows.extend(cases_broadcast.broadcast(tmp, *sizes["bcast"], ns.rtt_ms, ns.bcast_mbps))
+        if "standalone" in only:
+            rows.extend(cases_standalone.deferral(ns.repeat))
     title = "airflow-provider-kinetic vs keras-kinetic 0.0.4" + (" (--quick)" if ns.quick else "")
     print(render(rows, title))
     return 0

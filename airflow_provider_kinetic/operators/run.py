@@ -31,7 +31,7 @@ from airflow_provider_kinetic.deployment.signing import deployment_secret
 from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.links import KineticJobLink, KineticLogsLink, KineticOutputLink
-from airflow_provider_kinetic.operators import assets, job_wait, keyio, reuse
+from airflow_provider_kinetic.operators import assets, end_task, job_wait, keyio, reuse
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
     DEFAULT_DEFERRABLE,
@@ -280,11 +280,10 @@ class KineticRunOperator(KineticOperatorBase):
         return run.finish(watched.handle, watched.report, watched.offset)
 
     def _wait_deferred(self, run: TaskTry, handle: JobHandle, deadline_ts: float | None) -> Any:
-        """Hand the job to the triggerer; ``execute_complete`` resumes after it.
-
-        A job that ends within a moment (local backend) is finished here: deferring it
-        would make Airflow race the worker's own exit report against the trigger's
-        event (apache/airflow#66374) and costs a round trip."""
+        """Hand the job to the triggerer; ``execute_complete`` resumes after it, unless
+        the trigger ends the task itself (``operators.end_task``).  A job that ends
+        within a moment (local backend) is finished here: deferring it costs a round
+        trip (and the settle hold: apache/airflow#66374)."""
         grace = defer_grace_s() if run.backend.first_poll_s is not None else 0.0
         watched = job_wait.wait(run, handle, deadline_ts, give_up_after=grace)
         if watched.report is None:
@@ -308,6 +307,7 @@ class KineticRunOperator(KineticOperatorBase):
                 deadline=deadline_ts,
                 attempt=attempt,
                 log_offset=log_offset,
+                end_task=end_task.decide(self, run.identity),
             ),
             method_name="execute_complete",
             timeout=defer_timeout(deadline_ts, self.poll_interval),

@@ -23,7 +23,8 @@ from airflow_provider_kinetic.core.spec.handles import (
 from airflow_provider_kinetic.deployment.signing import result_key
 from airflow_provider_kinetic.exceptions import KineticJobFailed, job_failed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
-from airflow_provider_kinetic.operators.common import xcom_value
+from airflow_provider_kinetic.operators import end_task
+from airflow_provider_kinetic.operators.common import task_identity, xcom_value
 from airflow_provider_kinetic.operators.lineage import KineticJobSensorLineage
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
 
@@ -33,7 +34,9 @@ class KineticJobSensor(KineticJobSensorLineage, BaseSensorOperator):
 
     :param handle: the JobHandle dict, or its JSON (e.g. a templated ``xcom_pull``).
     :param kinetic_conn_id: the connection the job was submitted through.
-    :param deferrable: wait in the triggerer instead of poking.
+    :param deferrable: wait in the triggerer instead of poking; without
+        ``return_result`` (and with nothing else to run on a worker after the job:
+        ``operators.end_task``) the trigger ends the task when the job succeeds.
     :param return_result: return the job's value as this sensor's XCom (verified like
         the operator's; a reference when it does not fit XCom) — "submit now, wait
         later" with ``KineticRunOperator(wait_for_completion=False)``.
@@ -133,6 +136,7 @@ class KineticJobSensor(KineticJobSensorLineage, BaseSensorOperator):
                 poll_interval=self.poke_interval,
                 cancel_on_kill=False,  # the sensor does not own the job
                 stream_logs=False,  # the task that submitted it shows its log
+                end_task=end_task.decide(self, task_identity(context), collect=False),
             ),
             method_name="execute_complete",
         )

@@ -27,11 +27,11 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseTaskEndEvent, BaseTrigger, TriggerEvent
 
 from airflow_provider_kinetic.core.jobs.polling import StoreOutage
-from airflow_provider_kinetic.core.spec.handles import JobHandle
-from airflow_provider_kinetic.triggers.settle import hold, not_before_from
+from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
+from airflow_provider_kinetic.triggers.settle import deferred_here, hold, not_before_from
 from airflow_provider_kinetic.triggers.userkill import CancelOnUserKill
 
 if TYPE_CHECKING:  # the reads are imported where they run (the triggerer), not at parse
@@ -43,6 +43,14 @@ LOG_BYTES_PER_POLL = 256 * 1024
 YIELD_EVERY_S = 0.01
 
 T = TypeVar("T")
+
+
+async def _in_thread(func: Any, *args: Any) -> Any:
+    """``func(*args)`` off the event loop in a thread from which the Task SDK's sync
+    calls reach the triggerer (``asgiref``'s, as Airflow 3.1's channel needs)."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(func, thread_sensitive=False)(*args)
 
 
 async def yielding(items: Iterable[T]) -> AsyncIterator[T]:
@@ -76,6 +84,9 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             finished job's log is shown in full, in chunks of this size).
         not_before: epoch seconds before which no event is sent (``triggers.settle``);
             set when the trigger is made, at deferral.
+        end_task: ``triggers.end_task.EndTask`` as a dict: when the job succeeds, the
+            trigger finishes it and ends the task itself (no hold, no worker after
+            it) where the value allows; None: the task resumes on a worker.
     """
 
     def __init__(
@@ -90,8 +101,12 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         log_offset: int = 0,
         not_before: float | None = None,
         log_bytes_per_poll: int = LOG_BYTES_PER_POLL,
+        end_task: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        self.end_task = end_task
+        #: The job's final report, once ``_poll`` has seen it.
+        self._final: StatusReport | None = None
         self.not_before = not_before_from(not_before)
         self.attempt = attempt
         self.stream_logs = stream_logs
@@ -118,6 +133,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
                 "log_offset": self.log_offset,
                 "not_before": self.not_before,
                 "log_bytes_per_poll": self.log_bytes_per_poll,
+                "end_task": self.end_task,
             },
         )
 
@@ -157,7 +173,8 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         async for event in self._run():
-            await hold(self.not_before)
+            if not isinstance(event, BaseTaskEndEvent):  # it ends the task: nothing to race
+                await hold(self.not_before)
             yield event
 
     async def _run(self) -> AsyncIterator[TriggerEvent]:
@@ -169,8 +186,12 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         try:
             trigger_scope(self, None, self._job.accelerator, self._job.backend)  # its metrics
             backend = await asyncio.to_thread(self._backend)
-            async with reads_for(backend, self._job, self.config, self.poll_interval) as reads:
-                event = await self._poll(reads, StoreOutage(store_outage_window_s()))
+            event = await self._ended_before()
+            if event is None:
+                async with reads_for(backend, self._job, self.config, self.poll_interval) as r:
+                    event = await self._poll(r, StoreOutage(store_outage_window_s()))
+                if self._final is not None and self._final.status is JobStatus.SUCCEEDED:
+                    event = await self._end_task(backend, self._final) or event
         except Exception as exc:  # noqa: BLE001 - never let run() die without an event
             self.log.exception("kinetic trigger for %s failed", job_id)
             event = self._event("error", f"{type(exc).__name__}: {exc}")
@@ -202,6 +223,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
                     await self._admitted(report.reason)
                 last = report.describe()
             if report.status.is_terminal:
+                self._final = report
                 return self._event(report.status.value, report.message, report.reason)
             if self.deadline is not None and time.time() >= self.deadline:
                 return self._event(
@@ -209,6 +231,70 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
                     f"job {job_id} still {report.status.value} at the task's execution deadline",
                 )
             await reads.wait()
+
+    def _ends_task(self) -> bool:
+        """Whether this trigger may end its task itself (``triggers.end_task``): the
+        operator said so, and it does not run in the deferring process (``dag.test()``
+        resumes the task with the event's payload)."""
+        return self.end_task is not None and not deferred_here(self.not_before)
+
+    async def _ended_before(self) -> TriggerEvent | None:
+        """A trigger of this try already ended the task and its event was lost (the
+        triggerer died in between): the same XComs again, from the task's record."""
+        if not self._ends_task():
+            return None
+        from airflow.triggers.base import TaskSuccessEvent
+
+        from airflow_provider_kinetic.triggers.end_task import EndTask, handed_before
+
+        end = EndTask.from_dict(self.end_task or {})
+        if not end.collect:  # no value, no record: a lost event's job reads as ended
+            return None
+        store, secret = await asyncio.to_thread(self._store_and_secret)
+        if await _in_thread(handed_before, store, secret, self._job, end) is None:
+            return None
+        self.log.info("kinetic job %s: ended the task before; ending it again", self._job.job_id)
+        return TaskSuccessEvent()
+
+    async def _end_task(self, backend: Any, report: StatusReport) -> TriggerEvent | None:
+        """Finish the succeeded job here and end the task with its value
+        (``triggers.end_task``), or None: the task resumes on a worker, which finishes
+        it (the reason is logged; nothing of the job was changed)."""
+        if not self._ends_task():
+            return None
+        from airflow.triggers.base import TaskSuccessEvent
+
+        from airflow_provider_kinetic.deployment.signing import result_key
+        from airflow_provider_kinetic.triggers.end_task import (
+            EndTask,
+            NotHere,
+            finish_here,
+            handed_before,
+        )
+
+        job_id, end = self._job.job_id, EndTask.from_dict(self.end_task or {})
+        store, secret = await asyncio.to_thread(self._store_and_secret)
+        try:
+            key = result_key(self._job)
+            await _in_thread(
+                finish_here, store, backend, secret, self._job, report, end, key, self.log
+            )
+        except NotHere as exc:
+            self.log.info("kinetic job %s: a worker finishes the task (%s)", job_id, exc)
+            return None
+        except Exception:  # noqa: BLE001 - the record says whether the value was handed
+            self.log.exception("kinetic job %s: finishing it in the trigger failed", job_id)
+            if await _in_thread(handed_before, store, secret, self._job, end) is None:
+                return None
+        self.log.info("kinetic job %s: the trigger ends the task with its value", job_id)
+        return TaskSuccessEvent()
+
+    def _store_and_secret(self) -> tuple[Any, Any]:
+        from airflow_provider_kinetic.deployment.connection import config_from_json
+        from airflow_provider_kinetic.deployment.signing import deployment_secret
+        from airflow_provider_kinetic.gcp.gcs_auth import store_for
+
+        return store_for(config_from_json(self.config)), deployment_secret()
 
     def _queued(self) -> bool:
         """Whether the job waits in a Kueue queue: Kueue may admit it between the

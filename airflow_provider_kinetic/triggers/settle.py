@@ -26,6 +26,13 @@ running in that same process (same pid: a forked child does not count) waits for
 Jobs that end sooner than the operator's watch before deferring (``[kinetic]
 defer_grace_s``) never reach a trigger; a batch trigger gathers the children that end
 meanwhile into one event.
+
+And except for an event that ends the task (``triggers.end_task``: a succeeded job
+with nothing left for a worker, ``TaskSuccessEvent``): it moves the task instance to
+success, not back to scheduled, and the scheduler ignores a late exit report of a
+finished task instance, so that event is not held.  The hold stays for every event
+that resumes the task on a worker (a failure, a value a worker must deliver, asset
+events, an output key).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.taskrecord import record_key
 from airflow_provider_kinetic.core.storage import LocalStore
 from tests.fixtures.standalone import (
     REPO,
@@ -43,7 +44,12 @@ def s(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     and its own DAG's jobs; an admin and a viewer.  Deferrable tasks defer at once: the
     example's job may end within the operator's watch (which would collect it without
     the triggerer these tests are about)."""
-    dags = ("kinetic_clear_dags.py", "kinetic_live_dags.py", "kinetic_links_dags.py")
+    dags = (
+        "kinetic_clear_dags.py",
+        "kinetic_live_dags.py",
+        "kinetic_links_dags.py",
+        "kinetic_end_task_dags.py",
+    )
     with run_standalone(
         tmp_path_factory.mktemp("standalone"),
         extra_dag_files=[DAGS / name for name in dags],
@@ -77,10 +83,7 @@ def _run_and_check(s: Standalone) -> None:
     assert states == {"make_dataset": "success", "train": "success", "check_outputs": "success"}
 
     def xcom(task_id: str, key: str) -> Any:
-        path = f"{run_path}/taskInstances/{task_id}/xcomEntries/{key}"
-        resp = s.api("GET", path, params={"deserialize": True, "stringify": False})
-        assert resp.status_code == 200, f"{path}: {resp.text}"
-        return resp.json()["value"]
+        return s.xcom(DAG_ID, RUN_ID, task_id, key)
 
     metrics = xcom("train", "return_value")
     assert metrics["rows"] == 512 and metrics["epochs"] == 200
@@ -101,14 +104,7 @@ def _run_and_check(s: Standalone) -> None:
     assert triggers_seen == {TRIGGER}, triggers_seen
     assert tis["train"]["try_number"] == 1
 
-    resp = s.api(
-        "GET",
-        run_path + "/taskInstances/train/logs/1",
-        params={"full_content": True},
-        headers={"Accept": "application/json"},
-    )
-    assert resp.status_code == 200, resp.text
-    entries = resp.json()["content"]
+    entries = s.task_log(DAG_ID, RUN_ID, "train")
     events = [str(e.get("event")) for e in entries]
     assert any(".log.trigger." in e for e in events), events[:5]
     assert "Pausing task as DEFERRED. " in events
@@ -299,3 +295,65 @@ def test_a_viewer_cannot_download_through_a_link_out_of_the_store(s: Standalone)
     assert "0/alias.json</a>" in tab.text and "0/metrics.json</a>" in tab.text
     assert "passwd</a>" not in tab.text and "passwords.json</a>" not in tab.text
     refused_but_inside(f"/kinetic/batches/{group}/files", "0/")
+
+
+def test_a_deferred_task_ends_in_its_trigger_when_nothing_follows_its_job(
+    s: Standalone, tmp_path: Path
+):
+    """Issue 46 under a real triggerer: ``train``'s job succeeds while the task is
+    deferred and nothing must run on a worker after it, so its trigger ends the task
+    with the job's value (no worker resumes it); the record, history and cleanup are
+    the worker path's, and a plain task downstream gets the value.  ``flaky``'s first
+    job fails: its task resumes on a worker and is retried, and its second job's trigger
+    ends it."""
+    dag_id, run_id = "kinetic_end_task", "end_task_run"
+    release, marker = tmp_path / "release", tmp_path / "marker"
+    s.unpause(dag_id)
+    s.trigger(dag_id, run_id, {"release": str(release), "marker": str(marker)})
+    run_path = f"/dags/{dag_id}/dagRuns/{run_id}"
+
+    def both_deferred() -> bool:
+        tis = s.json(run_path + "/taskInstances")["task_instances"]
+        return sum(ti["state"] == "deferred" for ti in tis) == 2
+
+    s.wait_for("both kinetic tasks to defer", both_deferred, RUN_DEADLINE_S)
+    release.touch()  # the jobs end only now, while their tasks are deferred
+    assert s.wait_finished(dag_id, run_id) == "success"
+
+    def ti(task_id: str) -> dict:
+        return s.json(f"{run_path}/taskInstances/{task_id}")
+
+    def xcom(task_id: str, key: str) -> Any:
+        return s.xcom(dag_id, run_id, task_id, key)
+
+    def log(task_id: str, try_number: int) -> list[str]:
+        return [str(e.get("event")) for e in s.task_log(dag_id, run_id, task_id, try_number)]
+
+    assert ti("train")["state"] == "success" and ti("train")["try_number"] == 1
+    assert xcom("train", "return_value") == {"answer": 42, "loss": [0.5, 0.25]}
+    assert xcom("train", "kinetic_usage")["attempts"] == 1
+    assert xcom("use", "return_value") == 43
+    events = log("train", 1)
+    assert "Pausing task as DEFERRED. " in events
+    assert "kinetic: the trigger ends this task when its job succeeds" in events
+    assert not any("resumed: trigger said" in e for e in events), events[-20:]  # no worker
+
+    # The worker path's finish, done by the trigger.
+    store = LocalStore(str(s.home / "kinetic"))
+    job_id = xcom("train", "kinetic_job")["job_id"]
+    entry = history.read(store, job_id)
+    assert entry["state"] == "SUCCEEDED" and entry["artifacts"]["state"] == "deleted"
+    assert not store.list(f"{job_id}/")
+    identity = {"dag_id": dag_id, "run_id": run_id, "task_id": "train", "map_index": -1}
+    # Sealed with the standalone's key: its fields as stored (the seal is tested elsewhere).
+    record = json.loads(store.read_bytes(record_key(identity)))["record"]
+    assert record["delivered"] and record["returned"] and record["handle"]["job_id"] == job_id
+    assert record["xcoms"] == {"return_value": {"answer": 42, "loss": [0.5, 0.25]}}
+
+    # A failing job still fails its try on a worker, which Airflow retries.
+    assert ti("flaky")["state"] == "success" and ti("flaky")["try_number"] == 2
+    assert xcom("flaky", "return_value") == "second execution"
+    first = log("flaky", 1)
+    assert any("resumed: trigger said FAILED" in e for e in first), first[-20:]
+    assert any("the first execution fails" in e for e in first), first[-20:]
+    assert not any("resumed: trigger said" in e for e in log("flaky", 2))

@@ -45,14 +45,7 @@ STARTED = re.compile(r"trigger (\S+)/(\S+)/sweep/-1/1 \(ID (\d+)\) starting")
 
 
 def _log(s: Standalone, dag_id: str) -> list[dict[str, Any]]:
-    resp = s.api(
-        "GET",
-        f"/dags/{dag_id}/dagRuns/run1/taskInstances/sweep/logs/1",
-        params={"full_content": True},
-        headers={"Accept": "application/json"},
-    )
-    assert resp.status_code == 200, resp.text
-    return resp.json()["content"]
+    return s.task_log(dag_id, "run1", "sweep")
 
 
 def _trigger_ids(home: Path, dag_id: str) -> set[str]:

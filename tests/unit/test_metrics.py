@@ -34,7 +34,7 @@ from airflow_provider_kinetic.core.spec.handles import (
 )
 from airflow_provider_kinetic.core.storage import LocalStore
 from airflow_provider_kinetic.deployment import metrics as airflow_metrics
-from airflow_provider_kinetic.operators.usage import send_metrics
+from airflow_provider_kinetic.deployment.usage import send_metrics
 from tests.fixtures.fake_ti import FakeTI
 from tests.fixtures.records import batch_state, handle
 

@@ -47,7 +47,9 @@ deferrable try watching its job in the worker first (``defer_grace_s``) says SYN
 What the record says of the value: ``delivered`` once it is in XCom (the try may still
 be finishing; its job's artifacts are kept), ``returned`` once that try handed it back
 to Airflow (only then do the artifacts go).  A later try of a delivered record that was
-never returned collects the same value again; of a returned one, it is a clear.
+never returned collects the same value again; of a returned one, it is a clear.  A
+trigger that ends its task itself (``triggers.end_task``) writes both at once, with
+the XComs it hands Airflow in the record (``xcoms``), before the artifacts go.
 """
 
 from __future__ import annotations
@@ -116,6 +118,11 @@ class TaskRecord:
     #: Every job id this task run's work has had (preemption re-submits, capacity
     #: steps, tries), oldest first: what its usage sums (``core.jobs.usage``).
     attempts: list[str] = field(default_factory=list)
+    #: The XComs a trigger ended the task with (``triggers.end_task``): the record holds
+    #: the value from the moment the job's artifacts go until Airflow has it, so a
+    #: trigger of the same try re-created after its event was lost hands the same
+    #: XComs again (never a second run).  None: the value went through a worker.
+    xcoms: dict[str, Any] | None = None
 
     @property
     def job(self) -> JobHandle | None:

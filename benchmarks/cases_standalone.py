@@ -1,0 +1,104 @@
+"""Deferral under ``airflow standalone`` (issue 46): what a deferred Kinetic job's task
+takes beyond its job's length, against Airflow's own deferral of the same length.
+
+One standalone (a private home, removed afterwards), ``standalone_dags.py`` in its DAGs
+folder.  Per round, one run at a time, interleaved: for 7 s and 20 s, a deferred job
+whose trigger ends the task (nothing runs on a worker after it), the same job resumed
+on a worker (its asset event: the trigger's event is held, ``triggers.settle``, as
+every deferred job's was before), and ``DateTimeSensorAsync``.  Each task's time is its
+task instance's end minus its start as Airflow records them (REST API), less the
+length; the median of the rounds.  Goal: a job whose trigger ends its task at most
+``MAX_LATER_S`` later than Airflow's deferral of the same length.
+
+Not in ``--quick`` (a standalone's boot alone is a minute on two cores): ``--only
+standalone``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+from table import Row
+
+HERE = Path(__file__).resolve().parent
+#: At most this much later than Airflow's own deferral of the same length, seconds.
+MAX_LATER_S = 1.0
+#: (DAG prefix, what it is)
+KINDS = (
+    ("bench_trigger_ends", "ours, the trigger ends the task"),
+    ("bench_worker_ends", "ours, resumed on a worker (held event)"),
+    ("bench_airflow", "DateTimeSensorAsync"),
+)
+
+
+def _seconds(ti: dict) -> float:
+    start = datetime.fromisoformat(ti["start_date"].replace("Z", "+00:00"))
+    end = datetime.fromisoformat(ti["end_date"].replace("Z", "+00:00"))
+    return (end - start).total_seconds()
+
+
+def measure(rounds: int) -> dict[str, list[float]]:
+    """Seconds beyond the length, per DAG id, one value per round."""
+    sys.path.insert(0, str(HERE.parent))
+    from standalone_dags import LENGTHS
+
+    from tests.fixtures.standalone import run_standalone
+
+    found: dict[str, list[float]] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="kinetic-bench-standalone-") as tmp,
+        run_standalone(Path(tmp), HERE / "standalone_dags.py") as s,
+    ):
+        dags = [(f"{kind}_{n}s", n) for n in LENGTHS for kind, _ in KINDS]
+        for dag_id, _ in dags:
+            s.unpause(dag_id)
+        for r in range(rounds):
+            for dag_id, length in dags:
+                run_id = f"round_{r}"
+                resp = s.api(
+                    "POST",
+                    f"/dags/{dag_id}/dagRuns",
+                    json={"dag_run_id": run_id, "logical_date": None},
+                )
+                assert resp.status_code == 200, resp.text
+                state = s.wait_finished(dag_id, run_id)
+                ti = s.json(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/job")
+                if state != "success" or ti["state"] != "success":
+                    raise RuntimeError(f"{dag_id} {run_id}: {state}, task {ti['state']}")
+                found.setdefault(dag_id, []).append(_seconds(ti) - length)
+            print(f"standalone round {r + 1}/{rounds} done", flush=True)
+    return found
+
+
+def deferral(rounds: int) -> list[Row]:
+    """Per length: the trigger-ended job against Airflow's deferral (goal), and the
+    worker-resumed job against it (info: the path every deferred job took before)."""
+    from standalone_dags import LENGTHS
+
+    found = measure(rounds)
+    rows = []
+    for n in LENGTHS:
+        airflow = statistics.median(found[f"bench_airflow_{n}s"])
+        for kind, what in KINDS[:2]:
+            ours = statistics.median(found[f"{kind}_{n}s"])
+            goal = kind == "bench_trigger_ends"
+            rows.append(
+                Row(
+                    f"deferred {n} s job under standalone: {what}",
+                    f"DateTimeSensorAsync {n} s +{airflow:.2f} s",
+                    f"+{ours:.2f} s ({ours - airflow:+.2f} s)",
+                    None,
+                    f"<= +{MAX_LATER_S:g} s beyond Airflow's" if goal else "(info)",
+                    (ours - airflow <= MAX_LATER_S) if goal else None,
+                    note=f"task instance end minus start less {n} s, median of {rounds} "
+                    "interleaved rounds, one run at a time; every run: "
+                    + ", ".join(f"{v:+.2f}" for v in found[f"{kind}_{n}s"])
+                    + "; Airflow's: "
+                    + ", ".join(f"{v:+.2f}" for v in found[f"bench_airflow_{n}s"]),
+                )
+            )
+    return rows
