@@ -41,14 +41,22 @@ def _seconds(ti: dict) -> float:
     return (end - start).total_seconds()
 
 
-def measure(rounds: int) -> dict[str, list[float]]:
-    """Seconds beyond the length, per DAG id, one value per round."""
+def _resumed(s: object, dag_id: str, run_id: str) -> bool:
+    """Whether a worker resumed the task after its trigger (the task log says so)."""
+    entries = s.task_log(dag_id, run_id, "job")  # type: ignore[attr-defined]
+    return any("resumed: trigger said" in str(e.get("event")) for e in entries)
+
+
+def measure(rounds: int) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Seconds beyond the length, per DAG id, one value per round; and per DAG id how
+    many of its runs a worker resumed."""
     sys.path.insert(0, str(HERE.parent))
     from standalone_dags import LENGTHS
 
     from tests.fixtures.standalone import run_standalone
 
     found: dict[str, list[float]] = {}
+    resumed: dict[str, int] = {}
     with (
         tempfile.TemporaryDirectory(prefix="kinetic-bench-standalone-") as tmp,
         run_standalone(Path(tmp), HERE / "standalone_dags.py") as s,
@@ -70,8 +78,10 @@ def measure(rounds: int) -> dict[str, list[float]]:
                 if state != "success" or ti["state"] != "success":
                     raise RuntimeError(f"{dag_id} {run_id}: {state}, task {ti['state']}")
                 found.setdefault(dag_id, []).append(_seconds(ti) - length)
+                if not dag_id.startswith("bench_airflow"):
+                    resumed[dag_id] = resumed.get(dag_id, 0) + _resumed(s, dag_id, run_id)
             print(f"standalone round {r + 1}/{rounds} done", flush=True)
-    return found
+    return found, resumed
 
 
 def deferral(rounds: int) -> list[Row]:
@@ -79,7 +89,7 @@ def deferral(rounds: int) -> list[Row]:
     worker-resumed job against it (info: the path every deferred job took before)."""
     from standalone_dags import LENGTHS
 
-    found = measure(rounds)
+    found, resumed = measure(rounds)
     rows = []
     for n in LENGTHS:
         airflow = statistics.median(found[f"bench_airflow_{n}s"])
@@ -98,7 +108,8 @@ def deferral(rounds: int) -> list[Row]:
                     "interleaved rounds, one run at a time; every run: "
                     + ", ".join(f"{v:+.2f}" for v in found[f"{kind}_{n}s"])
                     + "; Airflow's: "
-                    + ", ".join(f"{v:+.2f}" for v in found[f"bench_airflow_{n}s"]),
+                    + ", ".join(f"{v:+.2f}" for v in found[f"bench_airflow_{n}s"])
+                    + f"; runs a worker resumed: {resumed.get(f'{kind}_{n}s', 0)} of {rounds}",
                 )
             )
     return rows

@@ -30,6 +30,8 @@ exec "$VENV/bin/pytest" -q -p no:cacheprovider \
   "tests/integration/test_standalone.py::test_clearing_a_deferred_task_runs_one_new_job" \
   "tests/integration/test_standalone.py::test_a_deferred_task_ends_in_its_trigger_when_nothing_follows_its_job" \
   tests/unit/test_trigger_end_task.py \
+  tests/unit/test_asset_uris.py \
+  tests/unit/test_xcoms.py \
   tests/integration/test_cli.py::test_list_status_logs_result_and_cleanup \
   tests/integration/test_cli_stdout.py \
   tests/integration/test_result_edges.py \

@@ -91,7 +91,14 @@ class KineticHook(BaseHook):
             ``cluster``, ``namespace``, ``image``, ``service_account``.
         read_only: the hook only reads jobs and the store, so the local fallback does
             not warn that jobs run on this machine (None: True inside ``reading_only()``).
+
+    ``resumed`` (set by a task resumed after a deferral): the try's first segment, in
+    another process, already warned of the local fallback, so this one does not: one
+    warning per task try.
     """
+
+    #: A resumed execution segment's hook (see the class): the fallback is not repeated.
+    resumed: bool = False
 
     conn_name_attr = "kinetic_conn_id"
     default_conn_name = "kinetic_default"
@@ -183,7 +190,7 @@ class KineticHook(BaseHook):
                 "No %r connection: reading the local store %s", self.default_conn_name, root
             )
             return KineticConfig(backend=LocalBackend.name, root=root)
-        if root in _WARNED_FALLBACK:  # a task makes many hooks: the warning once
+        if root in _WARNED_FALLBACK or self.resumed:  # once per process, and per try
             return KineticConfig(backend=LocalBackend.name, root=root)
         _WARNED_FALLBACK.add(root)
         self.log.warning(

@@ -5,7 +5,22 @@ it cannot be declared as an ``Asset`` when the DAG file is parsed.  The operator
 declares an ``AssetAlias`` instead (``alias_name``: ``kinetic:{dag_id}/{task_id}``)
 and, when its job succeeds, adds an event for the run's output dir through it; a
 downstream DAG scheduled on that alias gets one event per successful run (the dir is
-``event.extra["output_dir"]``, spelled so that ``Data(...)`` of it is a directory).
+``event.extra["output_dir"]``, spelled so that ``Data(...)`` of it is a directory).  A
+key's new version (``output_key``) is an event for ``kinetic://KEY`` through the same
+alias, with the same extra plus the version's fields (``key``, ``version``, ``size``,
+``files``, ``time``): every event the alias carries has ``output_dir`` and ``job_id``.
+
+(Not one stable asset per task yet: an alias event of an asset Airflow does not hold
+yet makes Airflow create it, and two runs doing so at once fail one task on the API
+server's unique constraint, apache/airflow 3.3.2 ``models/taskinstance.py``,
+"Dynamically creating AssetModel"; a per-run dir never collides.)
+
+Making an ``Asset`` has Airflow look up a normalizer for its URI's scheme, and that
+first lookup imports every installed provider's asset handlers (the google provider's
+GCS hook, protobuf: 0.5 s quiet, 8-46 s on a loaded machine, once per task process).
+A key's ``kinetic://`` URI, which this provider makes already normalized, is made
+without the lookup (:func:`known_asset`); an output dir's was looked up before its job
+was submitted (``asset_uri``), so its event costs nothing more.
 
 When the user declares ``outlets`` the operator adds no alias of its own: Airflow
 emits the events of the declared assets itself, and the operator attaches its
@@ -22,6 +37,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -32,6 +48,8 @@ from airflow_provider_kinetic.core.jobs.resultref import is_result_ref
 
 #: The alias every Kinetic task adds to its outlets (unless it declares its own).
 ALIAS_PREFIX = "kinetic:"
+#: The scheme of :func:`known_asset`'s stand-in URI (``x-``: Airflow normalizes none).
+STAND_IN_SCHEME = "x-kinetic"
 #: The most JSON bytes of the function's value (and of a batch's child dirs) that an
 #: event's extra carries; larger values are left out (the XCom still has them).
 MAX_EXTRA_VALUE_BYTES = 4096
@@ -48,6 +66,17 @@ def alias_name(dag_id: str, task_id: str) -> str:
 def task_alias(dag_id: str, task_id: str) -> AssetAlias:
     """The ``AssetAlias`` a downstream DAG schedules on (``schedule=[task_alias(...)]``)."""
     return AssetAlias(alias_name(dag_id, task_id))
+
+
+def known_asset(uri: str) -> Any:
+    """``Asset(uri=uri)`` for a URI this provider made in its normalized form (a key's
+    ``kinetic://KEY``), without Airflow's scheme normalizer lookup (see the module):
+    equal to what ``Asset(uri=uri)`` makes (tests/unit/test_asset_uris.py)."""
+    parts = urllib.parse.urlsplit(uri)  # Airflow's scheme-independent normal form
+    normal = urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") or "/"))
+    asset = Asset(name=uri, uri=f"{STAND_IN_SCHEME}://stand-in")
+    object.__setattr__(asset, "uri", normal)  # the converter would look the scheme up
+    return asset
 
 
 def asset_uri(uri: str, what: str = "output_dir") -> str:
@@ -176,6 +205,7 @@ def emit(operator: Any, context: Mapping[str, Any], output_dir: str, extra: dict
     usage = small_json(getattr(operator, "kinetic_usage", None))
     if usage is not None:  # the usage record (core.jobs.usage), as XCom kinetic_usage
         extra = {**extra, "usage": usage}
+    operator.kinetic_event_extra = extra  # a key's event carries it too (emit_key)
     asset = Asset(uri=asset_uri(output_dir))
     for outlet in operator.outlets:
         if isinstance(outlet, AssetAlias):
@@ -198,7 +228,8 @@ def emit_key(operator: Any, context: Mapping[str, Any], key: str, row: Mapping) 
     if not operator.output_asset or events is None:
         return
     extra = {k: row[k] for k in ("key", "version", "size", "files", "time") if k in row}
-    asset = Asset(uri=key_asset_uri(key))
+    extra = {**getattr(operator, "kinetic_event_extra", {}), **extra}  # one extra shape
+    asset = known_asset(key_asset_uri(key))
     for outlet in operator.outlets:
         if isinstance(outlet, AssetAlias):
             events[outlet].add(asset, extra=extra)

@@ -24,8 +24,9 @@ from airflow_provider_kinetic.deployment.signing import result_key_for_job
 from airflow_provider_kinetic.exceptions import KineticBatchFailed
 from airflow_provider_kinetic.operators import assets, reuse
 from airflow_provider_kinetic.operators.batch_try import BatchTry, child_output_dirs
-from airflow_provider_kinetic.operators.common import directory_uri, push_value, xcom_value
+from airflow_provider_kinetic.operators.common import directory_uri, push_value
 from airflow_provider_kinetic.operators.usage import report_usage
+from airflow_provider_kinetic.operators.xcoms import xcom_value
 
 
 def finish(t: BatchTry) -> list[Any]:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from airflow.providers.common.compat.sdk import BaseOperator, XCom, conf, mask_secret
+from airflow.providers.common.compat.sdk import BaseOperator, conf, mask_secret
 
 from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.catalog.accelerators import with_spot
@@ -27,11 +26,10 @@ from airflow_provider_kinetic.core.jobs.options import JobOptions
 from airflow_provider_kinetic.core.jobs.pack import DEFAULT_MAX_PAYLOAD_MB
 from airflow_provider_kinetic.core.jobs.request import JobRequest, capture_env, plan_for_request
 from airflow_provider_kinetic.core.jobs.resultcache import CacheSettings
-from airflow_provider_kinetic.core.jobs.resultref import REF_KEY, make_result_ref
 from airflow_provider_kinetic.core.runtime.context import DEFAULT_MAX_CONTEXT_MB, check_patterns
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, check_image_setting
 from airflow_provider_kinetic.core.runtime.requirements import check_spec as check_requirements
-from airflow_provider_kinetic.core.spec.handles import JobHandle, artifact_key
+from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.spec.identity import task_key, ti_identity
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.operators.capacity import check_options as check_capacity
@@ -62,69 +60,6 @@ DEFER_GRACE_S = 5.0
 def defer_grace_s() -> float:
     """``[kinetic] defer_grace_s`` (default ``DEFER_GRACE_S``; 0 defers at once)."""
     return conf.getfloat("kinetic", "defer_grace_s", fallback=DEFER_GRACE_S)
-
-
-#: Default of ``[kinetic] max_xcom_result_bytes``: larger results travel by reference.
-MAX_XCOM_RESULT_BYTES = 1024 * 1024
-
-
-def unstorable(value: Any, limit: int) -> str | None:
-    """Why Airflow cannot store ``value`` as an XCom (None: it can).
-
-    Checked with Airflow's own serializer and the strict JSON its API sends (a NaN or
-    an infinity passes ``json.dumps`` but not the API), before the job's artifacts are
-    deleted or its record says "delivered"."""
-    try:
-        text = json.dumps(XCom.serialize_value(value), allow_nan=False)
-    except Exception as exc:  # noqa: BLE001 - whatever Airflow cannot serialise
-        return f"Airflow cannot store a {type(value).__name__} as an XCom ({exc})"
-    size = len(text.encode())
-    if size > limit:
-        return f"{size} bytes is more than [kinetic] max_xcom_result_bytes = {limit}"
-    return None
-
-
-def xcom_value(
-    value: Any,
-    store: ObjectStore,
-    job_id: str,
-    blob: bytes,
-    log: Any,
-    multiple_outputs: bool = False,
-) -> Any:
-    """``value`` when Airflow can store it in XCom within the limit, else a reference.
-
-    The reference (``core.jobs.resultref``) points at the job's verified ``result.pkl``
-    (``blob`` is its bytes), so the task succeeds and nothing is re-run to deliver it.
-    With ``multiple_outputs`` (a dict whose keys become XComs) each key is judged on
-    its own: only the values that do not fit become references, key by key.
-    """
-    limit = conf.getint("kinetic", "max_xcom_result_bytes", fallback=MAX_XCOM_RESULT_BYTES)
-    uri = store.uri(artifact_key(job_id, "result.pkl"))
-    if multiple_outputs and isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        out = {}
-        for key, item in value.items():
-            why = unstorable(item, limit)
-            out[key] = item if why is None else _ref(uri, item, blob, job_id, why, log, key)
-        return out
-    why = unstorable(value, limit)
-    return value if why is None else _ref(uri, value, blob, job_id, why, log)
-
-
-def _ref(
-    uri: str, value: Any, blob: bytes, job_id: str, why: str, log: Any, key: str | None = None
-) -> dict[str, Any]:
-    ref = make_result_ref(uri, value, blob, key)
-    what = f"the result of kinetic job {job_id}" + (f" (key {key!r})" if key is not None else "")
-    log.warning(
-        "%s does not fit XCom: %s. XCom holds a reference to %s (%d bytes); pass it to "
-        "another Kinetic task, or load it with airflow_provider_kinetic.load_result(ref)",
-        what,
-        why,
-        ref[REF_KEY],
-        ref["bytes"],
-    )
-    return ref
 
 
 def push_value(operator: Any, context: Mapping[str, Any], value: Any) -> None:

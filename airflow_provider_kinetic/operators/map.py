@@ -257,6 +257,7 @@ class KineticMapOperator(KineticOperatorBase):
         if not event or not event.get("state"):
             raise AirflowException(f"kinetic batch resumed without its state (event {event!r})")
         state = BatchState.from_dict(event["state"])
+        self.hook.resumed = True  # the try's first segment warned of a local fallback
         batch = self._try = BatchTry.reopen(self, context, state)
         self._store = batch.store
         batch_wait.resumed(batch, event)

@@ -45,8 +45,8 @@ from airflow_provider_kinetic.operators.common import (
     XCOM_OUTPUT_DIR,
     directory_uri,
     push_value,
-    xcom_value,
 )
+from airflow_provider_kinetic.operators.xcoms import xcom_value
 
 if TYPE_CHECKING:
     from airflow_provider_kinetic.core.jobs.submit import PlannedJob

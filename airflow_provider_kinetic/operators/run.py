@@ -324,6 +324,7 @@ class KineticRunOperator(KineticOperatorBase):
         """
         if not event or "handle" not in event:
             raise AirflowException(f"kinetic trigger returned no usable event: {event!r}")
+        self.hook.resumed = True  # the try's first segment warned of a local fallback
         handle = JobHandle.from_dict(event["handle"])
         run = self._try = TaskTry.open(self, context, handle.backend)
         run.handle = handle
@@ -336,8 +337,7 @@ class KineticRunOperator(KineticOperatorBase):
             event.get("status"),
             report.describe(),
         )
-        # The trigger showed the job's log up to here while the task was deferred.
-        offset = int(event.get("log_offset") or 0)
+        offset = int(event.get("log_offset") or 0)  # the trigger showed the log up to here
         if report.status.is_terminal:
             new = job_wait.next_job(run, handle, report)
             if new is not None:

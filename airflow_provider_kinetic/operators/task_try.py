@@ -48,7 +48,6 @@ from airflow_provider_kinetic.operators.common import (
     push_value,
     show_job_logs,
     task_identity,
-    xcom_value,
 )
 from airflow_provider_kinetic.operators.takeover import resubmit_policy
 from airflow_provider_kinetic.operators.task_record import (
@@ -59,6 +58,7 @@ from airflow_provider_kinetic.operators.task_record import (
     stored_record,
 )
 from airflow_provider_kinetic.operators.usage import report_usage
+from airflow_provider_kinetic.operators.xcoms import xcom_value
 
 
 @dataclass
@@ -315,10 +315,10 @@ class TaskTry:
             raise job_failed(
                 f"kinetic job {handle.job_id} failed: {done.failure}", failure, handle.job_id
             ) from done.error
-        keyio.put_output_key(self.op, self.context, self.store, handle)
-        if handle.output_dir:
+        if handle.output_dir:  # the output's event first: a key's event repeats its extra
             out = directory_uri(handle.output_dir) or handle.output_dir
             assets.emit(self.op, self.context, out, assets.job_extra(handle, done.value, out))
+        keyio.put_output_key(self.op, self.context, self.store, handle)
         self.write_record(handle, delivered=True, returned=True)  # the try's last word
         release_held(self.store, done, self.op.cleanup, self.log)
         return done.value

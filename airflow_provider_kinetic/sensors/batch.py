@@ -38,8 +38,8 @@ from airflow_provider_kinetic.deployment.signing import (
 )
 from airflow_provider_kinetic.exceptions import KineticBatchFailed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
-from airflow_provider_kinetic.operators.common import xcom_value
 from airflow_provider_kinetic.operators.lineage import KineticBatchSensorLineage
+from airflow_provider_kinetic.operators.xcoms import xcom_value
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 
 

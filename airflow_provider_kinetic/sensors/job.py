@@ -24,8 +24,9 @@ from airflow_provider_kinetic.deployment.signing import result_key
 from airflow_provider_kinetic.exceptions import KineticJobFailed, job_failed
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.operators import end_task
-from airflow_provider_kinetic.operators.common import task_identity, xcom_value
+from airflow_provider_kinetic.operators.common import task_identity
 from airflow_provider_kinetic.operators.lineage import KineticJobSensorLineage
+from airflow_provider_kinetic.operators.xcoms import xcom_value
 from airflow_provider_kinetic.triggers.job import KineticJobTrigger
 
 

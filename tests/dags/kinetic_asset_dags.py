@@ -23,6 +23,15 @@ def metrics(n: int = 3) -> dict:
     return {"loss": 0.25, "n": n}
 
 
+def writes_model() -> dict:
+    """A file in its output dir (what ``output_key`` publishes) and a small value."""
+    import os
+
+    with open(os.path.join(os.environ["KINETIC_OUTPUT_DIR"], "model.txt"), "w") as f:
+        f.write("weights")
+    return {"loss": 0.25, "n": 1}
+
+
 def big() -> list[int]:
     """More than 4 KiB of JSON: the extra leaves it out."""
     return list(range(5000))
@@ -43,6 +52,9 @@ with DAG("kinetic_asset_emit", schedule=None, start_date=START, catchup=False) a
     KineticRunOperator(task_id="big", python_callable=big, poll_interval=0.2)
     KineticRunOperator(
         task_id="quiet", python_callable=metrics, poll_interval=0.2, output_asset=False
+    )
+    KineticRunOperator(
+        task_id="keyed", python_callable=writes_model, poll_interval=0.2, output_key="assets/keyed"
     )
 
 with DAG("kinetic_asset_declared", schedule=None, start_date=START, catchup=False) as declared:

@@ -48,16 +48,19 @@ def _events(dr: Any) -> dict[str, list[dict[str, Any]]]:
 
 
 def test_a_successful_job_emits_its_output_dir_through_the_task_alias(load_dag):
+    """The run's output dir through the task's alias; a key's version is an event of
+    its own asset with the same extra (issue 42: one extra shape on the alias)."""
     dag = load_dag(FILE, "kinetic_asset_emit")
     aliases = {t.task_id: [o.name for o in t.outlets] for t in dag.tasks}
     assert aliases == {
         "train": ["kinetic:kinetic_asset_emit/train"],
         "big": ["kinetic:kinetic_asset_emit/big"],
         "quiet": [],
+        "keyed": ["kinetic:kinetic_asset_emit/keyed"],
     }
     dr, x = _run(load_dag, "kinetic_asset_emit")
     events = _events(dr)
-    assert set(events) == {"train", "big"}  # output_asset=False: no event
+    assert set(events) == {"train", "big", "keyed"}  # output_asset=False: no event
     (train,) = events["train"]
     out = x[("train", "output_dir")]
     assert out.startswith("file://") and train["uri"] == asset_uri(out) == out.rstrip("/")
@@ -73,6 +76,17 @@ def test_a_successful_job_emits_its_output_dir_through_the_task_alias(load_dag):
     (big,) = events["big"]
     assert "value" not in big["extra"]  # more than 4 KiB of JSON
     assert big["uri"] != train["uri"]
+    # output_key: the output's event and the key's, both with the output dir and job.
+    keyed = {e["uri"]: e for e in events["keyed"]}
+    keyed_out = x[("keyed", "output_dir")]
+    assert set(keyed) == {asset_uri(keyed_out), "kinetic://assets/keyed"}
+    key_extra = keyed["kinetic://assets/keyed"]["extra"]
+    assert key_extra["output_dir"] == x[("keyed", "output_dir")]
+    assert key_extra["job_id"] == x[("keyed", "kinetic_job")]["job_id"]
+    assert key_extra["key"] == "assets/keyed"
+    assert key_extra["version"] == x[("keyed", "kinetic_output_key")]["version"]
+    assert {e["aliases"][0] for e in events["keyed"]} == {"kinetic:kinetic_asset_emit/keyed"}
+    assert keyed[asset_uri(keyed_out)]["extra"]["output_dir"] == keyed_out
 
 
 def test_user_declared_outlets_get_the_extra(load_dag):

@@ -1,0 +1,41 @@
+"""operators.assets: a key's asset (``kinetic://KEY``) is made without Airflow's scheme
+normalizer lookup, which imports every installed provider's asset handlers (the
+google provider's GCS hook among them: seconds per task process on a loaded machine),
+and equal what Airflow itself makes of the same URIs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from airflow_provider_kinetic.operators.assets import key_asset_uri, known_asset
+
+CHILD = """
+import json, sys
+from airflow_provider_kinetic.operators.assets import known_asset
+before = set(sys.modules)
+assets = [known_asset("kinetic://models/churn"), known_asset("kinetic://a")]
+print(json.dumps({"uris": [a.uri for a in assets], "names": [a.name for a in assets],
+                  "imported": sorted(set(sys.modules) - before)}))
+"""
+
+
+def test_making_the_event_assets_imports_no_provider():
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120, check=True
+    )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["uris"] == ["kinetic://models/churn", "kinetic://a/"]
+    assert found["names"] == ["kinetic://models/churn", "kinetic://a"]
+    assert found["imported"] == []  # no provider's asset handlers (nothing at all)
+
+
+@pytest.mark.parametrize("key", ["models/churn", "a", "a/", "team-a/nightly.v2/model_1"])
+def test_a_known_asset_equals_airflows_own(key):
+    from airflow.providers.common.compat.sdk import Asset
+
+    uri = key_asset_uri(key)
+    assert known_asset(uri) == Asset(uri=uri)
