@@ -101,6 +101,13 @@ CONFIG = {
         "float",
         "5.0",
     ),
+    "trigger_queue": _option(
+        "The triggerer queue Kinetic tasks' triggers run in (Airflow 3.2+ with [triggerer] "
+        "queues_enabled = True; start a triggerer with --queues NAME for it); empty: the "
+        "task's own queue. Airflow 3.1 has no trigger queues and notes it once.",
+        "string",
+        "",
+    ),
     "max_context_mb": _option(
         "Size cap of a job's context (the zip of the DAG's project directory); over it the "
         "task fails before uploading, naming the largest files. 0 disables the cap.",

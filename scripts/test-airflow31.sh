@@ -32,6 +32,7 @@ exec "$VENV/bin/pytest" -q -p no:cacheprovider \
   tests/unit/test_trigger_end_task.py \
   tests/unit/test_asset_uris.py \
   tests/unit/test_xcoms.py \
+  tests/unit/test_trigger_queue.py \
   tests/integration/test_cli.py::test_list_status_logs_result_and_cleanup \
   tests/integration/test_cli_stdout.py \
   tests/integration/test_result_edges.py \

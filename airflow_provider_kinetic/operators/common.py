@@ -6,7 +6,7 @@ import datetime as dt
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 from airflow.providers.common.compat.sdk import BaseOperator, conf, mask_secret
 
@@ -136,6 +136,31 @@ def rendered_as(field: str, value: Any, kind: type | tuple[type, ...], what: str
 
 #: ``deferrable=``'s default on every kinetic operator, as on Airflow's own.
 DEFAULT_DEFERRABLE = conf.getboolean("operators", "default_deferrable", fallback=False)
+#: Processes that noted ``[kinetic] trigger_queue`` cannot be honoured (once each).
+_QUEUE_NOTED: set[str] = set()
+
+
+def to_trigger_queue(op: Any) -> str | None:
+    """``[kinetic] trigger_queue``: the triggerer queue a Kinetic task's trigger runs in
+    (a dedicated triggerer for heavy log-following: ``airflow triggerer --queues``).
+    Airflow 3.2+ gives a trigger its task's ``queue`` at deferral when ``[triggerer]
+    queues_enabled`` is on (``task_runner._defer_task``), so the task's queue is set to
+    it just before deferring; the resumed task is queued as its task instance says,
+    unchanged.  Airflow 3.1 has no trigger queues: noted once per process, ignored."""
+    wanted = conf.get("kinetic", "trigger_queue", fallback="") or ""
+    if not wanted:
+        return None
+    if not conf.getboolean("triggerer", "queues_enabled", fallback=False):
+        if wanted not in _QUEUE_NOTED:
+            _QUEUE_NOTED.add(wanted)
+            op.log.info(
+                "kinetic: [kinetic] trigger_queue = %s is not used: it needs Airflow 3.2+ "
+                "with [triggerer] queues_enabled = True",
+                wanted,
+            )
+        return None
+    op.queue = wanted
+    return wanted
 
 
 class KineticOperatorBase(KineticTaskLineage, BaseOperator):
@@ -144,6 +169,12 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
     Templated fields are assigned verbatim from the same-named arguments; they are
     validated in ``execute`` (after rendering), never here.
     """
+
+    def defer(self, **kwargs: Any) -> NoReturn:  # type: ignore[override]
+        """Airflow's ``defer``, the trigger routed to ``[kinetic] trigger_queue``."""
+        to_trigger_queue(self)
+        super().defer(**kwargs)
+        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
 
     shallow_copy_attrs: Sequence[str] = ("python_callable",)
     python_callable: Callable[..., Any]

@@ -1,5 +1,7 @@
 """A deferrable task whose first execution runs long: tests/integration/test_standalone.py
-clears it over the REST API while it is deferred and expects one new job to succeed."""
+clears it over the REST API while it is deferred and expects one new job to succeed.
+Nothing runs on a worker after its job (``output_asset=False``), so its trigger ends the
+task (issue 46): a clear still cancels the old job and runs one new one."""
 
 from __future__ import annotations
 
@@ -34,4 +36,5 @@ with DAG(
         op_args=["{{ dag_run.conf['marker'] }}"],
         deferrable=True,
         poll_interval=1.0,
+        output_asset=False,
     )
