@@ -68,6 +68,15 @@ def test_the_digest_of_unchanged_options_is_the_one_earlier_versions_made():
     )
 
 
+def test_num_slices_is_in_the_digest_only_when_more_than_one():
+    one = JobOptions(accelerator="tpu-v5p-2x2x4")
+    assert one.num_slices == 1 and "num_slices" not in one.work_options()
+    four = one.but(num_slices=4)
+    assert four.work_options()["num_slices"] == 4 and digest(four) != digest(one)
+    assert four.pod_inputs()["num_slices"] == 4
+    assert JobOptions(accelerator="tpu-v6e-4x4", num_slices=2).num_slices == 2
+
+
 def test_a_new_option_is_in_the_digest_when_set_and_only_then():
     @dataclass(frozen=True)
     class Later(JobOptions):
@@ -116,6 +125,16 @@ def test_the_template_and_its_options_never_share_a_wire_key():
         ({"max_run_duration_s": "30d"}, InvalidCapacityError, "max_run_duration_s"),
         ({"checkpoint_sync_s": 0}, ValueError, "checkpoint_sync_s must be a positive number"),
         ({"checkpoint_restore": "x"}, ValueError, "'same_work' or 'any', got 'x'"),
+        ({"num_slices": 0}, ValueError, "num_slices must be a whole number >= 1, got 0"),
+        ({"num_slices": "2"}, ValueError, "num_slices must be a whole number >= 1, got '2'"),
+        ({"num_slices": 2}, ValueError, r"'cpu' is not one\. Allowed: multi-host TPU slices of v4"),
+        (
+            {"num_slices": 2, "accelerator": "gpu-h100x8"},
+            ValueError,
+            "num_slices=2 needs an accelerator GKE can join.*'gpu-h100x8'.*v5p, v6e",
+        ),
+        ({"num_slices": 2, "accelerator": "tpu-v3-4x4"}, ValueError, "'tpu-v3-4x4' is not one"),
+        ({"num_slices": 3, "accelerator": "tpu-v5e-2x2"}, ValueError, "is a single-host slice"),
     ],
 )
 def test_a_bad_option_is_refused_naming_it_and_the_allowed_forms(changes, error, says):
@@ -149,6 +168,31 @@ def test_every_option_an_operator_takes_reaches_the_request():
     identity = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 1}
     options = op.build_request(identity, lambda key: f"gs://b/{key}").options
     unset = {f.name for f in fields(options) if getattr(options, f.name) == default_of(f)}
-    assert unset == {"spot", "labels"}  # spot: the chain has it; labels: no operator option
+    assert unset == {"spot", "labels", "num_slices"}  # spot: the chain has it; labels and
+    # num_slices: not set here (num_slices needs a multi-host TPU: the test below)
     spot = KineticRunOperator(task_id="s", python_callable=len, accelerator="tpu-v5e-4", spot=True)
     assert spot.build_request(identity, lambda key: f"gs://b/{key}").options.spot is True
+
+
+def test_num_slices_reaches_the_request_and_is_refused_at_parse_time():
+    identity = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 1}
+    op = KineticRunOperator(
+        task_id="t", python_callable=len, accelerator="tpu-v5p-2x2x4", num_slices=4
+    )
+    assert op.build_request(identity, lambda key: f"gs://b/{key}").options.num_slices == 4
+    assert "num_slices" in KineticRunOperator.template_fields
+    # Templated: checked once rendered ("4" renders as text).
+    templated = KineticRunOperator(
+        task_id="u", python_callable=len, accelerator="tpu-v6e-4x4", num_slices="{{ n }}"
+    )
+    templated.num_slices = "2"
+    assert templated.build_request(identity, lambda k: f"gs://b/{k}").options.num_slices == 2
+    for accelerator, says in [
+        ("gpu-h100x8", "'gpu-h100x8' is not one. Allowed: multi-host TPU slices of v4"),
+        ("cpu", "'cpu' is not one"),
+        ("tpu-v5e-4", "single-host slice"),
+    ]:
+        with pytest.raises(ValueError, match=says):
+            KineticRunOperator(
+                task_id="v", python_callable=len, accelerator=accelerator, num_slices=2
+            )

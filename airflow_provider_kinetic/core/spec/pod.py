@@ -76,6 +76,8 @@ class SpecInputs:
     #: Kueue WorkloadPriorityClass (``queue:`` steps) and flex-start's run limit.
     priority_class: str | None = None
     max_run_duration_s: float | None = None
+    #: Identical TPU slices that run the job together (``core.catalog.multislice``).
+    num_slices: int = 1
 
 
 def secret_name(job_id: str) -> str:
@@ -105,6 +107,8 @@ class JobSpec:
     #: What the capacity step adds to the owning Job / LeaderWorkerSet (Kueue's queue
     #: label, ``suspend``); the pod's own capacity fields are already in ``pod``.
     capacity: CapacityFields = field(default_factory=CapacityFields)
+    #: Identical TPU slices that run the job together (more than one: a JobSet).
+    num_slices: int = 1
 
     @property
     def command(self) -> list[str]:
@@ -235,6 +239,7 @@ def build_job_spec(inp: SpecInputs) -> JobSpec:
         ttl_seconds=inp.ttl_seconds,
         secrets=dict(inp.secrets),
         capacity=capacity,
+        num_slices=inp.num_slices,
     )
 
 
