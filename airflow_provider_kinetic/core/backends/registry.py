@@ -115,3 +115,4 @@ def store_kind(configured: str) -> str:
 register_backend("local", "airflow_provider_kinetic.core.backends.local.backend:LocalBackend")
 register_backend("gke", "airflow_provider_kinetic.core.backends.k8s.gke:GkeBackend")
 register_backend("pathways", "airflow_provider_kinetic.core.backends.k8s.pathways:PathwaysBackend")
+register_backend(MULTI_SLICE, "airflow_provider_kinetic.core.backends.k8s.jobset:JobSetBackend")

@@ -187,7 +187,9 @@ def jobset_manifest(spec: JobSpec) -> dict[str, Any]:
     name = jobset_name(spec.job_id)
     hosts = spec.accelerator.num_nodes
     labels = {**spec.labels, **spec.capacity.owner_labels}
-    template = copy.deepcopy(spec.pod_template({JOBSET_POD_LABEL: name}))
+    # ``job-name``: the JobSet's, on every pod of every slice (the shared reads select by it;
+    # the Job controller keeps a template's own job-name label).
+    template = copy.deepcopy(spec.pod_template({JOBSET_POD_LABEL: name, "job-name": name}))
     for container in template["spec"]["containers"]:
         env = [e for e in container.get("env", []) if e["name"] not in _SLICE_ENV]
         container["env"] = env + [
