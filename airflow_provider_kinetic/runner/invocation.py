@@ -49,3 +49,13 @@ def host_index() -> int:
     if per_slice.isdigit() and slice_id.isdigit():
         return int(slice_id) * int(per_slice) + worker
     return worker
+
+
+def slice_fields() -> dict[str, int]:
+    """A multi-slice job's layout for its result payload (``num_slices``, ``slice_hosts``:
+    hosts per slice), so a failure names its slice; ``{}`` for a job of one slice."""
+    per_slice = os.environ.get("KINETIC_SLICE_HOSTS", "")
+    slices = os.environ.get("MEGASCALE_NUM_SLICES", "")
+    if per_slice.isdigit() and slices.isdigit() and "MEGASCALE_SLICE_ID" in os.environ:
+        return {"num_slices": int(slices), "slice_hosts": int(per_slice)}
+    return {}

@@ -32,7 +32,7 @@ from airflow_provider_kinetic.core.jobs.polling import STORE_OUTAGE_WINDOW_S
 from airflow_provider_kinetic.core.jobs.signing import RESULT_KEY_ENV, sign, signature_key
 from airflow_provider_kinetic.core.keys.joblocal import job_ended as peers_end
 from airflow_provider_kinetic.core.storage import store_for_uri
-from airflow_provider_kinetic.runner.invocation import host_index, parse_args
+from airflow_provider_kinetic.runner.invocation import host_index, parse_args, slice_fields
 from airflow_provider_kinetic.runner.lws import (
     FINISHED_FILE_ENV,
     LWS_ENV,
@@ -158,6 +158,7 @@ def _run(
     if result["success"] and index != 0:
         log.info("worker %d succeeded; the leader owns the result", index)
         return 0
+    result.update(slice_fields())  # a multi-slice job's failure names its slice
     blob, serialised = dump_result(result)
     ok = result["success"] and serialised
     uri = _result_uri(ns.result_gcs, index)
