@@ -31,6 +31,7 @@ from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
 from airflow_provider_kinetic.core.jobs.polling import STORE_OUTAGE_WINDOW_S
 from airflow_provider_kinetic.core.jobs.signing import RESULT_KEY_ENV, sign, signature_key
 from airflow_provider_kinetic.core.keys.joblocal import job_ended as peers_end
+from airflow_provider_kinetic.core.spec.failure import USER_ERROR_EXIT, USER_PHASES
 from airflow_provider_kinetic.core.storage import store_for_uri
 from airflow_provider_kinetic.runner.invocation import host_index, parse_args, slice_fields
 from airflow_provider_kinetic.runner.lws import (
@@ -174,8 +175,11 @@ def _run(
         log.error("function failed in phase %r", result["phase"])
         if result.get("traceback"):
             sys.stderr.write(result["traceback"])
-    log.info("result written; exiting %d", 0 if ok else 1)
-    return 0 if ok else 1
+    code = 0 if ok else 1
+    if not ok and slice_fields() and result["phase"] in USER_PHASES:
+        code = USER_ERROR_EXIT  # a multi-slice gang is not restarted for a user error
+    log.info("result written; exiting %d", code)
+    return code
 
 
 def _store_result(uri: str, blob: bytes, result_key: str | None) -> None:

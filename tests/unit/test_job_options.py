@@ -126,6 +126,7 @@ def test_the_template_and_its_options_never_share_a_wire_key():
         ({"checkpoint_sync_s": 0}, ValueError, "checkpoint_sync_s must be a positive number"),
         ({"checkpoint_restore": "x"}, ValueError, "'same_work' or 'any', got 'x'"),
         ({"num_slices": 0}, ValueError, "num_slices must be a whole number >= 1, got 0"),
+        ({"max_restarts": -1}, ValueError, "max_restarts must be a whole number >= 0, got -1"),
         ({"num_slices": "2"}, ValueError, "num_slices must be a whole number >= 1, got '2'"),
         ({"num_slices": 2}, ValueError, r"'cpu' is not one\. Allowed: multi-host TPU slices of v4"),
         (
@@ -168,8 +169,9 @@ def test_every_option_an_operator_takes_reaches_the_request():
     identity = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 1}
     options = op.build_request(identity, lambda key: f"gs://b/{key}").options
     unset = {f.name for f in fields(options) if getattr(options, f.name) == default_of(f)}
-    assert unset == {"spot", "labels", "num_slices"}  # spot: the chain has it; labels and
-    # num_slices: not set here (num_slices needs a multi-host TPU: the test below)
+    # spot: the chain has it; labels: no operator option; num_slices and max_restarts (a
+    # multi-slice job's): need a multi-host TPU (the test below).
+    assert unset == {"spot", "labels", "num_slices", "max_restarts"}
     spot = KineticRunOperator(task_id="s", python_callable=len, accelerator="tpu-v5e-4", spot=True)
     assert spot.build_request(identity, lambda key: f"gs://b/{key}").options.spot is True
 
@@ -179,7 +181,14 @@ def test_num_slices_reaches_the_request_and_is_refused_at_parse_time():
     op = KineticRunOperator(
         task_id="t", python_callable=len, accelerator="tpu-v5p-2x2x4", num_slices=4
     )
-    assert op.build_request(identity, lambda key: f"gs://b/{key}").options.num_slices == 4
+    options = op.build_request(identity, lambda key: f"gs://b/{key}").options
+    # The JobSet restarts the gang for the task's preemption (default 2) and infra re-submits.
+    assert (options.num_slices, options.max_restarts) == (4, 2)
+    assert (
+        options.pod_inputs()["max_restarts"] == 2 and "max_restarts" not in options.work_options()
+    )
+    op.retry_on = {"preemption": 3, "infra": 1, "user_error": 5}
+    assert op.build_request(identity, lambda key: f"gs://b/{key}").options.max_restarts == 4
     assert "num_slices" in KineticRunOperator.template_fields
     # Templated: checked once rendered ("4" renders as text).
     templated = KineticRunOperator(

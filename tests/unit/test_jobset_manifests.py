@@ -92,7 +92,23 @@ def test_one_job_per_slice_each_of_the_slices_hosts() -> None:
     job = rjob["template"]["spec"]
     assert (rjob["name"], rjob["replicas"]) == ("slice", 4)
     assert (job["parallelism"], job["completions"], job["completionMode"]) == (4, 4, "Indexed")
-    assert job["backoffLimit"] == 0 and manifest["spec"]["failurePolicy"] == {"maxRestarts": 3}
+    # One failure policy: any failure restarts the gang (3 times at most), but a user
+    # error (its host exits USER_ERROR_EXIT) fails the Job and then the whole JobSet.
+    assert job["backoffLimit"] == 0 and manifest["spec"]["failurePolicy"] == {
+        "maxRestarts": 3,
+        "rules": [
+            {
+                "name": "userError",
+                "action": "FailJobSet",
+                "onJobFailureReasons": ["PodFailurePolicy"],
+            }
+        ],
+    }
+    (rule,) = job["podFailurePolicy"]["rules"]
+    assert rule == {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": "kinetic-worker", "operator": "In", "values": [86]},
+    }
     resources = job["template"]["spec"]["containers"][0]["resources"]
     assert resources["limits"] == {"google.com/tpu": "4"}  # 16 chips over 4 hosts
     env = env_of(manifest)

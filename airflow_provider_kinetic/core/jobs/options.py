@@ -110,6 +110,9 @@ class JobOptions:
     #: How many identical TPU slices run the job together (JAX multi-slice, one JobSet);
     #: 1: one slice.  In the work digest only when more than one (``WHEN_SET``).
     num_slices: int = option(SINGLE_SLICE, pod="num_slices")
+    #: A multi-slice job's restarts of the whole gang in place (JobSet
+    #: ``failurePolicy.maxRestarts``): the task's preemption and infra re-submits.
+    max_restarts: int = option(0, work=NOT_WORK, pod="max_restarts")
 
     def __post_init__(self) -> None:
         if not isinstance(self.spot, bool):
@@ -141,6 +144,9 @@ class JobOptions:
         self._set("checkpoint_sync_s", validate_sync_s(self.checkpoint_sync_s))
         self._set("checkpoint_restore", validate_restore(self.checkpoint_restore))
         self._set("num_slices", check_num_slices(self.num_slices, self.accelerator))
+        restarts = self.max_restarts
+        if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+            raise ValueError(f"max_restarts must be a whole number >= 0, got {restarts!r}")
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)  # normalising a frozen record as it is made

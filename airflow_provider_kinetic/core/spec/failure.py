@@ -57,6 +57,10 @@ PHASES = (
 OWN_PHASES = ("batch input", "result reference resolve", "store result")
 #: The phases the function's own code runs in.
 USER_PHASES = frozenset({"execute", "result serialization"})
+#: A multi-slice host's exit code after a failure of the function's own code: the
+#: JobSet then fails the whole gang at once instead of restarting it
+#: (``k8s/manifests.jobset_manifest``: a pod failure policy and a JobSet failure rule).
+USER_ERROR_EXIT = 86
 
 
 @dataclass(frozen=True)

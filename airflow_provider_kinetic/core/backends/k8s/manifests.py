@@ -12,8 +12,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from airflow_provider_kinetic.core.spec.failure import USER_ERROR_EXIT
 from airflow_provider_kinetic.core.spec.peerport import declare_peer_port
-from airflow_provider_kinetic.core.spec.pod import JobSpec, secret_name
+from airflow_provider_kinetic.core.spec.pod import CONTAINER_NAME, JobSpec, secret_name
 
 #: Label that marks every Job (and pod) of one batch, so one list call answers for
 #: all children (``Backend.batch_status``).  Set it through ``SpecInputs.extra_labels``.
@@ -179,10 +180,15 @@ def jobset_manifest(spec: JobSpec) -> dict[str, Any]:
     completion index).  Names checked against GKE's multislice page and its JobSet
     example: https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice.
 
-    One failure policy for the gang: any failed Job restarts the whole JobSet, at most
-    ``spec.max_restarts`` times (``backoffLimit: 0``: a host's failure fails its slice's
-    Job at once).  Every restarted host runs again and claims the next attempt
-    (``KINETIC_ATTEMPT``, ``runner/resume.py``), resuming from its checkpoint.
+    One failure policy for the gang: a failed Job (``backoffLimit: 0``: a host's failure
+    fails its slice's Job at once) restarts the whole JobSet, at most
+    ``spec.max_restarts`` times; every restarted host runs again and claims the next
+    attempt (``KINETIC_ATTEMPT``, ``runner/resume.py``), resuming from its checkpoint.
+    A user error is not restarted: its host exits ``USER_ERROR_EXIT``, the Job's pod
+    failure policy fails the Job (reason ``PodFailurePolicy``) and the JobSet's rule
+    fails the gang (kubernetes-sigs/jobset v0.12.0: keps/262-ConfigurableFailurePolicy and
+    site/static/examples/failure-policy/onjobfailurereasons-present-podfailurepolicy.yaml;
+    https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-failure-policy).
     """
     name = jobset_name(spec.job_id)
     hosts = spec.accelerator.num_nodes
@@ -218,7 +224,16 @@ def jobset_manifest(spec: JobSpec) -> dict[str, Any]:
             **queued,
             "ttlSecondsAfterFinished": spec.ttl_seconds,
             "network": {"enableDNSHostnames": True},
-            "failurePolicy": {"maxRestarts": spec.max_restarts},
+            "failurePolicy": {
+                "maxRestarts": spec.max_restarts,
+                "rules": [
+                    {
+                        "name": "userError",
+                        "action": "FailJobSet",
+                        "onJobFailureReasons": ["PodFailurePolicy"],
+                    }
+                ],
+            },
             "replicatedJobs": [
                 {
                     "name": SLICE_JOB,
@@ -231,6 +246,7 @@ def jobset_manifest(spec: JobSpec) -> dict[str, Any]:
                             "completions": hosts,
                             "completionMode": "Indexed",
                             "backoffLimit": 0,
+                            "podFailurePolicy": {"rules": [_USER_ERROR_RULE]},
                             "template": template,
                         },
                     },
@@ -238,6 +254,12 @@ def jobset_manifest(spec: JobSpec) -> dict[str, Any]:
             ],
         },
     }
+
+
+_USER_ERROR_RULE = {
+    "action": "FailJob",
+    "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "In", "values": [USER_ERROR_EXIT]},
+}
 
 
 def _field(path: str) -> dict[str, Any]:
