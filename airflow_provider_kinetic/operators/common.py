@@ -28,16 +28,14 @@ from airflow_provider_kinetic.core.jobs.pack import DEFAULT_MAX_PAYLOAD_MB
 from airflow_provider_kinetic.core.jobs.request import JobRequest, capture_env, plan_for_request
 from airflow_provider_kinetic.core.jobs.resultcache import CacheSettings
 from airflow_provider_kinetic.core.jobs.resultref import REF_KEY, make_result_ref
-from airflow_provider_kinetic.core.jobs.retry_on import parse_retry_on
 from airflow_provider_kinetic.core.runtime.context import DEFAULT_MAX_CONTEXT_MB, check_patterns
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, check_image_setting
 from airflow_provider_kinetic.core.runtime.requirements import check_spec as check_requirements
-from airflow_provider_kinetic.core.spec.failure import FailureClass
 from airflow_provider_kinetic.core.spec.handles import JobHandle, artifact_key
 from airflow_provider_kinetic.core.spec.identity import task_key, ti_identity
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.operators.capacity import check_options as check_capacity
-from airflow_provider_kinetic.operators.capacity import check_slices, slices_value
+from airflow_provider_kinetic.operators.capacity import check_slices, gang_restarts, slices_value
 from airflow_provider_kinetic.operators.capacity import request_fields as capacity_fields
 from airflow_provider_kinetic.operators.lineage import KineticTaskLineage
 
@@ -288,15 +286,6 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
         """The rendered ``num_slices`` (checked when the request's options are made)."""
         return slices_value(self.num_slices)
 
-    def gang_restarts(self) -> int:
-        """A multi-slice job's restarts of the whole gang in place (JobSet ``maxRestarts``):
-        the task's preemption and infra re-submits (``retry_on``), which the JobSet spends
-        (``operators.takeover`` then re-submits neither)."""
-        if self.slice_count() == 1 or not hasattr(self, "retry_on"):
-            return 0
-        policy = parse_retry_on(self.retry_on, preemption_retries=self.preemption_retries)
-        return policy.budget(FailureClass.PREEMPTION) + policy.budget(FailureClass.INFRA)
-
     def build_request(
         self,
         identity: Mapping[str, Any],
@@ -329,7 +318,7 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
                 checkpoint_sync_s=self.checkpoint_sync_s,
                 checkpoint_restore=self.checkpoint_restore,
                 num_slices=self.slice_count(),
-                max_restarts=self.gang_restarts(),
+                max_restarts=gang_restarts(self),
             ),
             volumes=self.rendered_volumes(context),
             capture_env_vars=self.capture_env_vars,
