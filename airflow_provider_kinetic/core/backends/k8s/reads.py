@@ -4,10 +4,11 @@ Written once over three hooks a kind of object provides (``_owner_plan`` /
 ``_owners_plan``: read or list the job's object; ``_report``: THE diagnosis from
 the object, its pods and events, via ``k8s/status.py`` and ``k8s/capacity.py``;
 ``_events_target``: whose events could explain a wait), so a Job
-(:class:`~airflow_provider_kinetic.core.backends.k8s.gke.GkeBackend`) and a
-LeaderWorkerSet (``pathways.py``) share the single read, the batch read (by the
-group label) and the triggerer's shared read (``shared_reads.py``: every kinetic
-job of a namespace by ``job-id``).  Plans only: no client, no I/O (``k8s/api.py``).
+(:class:`~airflow_provider_kinetic.core.backends.k8s.gke.GkeBackend`), a
+LeaderWorkerSet (``pathways.py``) and a JobSet (``jobset.py``) share the single read,
+the batch read (by the group label) and the triggerer's shared read
+(``shared_reads.py``: every kinetic job of a namespace by ``job-id``).  Plans only:
+no client, no I/O (``k8s/api.py``).
 """
 
 from __future__ import annotations
