@@ -205,3 +205,32 @@ def test_num_slices_reaches_the_request_and_is_refused_at_parse_time():
             KineticRunOperator(
                 task_id="v", python_callable=len, accelerator=accelerator, num_slices=2
             )
+
+
+def test_a_map_runs_one_slice():
+    from airflow_provider_kinetic import KineticMapOperator
+
+    with pytest.raises(ValueError, match="num_slices=2: KineticMapOperator runs one slice"):
+        KineticMapOperator(
+            task_id="m", python_callable=len, inputs=[1], accelerator="tpu-v5p-2x2x4", num_slices=2
+        )
+
+
+def trains() -> str:
+    return "trained"
+
+
+def test_task_kinetic_takes_num_slices_too():
+    from airflow_provider_kinetic.decorators.kinetic import KineticDecoratedOperator
+
+    op = KineticDecoratedOperator(
+        task_id="d", python_callable=trains, accelerator="tpu-v6e-4x4", num_slices="{{ n }}"
+    )
+    assert "num_slices" in KineticDecoratedOperator.template_fields
+    op.num_slices = "3"  # as rendered
+    identity = {"dag_id": "d", "task_id": "d", "run_id": "r", "map_index": -1, "try_number": 1}
+    assert op.build_request(identity, lambda key: f"gs://b/{key}").options.num_slices == 3
+    with pytest.raises(ValueError, match="single-host slice"):
+        KineticDecoratedOperator(
+            task_id="e", python_callable=trains, accelerator="tpu-v6e-4", num_slices=2
+        )
