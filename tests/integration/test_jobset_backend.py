@@ -18,6 +18,7 @@ from airflow_provider_kinetic.core.backends.k8s import status as ks
 from airflow_provider_kinetic.core.backends.k8s.jobset import JobSetBackend
 from airflow_provider_kinetic.core.backends.k8s.manifests import jobset_manifest
 from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
+from airflow_provider_kinetic.core.spec.failure import USER_ERROR_EXIT
 from airflow_provider_kinetic.core.spec.handles import JobStatus
 from tests.fixtures import records
 from tests.fixtures.k8s_double import K8sDouble, to_json
@@ -142,6 +143,18 @@ async def test_a_failure_within_the_restart_budget_restarts_the_gang(api: K8sDou
     await api.patch_status(f"{PODS}/{pod_name(0, 1, 1)}", failed)
     report = await both(backend, HANDLE)
     assert report.status is JobStatus.FAILED and "slice 0 host 1" in report.message
+
+
+async def test_a_user_error_fails_at_once_whatever_the_restart_budget(api: K8sDouble) -> None:
+    """Exit USER_ERROR_EXIT: the JobSet's rule fails the gang, so the first read after it
+    says FAILED (not a restart) even before the controller marks the JobSet."""
+    await add_jobset(api, max_restarts=3)
+    await add_host(api, 0, 0, **RUNNING)
+    user_error = worker({"terminated": {"exitCode": USER_ERROR_EXIT, "reason": "Error"}})
+    await add_host(api, 1, 1, phase="Failed", containerStatuses=user_error)
+    report = await both(JobSetBackend(api.client_factory()), HANDLE)
+    assert report.status is JobStatus.FAILED
+    assert report.message.startswith("slice 1 host 1 (pod ")
 
 
 async def test_a_waiting_slice_is_named_with_what_it_waits_for(api: K8sDouble) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from airflow_provider_kinetic.core.backends.k8s import status as k8s_status
 from airflow_provider_kinetic.core.backends.k8s.manifests import COMPLETION_INDEX, JOB_INDEX_LABEL
+from airflow_provider_kinetic.core.spec.failure import USER_ERROR_EXIT
 from airflow_provider_kinetic.core.spec.handles import JobStatus, StatusReport
 
 #: The pod label with the JobSet restart attempt that made it (JobSet's ``RestartsKey``,
@@ -76,7 +77,7 @@ def jobset_status(
         if report is None:
             continue
         message = f"{where(pod)} (pod {_name(pod)}): {report.message}"
-        if failed or restarts >= budget:
+        if failed or restarts >= budget or _user_error(pod):  # the gang is not restarted
             return StatusReport(JobStatus.FAILED, report.reason, message)
         return StatusReport(
             JobStatus.RUNNING,
@@ -112,6 +113,16 @@ def jobset_status(
         return StatusReport(JobStatus.PENDING, stuck[0].reason, stuck[0].message)
     waiting = next(p for p in current if (p.get("status") or {}).get("phase") != "Running")
     return StatusReport(JobStatus.PENDING, None, f"{where(waiting)} is starting")
+
+
+def _user_error(pod: dict[str, Any]) -> bool:
+    """The host exited ``USER_ERROR_EXIT``: the JobSet's rule fails the gang, no restart."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    for status in statuses:
+        for state in (status.get("state") or {}, status.get("lastState") or {}):
+            if (state.get("terminated") or {}).get("exitCode") == USER_ERROR_EXIT:
+                return True
+    return False
 
 
 def _int(value: Any) -> int:
