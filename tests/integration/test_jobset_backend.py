@@ -192,3 +192,5 @@ def test_auto_picks_the_jobset_for_more_than_one_slice_only() -> None:
         registry.resolve_kind("pathways", v5p, num_slices=4)
     with pytest.raises(ValueError, match="single-host slice"):
         registry.resolve_kind("auto", parse_accelerator("tpu-v5e-4"), num_slices=2)
+    with pytest.raises(ValueError, match="the jobset backend runs multi-slice TPU jobs: .*gpu-l4"):
+        registry.resolve_kind("jobset", parse_accelerator("gpu-l4"))

@@ -48,7 +48,10 @@ class JobSetBackend(GkeBackend):
     @classmethod
     def preflight(cls, accelerator: Accelerator, requested: str | None = None) -> None:
         """Slices GKE can join: multi-host TPU slices of ``MULTISLICE_TPUS``."""
-        check_num_slices(2, accelerator)
+        try:
+            check_num_slices(2, accelerator)
+        except ValueError as exc:
+            raise ValueError(f"the jobset backend runs multi-slice TPU jobs: {exc}") from None
 
     @classmethod
     def manifest(cls, spec: JobSpec) -> dict[str, Any]:
