@@ -26,7 +26,9 @@ from tests.integration.test_gke_backend import (
     JOB_ID,
     NS,
     PODS,
+    add_event,
     add_pod,
+    ago,
     both,
     make_spec,
     worker,
@@ -155,6 +157,25 @@ async def test_a_user_error_fails_at_once_whatever_the_restart_budget(api: K8sDo
     report = await both(JobSetBackend(api.client_factory()), HANDLE)
     assert report.status is JobStatus.FAILED
     assert report.message.startswith("slice 1 host 1 (pod ")
+
+
+async def test_a_slice_job_that_cannot_create_its_pods_fails_after_the_grace(
+    api: K8sDouble,
+) -> None:
+    """No pods: slice 0's Job's FailedCreate event says why (the single read asks for
+    that Job's events), PENDING within ``create_grace_s``, FAILED after it."""
+    spec = make_spec("tpu-v5p-2x2x2", num_slices=2)
+    body = to_json(jobset_manifest(spec))
+    body["metadata"]["creationTimestamp"] = ago(600)
+    await api.create(JOBSET_PATH, body)
+    message = 'pods "x" is forbidden: error looking up service account default/kinetic'
+    await add_event(api, f"{JOBSET}-slice-0", "Job", "FailedCreate", message)
+    backend = JobSetBackend(api.client_factory())
+    report = await both(backend, HANDLE)
+    assert (report.status, report.reason) == (JobStatus.FAILED, ks.REASON_FAILED_CREATE)
+    assert report.message == message
+    backend.limits = ks.Limits(create_grace_s=3600)
+    assert (await both(backend, HANDLE)).status is JobStatus.PENDING
 
 
 async def test_a_waiting_slice_is_named_with_what_it_waits_for(api: K8sDouble) -> None:

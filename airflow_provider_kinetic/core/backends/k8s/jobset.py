@@ -109,13 +109,14 @@ class JobSetBackend(GkeBackend):
         report: StatusReport,
         now: datetime,
     ) -> str | None:
-        """Without pods, the JobSet (FailedCreate of its Jobs); else a pod stuck starting."""
+        """Without pods, slice 0's Job (its FailedCreate events: every slice's Job has the
+        same pod template); else a pod stuck starting."""
         current = k8s_slices.current_pods(owner, pods)
         due = k8s_capacity.capacity_due(report, owner, current, now, handle.capacity_wait_s)
         if report.status is not JobStatus.PENDING and not due:
             return None
         if not current:
-            return owner["metadata"]["name"]
+            return k8s_slices.first_slice_job(owner)
         stuck = next((p for p in current if k8s_status.needs_pod_events(p, now, self.limits)), None)
         if due or stuck is not None:
             return (stuck or current[0])["metadata"]["name"]

@@ -169,15 +169,16 @@ class StatusReads:
                 continue
             mine = pods.get(name, [])
             report = self._report(handle, owners[name], mine, now=now)
-            if self._events_target(handle, owners[name], mine, report, now) is None:
+            target = self._events_target(handle, owners[name], mine, report, now)
+            if target is None:
                 result[handle.job_id] = Listed(report, self._log_pod_of(name, mine), True)
             else:
-                waiting.append((handle, name, mine))
+                waiting.append((handle, name, mine, target))
         if waiting:
             reply = yield Call("CoreV1Api", "list_namespaced_event", (ns,), {})
             events = items(reply, f"listing events in {ns}") if reply.status != 403 else []
-            for handle, name, mine in waiting:
-                names = {name} | {p["metadata"]["name"] for p in mine}
+            for handle, name, mine, target in waiting:
+                names = {name, target} | {p["metadata"]["name"] for p in mine}
                 own = [e for e in events if (e.get("involvedObject") or {}).get("name") in names]
                 report = self._report(handle, owners[name], mine, own, now=now)
                 result[handle.job_id] = Listed(report, self._log_pod_of(name, mine), True)

@@ -13,7 +13,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.k8s import status as k8s_status
-from airflow_provider_kinetic.core.backends.k8s.manifests import COMPLETION_INDEX, JOB_INDEX_LABEL
+from airflow_provider_kinetic.core.backends.k8s.manifests import (
+    COMPLETION_INDEX,
+    JOB_INDEX_LABEL,
+    SLICE_JOB,
+)
 from airflow_provider_kinetic.core.spec.failure import USER_ERROR_EXIT
 from airflow_provider_kinetic.core.spec.handles import JobStatus, StatusReport
 
@@ -95,7 +99,7 @@ def jobset_status(
             return StatusReport(
                 JobStatus.PENDING, k8s_status.REASON_NOT_ADMITTED, "waiting for admission"
             )
-        return StatusReport(JobStatus.PENDING, None, "waiting for the slices' pods")
+        return _not_created(jobset, events, now, limits)
     stuck = []
     for pod in current:
         report = k8s_status.pod_pending(pod, now, limits, events)
@@ -113,6 +117,32 @@ def jobset_status(
         return StatusReport(JobStatus.PENDING, stuck[0].reason, stuck[0].message)
     waiting = next(p for p in current if (p.get("status") or {}).get("phase") != "Running")
     return StatusReport(JobStatus.PENDING, None, f"{where(waiting)} is starting")
+
+
+def first_slice_job(jobset: dict[str, Any]) -> str:
+    """The name of slice 0's Job (JobSet names it ``{jobset}-{replicated job}-0``)."""
+    return f"{_name(jobset)}-{SLICE_JOB}-0"
+
+
+def _not_created(
+    jobset: dict[str, Any], events: list[dict[str, Any]], now: datetime, limits: k8s_status.Limits
+) -> StatusReport:
+    """No pod yet: a FailedCreate event on a slice's Job (a missing service account, a
+    quota) says why, and past ``create_grace_s`` the job fails (as for a Job's pods)."""
+    prefix = f"{_name(jobset)}-{SLICE_JOB}-"
+    failures = [
+        e
+        for e in events
+        if e.get("reason") == "FailedCreate"
+        and str((e.get("involvedObject") or {}).get("name", "")).startswith(prefix)
+    ]
+    if not failures:
+        return StatusReport(JobStatus.PENDING, None, "waiting for the slices' pods")
+    created = k8s_status.parse_time((jobset.get("metadata") or {}).get("creationTimestamp"))
+    age = (now - created).total_seconds() if created else 0.0
+    status = JobStatus.FAILED if age > limits.create_grace_s else JobStatus.PENDING
+    message = failures[-1].get("message") or ""
+    return StatusReport(status, k8s_status.REASON_FAILED_CREATE, message)
 
 
 def _user_error(pod: dict[str, Any]) -> bool:
