@@ -162,7 +162,8 @@ FORM: dict[str, tuple[str, str, str, str]] = {
         _S,
         "auto",
         "Where jobs run: local process, GKE Job, LeaderWorkerSet "
-        "(multi-host TPU), or auto (pathways for multi-host, else gke).",
+        "(multi-host TPU), JobSet (several TPU slices), or auto (jobset for "
+        "num_slices > 1, pathways for multi-host, else gke).",
     ),
     "bucket": (
         "Jobs bucket",

@@ -237,16 +237,20 @@ class KineticConfig:
         """The store root: a bucket, or the local backend's directory."""
         return registry.backend_class(registry.store_kind(self.backend)).bucket_for(self)
 
-    def backend_kind(self, accelerator: Accelerator | str | None) -> str:
+    def backend_kind(self, accelerator: Accelerator | str | None, num_slices: int = 1) -> str:
         """The concrete backend for a job (``auto`` resolved by preflight); given the
         accelerator string as written, a backend may read it too (the local one lets
         a bare ``gpu:N`` take any GPU model the machine has).
 
-        Raises before anything is uploaded when the choice cannot run the job.
+        More than one slice (``num_slices``) needs a backend that runs a multi-slice job
+        (``auto``: the JobSet one).  Raises before anything is uploaded when the choice
+        cannot run the job.
         """
         if isinstance(accelerator, str):
-            return registry.resolve_kind(self.backend, parse_accelerator(accelerator), accelerator)
-        return registry.resolve_kind(self.backend, accelerator)
+            return registry.resolve_kind(
+                self.backend, parse_accelerator(accelerator), accelerator, num_slices
+            )
+        return registry.resolve_kind(self.backend, accelerator, num_slices=num_slices)
 
     def store(self) -> ObjectStore:
         return registry.backend_class(registry.store_kind(self.backend)).store_for(self)

@@ -56,7 +56,7 @@ def probe_cluster(config: KineticConfig) -> list[str]:
         return []
     from airflow_provider_kinetic.core.backends.k8s import retry as k8s_retry
     from airflow_provider_kinetic.core.backends.k8s.api import Call
-    from airflow_provider_kinetic.core.backends.k8s.manifests import LWS_GROUP
+    from airflow_provider_kinetic.core.backends.k8s.manifests import JOBSET_GROUP, LWS_GROUP
     from airflow_provider_kinetic.core.backends.k8s.pathways import PathwaysBackend
 
     factory = cluster_client_factory(config, kinds[0])
@@ -88,22 +88,30 @@ def probe_cluster(config: KineticConfig) -> list[str]:
                 "(kubectl create namespace) or set the 'namespace' extra"
             )
         done.append(f"namespace {ns!r} exists")
+        # The custom APIs a backend of this target needs: (group, name, backend, what
+        # cannot run without it, where to install it from).
+        needs = []
         if any(issubclass(cls, PathwaysBackend) for cls in classes):
+            lws = "https://lws.sigs.k8s.io/docs/installation/"
+            needs.append((LWS_GROUP, "LeaderWorkerSet", "pathways", "multi-host jobs", lws))
+        if config.backend == registry.AUTO or any(cls.runs_slices for cls in classes):
+            jobset = "https://jobset.sigs.k8s.io/docs/installation/"
+            needs.append((JOBSET_GROUP, "JobSet", "jobset", "multi-slice jobs", jobset))
+        if needs:
             groups = (get("listing API groups", Call("ApisApi", "get_api_versions")) or {}).get(
                 "groups"
             ) or []
-            if any(g.get("name") == LWS_GROUP for g in groups):
-                done.append(f"the LeaderWorkerSet API ({LWS_GROUP}) is installed")
+            names = {g.get("name") for g in groups}
+        for group, api, backend, jobs, install in needs:
+            if group in names:
+                done.append(f"the {api} API ({group}) is installed")
             elif config.backend == registry.AUTO:
-                done.append(
-                    f"the LeaderWorkerSet API ({LWS_GROUP}) is not installed: "
-                    "multi-host jobs cannot run"
-                )
+                done.append(f"the {api} API ({group}) is not installed: {jobs} cannot run")
             else:
                 raise KineticConfigError(
-                    f"the LeaderWorkerSet API ({LWS_GROUP}) is not installed in cluster "
-                    f"{config.cluster}: the pathways backend needs it (install LeaderWorkerSet, "
-                    "https://lws.sigs.k8s.io/docs/installation/)"
+                    f"the {api} API ({group}) is not installed in cluster "
+                    f"{config.cluster}: the {backend} backend needs it (install {api}, "
+                    f"{install})"
                 )
     finally:
         client.close()

@@ -87,7 +87,7 @@ class KineticHook(BaseHook):
 
     Args:
         kinetic_conn_id: a connection of type ``kinetic``.  Extras: ``backend``
-            (local, gke, pathways, auto), ``bucket`` or ``root``, ``project``, ``zone``,
+            (local, gke, pathways, jobset, auto), ``bucket`` or ``root``, ``project``, ``zone``,
             ``cluster``, ``namespace``, ``image``, ``service_account``.
         read_only: the hook only reads jobs and the store, so the local fallback does
             not warn that jobs run on this machine (None: True inside ``reading_only()``).

@@ -13,6 +13,9 @@ from airflow_provider_kinetic.core.catalog.capacity import (
     seconds,
 )
 from airflow_provider_kinetic.core.catalog.capacity_gke import FLEX_START_MAX_RUN_S
+from airflow_provider_kinetic.core.catalog.multislice import check_num_slices
+from airflow_provider_kinetic.core.jobs.retry_on import parse_retry_on
+from airflow_provider_kinetic.core.spec.failure import FailureClass
 
 #: Template fields of the capacity options (both operators render them).
 CAPACITY_TEMPLATE_FIELDS = ("capacity", "capacity_wait", "max_run_duration", "priority_class")
@@ -57,3 +60,28 @@ def request_fields(
         if max_run_duration in (None, "")
         else seconds(max_run_duration, "max_run_duration", limit),
     }
+
+
+def slices_value(num_slices: Any) -> Any:
+    """A rendered ``num_slices`` as an int (a template renders ``"4"`` as text)."""
+    if isinstance(num_slices, str) and num_slices.strip().isdigit():
+        return int(num_slices)
+    return num_slices
+
+
+def check_slices(accelerator: Any, spot: bool, num_slices: Any) -> None:
+    """Parse-time check of ``num_slices`` against the accelerator (unless either is
+    templated): GPUs, CPU and TPU slices GKE cannot join fail the DAG import."""
+    if _templated(num_slices) or _templated(accelerator) or not isinstance(accelerator, str):
+        return
+    check_num_slices(slices_value(num_slices), with_spot(accelerator, spot))
+
+
+def gang_restarts(op: Any) -> int:
+    """A multi-slice job's restarts of the whole gang in place (JobSet ``maxRestarts``):
+    the task's preemption and infra re-submits (``retry_on``), which the JobSet spends
+    (``operators.takeover`` then re-submits neither); 0 for one slice."""
+    if op.slice_count() == 1 or not hasattr(op, "retry_on"):
+        return 0
+    policy = parse_retry_on(op.retry_on, preemption_retries=op.preemption_retries)
+    return policy.budget(FailureClass.PREEMPTION) + policy.budget(FailureClass.INFRA)

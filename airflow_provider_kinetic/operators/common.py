@@ -33,6 +33,7 @@ from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.spec.identity import task_key, ti_identity
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.operators.capacity import check_options as check_capacity
+from airflow_provider_kinetic.operators.capacity import check_slices, gang_restarts, slices_value
 from airflow_provider_kinetic.operators.capacity import request_fields as capacity_fields
 from airflow_provider_kinetic.operators.lineage import KineticTaskLineage
 
@@ -208,10 +209,13 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
         max_run_duration: Any = None,
         checkpoint_sync_s: float = DEFAULT_SYNC_S,
         checkpoint_restore: str = RESTORE_SAME_WORK,
+        num_slices: Any = 1,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         check_capacity(accelerator, spot, capacity, capacity_wait, max_run_duration)
+        check_slices(accelerator, spot, num_slices)  # GPUs, CPU, unjoinable TPUs: at parse
+        self.num_slices = num_slices
         self.capacity = capacity
         self.capacity_wait = capacity_wait
         self.priority_class = priority_class
@@ -244,6 +248,10 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
         """``accelerator`` with ``:spot`` when ``spot=True``."""
         return with_spot(self.accelerator, self.spot)
 
+    def slice_count(self) -> int:
+        """The rendered ``num_slices`` (checked when the request's options are made)."""
+        return slices_value(self.num_slices)
+
     def build_request(
         self,
         identity: Mapping[str, Any],
@@ -275,6 +283,8 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
                 ),
                 checkpoint_sync_s=self.checkpoint_sync_s,
                 checkpoint_restore=self.checkpoint_restore,
+                num_slices=self.slice_count(),
+                max_restarts=gang_restarts(self),
             ),
             volumes=self.rendered_volumes(context),
             capture_env_vars=self.capture_env_vars,
@@ -305,7 +315,9 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
         anything of the job is uploaded (``gcp/image_build.py``)."""
         from airflow_provider_kinetic.gcp.image_build import prepare_image
 
-        plan = plan_for_request(request, config, config.backend_kind(self.accelerator_spec()))
+        plan = plan_for_request(
+            request, config, config.backend_kind(self.accelerator_spec(), self.slice_count())
+        )
         if build:
             prepare_image(plan, config, store)
             self.log.info("kinetic: %s", plan.describe())

@@ -187,6 +187,8 @@ class KineticMapOperator(KineticOperatorBase):
             checkpoint_restore=checkpoint_restore,
             **kwargs,
         )
+        if self.num_slices != 1:  # each input is one job of one slice
+            raise ValueError(f"num_slices={self.num_slices!r}: KineticMapOperator runs one slice")
         self.broadcast = databroadcast.window_of(broadcast)
         per_class = isinstance(input_retries, Mapping) or input_retries == NEVER
         if per_class:  # retry_on's form: bad input fails here, naming what is allowed

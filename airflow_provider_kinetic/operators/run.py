@@ -81,8 +81,8 @@ class KineticRunOperator(KineticOperatorBase):
         ``kinetic_output_key``, and a new version is an asset event for
         ``kinetic://KEY``.  ``Data("kinetic://KEY")`` reads a key (pinned per DAG run:
         XCom ``kinetic_keys``).
-    :param accelerator: ``"cpu"``, ``"cpu:8"``, ``"gpu-l4"``, ``"tpu-v5e-4"``,
-        ``"tpu-v6e-2x4"``, ... with an optional ``":spot"`` (templated).
+    :param accelerator: ``"cpu"``, ``"gpu-l4"``, ``"tpu-v6e-2x4:spot"``, ... (templated);
+        ``num_slices=N`` (templated) runs N multi-host TPU slices of it as one JobSet.
     :param volumes: ``{"/abs/mount/path": Data(...)}`` (templated).
     :param output_dir: URI exported as ``KINETIC_OUTPUT_DIR`` (templated); default is
         deterministic per (dag_id, run_id, task_id, map_index) under ``outputs/``.
@@ -145,6 +145,7 @@ class KineticRunOperator(KineticOperatorBase):
         "capture_env_vars",
         "requirements",
         "output_key",
+        "num_slices",
         *CAPACITY_TEMPLATE_FIELDS,
     )
     template_fields_renderers = {"op_args": "py", "op_kwargs": "py"}
@@ -152,8 +153,7 @@ class KineticRunOperator(KineticOperatorBase):
     operator_extra_links = (KineticJobLink(), KineticLogsLink(), KineticOutputLink())
     #: Trigger errors while the job still runs that re-defer before the job is cancelled.
     MAX_REDEFER_ATTEMPTS = 3
-    #: Link key -> URL pushed in this execution segment (``links._XComLink``); None in
-    #: a resumed segment (Airflow's end-of-segment push then reads XCom).
+    #: Link key -> URL pushed in this segment (``links._XComLink``); None in a resumed one.
     published_links: dict[str, str] | None = None
 
     def __init__(

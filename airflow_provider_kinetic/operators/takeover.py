@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_kinetic.core.backends.registry import MULTI_SLICE
 from airflow_provider_kinetic.core.catalog.capacity import chain_for
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.fallback import describe_step, next_step
@@ -92,6 +93,10 @@ def takeover(
     budget, done = policy.budget(kind), counts.get(kind.value, 0)
     preempted = kind is FailureClass.PREEMPTION
     what = f"was preempted ({report.describe()})" if preempted else failure.describe()
+    if handle.backend == MULTI_SLICE and kind in (FailureClass.PREEMPTION, FailureClass.INFRA):
+        # Its JobSet spent these re-submits restarting the whole gang in place (maxRestarts).
+        log.warning("kinetic job %s %s after its JobSet's restarts", handle.job_id, what)
+        return None
     if done >= budget:
         if budget or preempted:
             log.warning(

@@ -102,7 +102,8 @@ class TaskTry:
         operator's accelerator runs on), identity, secret and record."""
         config = op.hook.get_config()
         store = op.hook.get_store()
-        backend = op.hook.get_backend(backend_kind or config.backend_kind(op.accelerator_spec()))
+        kind = backend_kind or config.backend_kind(op.accelerator_spec(), op.slice_count())
+        backend = op.hook.get_backend(kind)
         identity = task_identity(context)
         secret = deployment_secret()
         record = load_record(store, identity, secret, context)

@@ -35,9 +35,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def host_index() -> int:
-    """First non-negative integer in TPU_WORKER_ID, then LWS_WORKER_INDEX; else 0."""
+    """This host's index in the job: first non-negative integer in TPU_WORKER_ID, then
+    LWS_WORKER_INDEX, else 0; in a multi-slice job (``KINETIC_SLICE_HOSTS`` hosts per
+    slice) offset by its slice (``MEGASCALE_SLICE_ID``), so only slice 0 host 0 is 0."""
+    worker = 0
     for var in ("TPU_WORKER_ID", "LWS_WORKER_INDEX"):
         m = re.search(r"\d+", os.environ.get(var, ""))
         if m:
-            return int(m.group())
-    return 0
+            worker = int(m.group())
+            break
+    per_slice = os.environ.get("KINETIC_SLICE_HOSTS", "")
+    slice_id = os.environ.get("MEGASCALE_SLICE_ID", "")
+    if per_slice.isdigit() and slice_id.isdigit():
+        return int(slice_id) * int(per_slice) + worker
+    return worker
+
+
+def slice_fields() -> dict[str, int]:
+    """A multi-slice job's layout for its result payload (``num_slices``, ``slice_hosts``:
+    hosts per slice), so a failure names its slice; ``{}`` for a job of one slice."""
+    per_slice = os.environ.get("KINETIC_SLICE_HOSTS", "")
+    slices = os.environ.get("MEGASCALE_NUM_SLICES", "")
+    if per_slice.isdigit() and slices.isdigit() and "MEGASCALE_SLICE_ID" in os.environ:
+        return {"num_slices": int(slices), "slice_hosts": int(per_slice)}
+    return {}

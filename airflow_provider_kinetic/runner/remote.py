@@ -31,8 +31,9 @@ from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
 from airflow_provider_kinetic.core.jobs.polling import STORE_OUTAGE_WINDOW_S
 from airflow_provider_kinetic.core.jobs.signing import RESULT_KEY_ENV, sign, signature_key
 from airflow_provider_kinetic.core.keys.joblocal import job_ended as peers_end
+from airflow_provider_kinetic.core.spec.failure import USER_ERROR_EXIT, USER_PHASES
 from airflow_provider_kinetic.core.storage import store_for_uri
-from airflow_provider_kinetic.runner.invocation import host_index, parse_args
+from airflow_provider_kinetic.runner.invocation import host_index, parse_args, slice_fields
 from airflow_provider_kinetic.runner.lws import (
     FINISHED_FILE_ENV,
     LWS_ENV,
@@ -158,6 +159,7 @@ def _run(
     if result["success"] and index != 0:
         log.info("worker %d succeeded; the leader owns the result", index)
         return 0
+    result.update(slice_fields())  # a multi-slice job's failure names its slice
     blob, serialised = dump_result(result)
     ok = result["success"] and serialised
     uri = _result_uri(ns.result_gcs, index)
@@ -173,8 +175,11 @@ def _run(
         log.error("function failed in phase %r", result["phase"])
         if result.get("traceback"):
             sys.stderr.write(result["traceback"])
-    log.info("result written; exiting %d", 0 if ok else 1)
-    return 0 if ok else 1
+    code = 0 if ok else 1
+    if not ok and slice_fields() and result["phase"] in USER_PHASES:
+        code = USER_ERROR_EXIT  # a multi-slice gang is not restarted for a user error
+    log.info("result written; exiting %d", code)
+    return code
 
 
 def _store_result(uri: str, blob: bytes, result_key: str | None) -> None:

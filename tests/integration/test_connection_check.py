@@ -112,6 +112,21 @@ def test_auto_without_leaderworkerset_passes_with_a_note(monkeypatch, api, fake_
 
 
 @pytest.mark.usefixtures("google_token")
+def test_the_jobset_backend_needs_the_jobset_api(monkeypatch, api, fake_gcs, gcs_bucket):
+    hook = connect(monkeypatch, **cluster(api, gcs_bucket, backend="jobset"))
+    ok, message = hook.test_connection()
+    assert ok and "the JobSet API (jobset.x-k8s.io) is installed" in message
+    assert "LeaderWorkerSet" not in message
+    api.call(lambda d: d.resources.pop("jobset.x-k8s.io/v1alpha2/jobsets"))
+    ok, message = hook.test_connection()
+    assert not ok
+    assert "the JobSet API (jobset.x-k8s.io) is not installed in cluster c1: the jobset" in message
+    auto = connect(monkeypatch, **cluster(api, gcs_bucket, backend="auto"))
+    ok, message = auto.test_connection()
+    assert ok and "JobSet API (jobset.x-k8s.io) is not installed: multi-slice jobs" in message
+
+
+@pytest.mark.usefixtures("google_token")
 def test_a_cluster_that_does_not_answer(monkeypatch, fake_gcs, gcs_bucket):
     extras = {
         "backend": "gke",

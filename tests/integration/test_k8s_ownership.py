@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,7 +24,13 @@ import pytest
 import urllib3
 
 from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend
-from airflow_provider_kinetic.core.backends.k8s.manifests import job_manifest, lws_manifest
+from airflow_provider_kinetic.core.backends.k8s.jobset import JobSetBackend
+from airflow_provider_kinetic.core.backends.k8s.manifests import (
+    job_manifest,
+    jobset_manifest,
+    jobset_name,
+    lws_manifest,
+)
 from airflow_provider_kinetic.core.backends.k8s.ownership import (
     OWNER_LABEL,
     OwnershipConflict,
@@ -35,7 +42,12 @@ from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.jobs.signing import Keyring
 from airflow_provider_kinetic.core.jobs.submit import create_job
 from airflow_provider_kinetic.core.spec.handles import artifact_key
-from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_job_spec
+from airflow_provider_kinetic.core.spec.pod import (
+    JobSpec,
+    SpecInputs,
+    build_job_spec,
+    secret_name,
+)
 from airflow_provider_kinetic.core.storage.local import LocalStore
 from tests.fixtures import records
 from tests.fixtures.k8s_double import K8sDouble, by_code_under_test, running_double, to_json
@@ -291,6 +303,37 @@ async def test_cancel_leaves_someone_elses_leaderworkerset_alone(api: K8sDouble,
     await cancel(mode, backend, LWS_HANDLE)
     assert sent(api, "DELETE") == []
     assert await read(api, f"{LWS_PATH}/{LWS}") is not None
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_jobset_is_ours_by_its_token_and_only_ours_is_cancelled(
+    api: K8sDouble, mode: str
+) -> None:
+    """A multi-slice job's JobSet: a stranger's of the name is left alone; ours (its
+    Secret owned by it) is proven by its token and deleted by its uid."""
+    spec = dataclasses.replace(make_spec("tpu-v5p-2x2x2"), num_slices=2)
+    name = jobset_name(JOB_ID)
+    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets"
+    handle = records.handle(JOB_ID, "b", "jobset", namespace=NS, k8s_name=name)
+    backend = backend_of(api, JobSetBackend)
+    await api.create(path, to_json(jobset_manifest(spec)))  # no owner token: a stranger's
+    await cancel(mode, backend, handle)
+    assert sent(api, "DELETE") == [] and await read(api, f"{path}/{name}") is not None
+    await api.delete(f"{path}/{name}")
+
+    await submit(mode, backend, spec)
+    jobset = await read(api, f"{path}/{name}")
+    assert jobset is not None
+    assert jobset["metadata"]["labels"][OWNER_LABEL] == owner_token(SECRET, NS, name)
+    secret = await read(api, f"/api/v1/namespaces/{NS}/secrets/{secret_name(JOB_ID)}")
+    assert secret is not None
+    (ref,) = secret["metadata"]["ownerReferences"]
+    assert (ref["kind"], ref["name"]) == ("JobSet", name)
+    assert await asyncio.to_thread(backend.exists, handle)
+    await cancel(mode, backend, handle)
+    (delete,) = sent(api, "DELETE", f"{path}/{name}")
+    assert json.loads(delete.body)["preconditions"] == {"uid": jobset["metadata"]["uid"]}
+    assert await read(api, f"{path}/{name}") is None
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -70,3 +70,27 @@ def test_a_prebuilt_batch_uploads_its_requirements_once_for_every_child(fake_gcs
     for index in (0, 1):
         spec = batchlaunch.child_spec(state, index, f"job-0000000{index}", config, store, None)
         assert spec.args[spec.args.index("--requirements-gcs") + 1] == store.uri(key)
+
+
+def test_a_multi_slice_job_is_submitted_as_a_jobset_under_auto(fake_gcs, config):
+    """``num_slices=2`` through the real submit: ``auto`` resolves to the jobset backend,
+    the API double receives the JobSet, the handle names it and carries the slices."""
+    from dataclasses import replace
+
+    from airflow_provider_kinetic.core.backends.k8s.jobset import JobSetBackend
+    from airflow_provider_kinetic.core.jobs.options import JobOptions
+
+    auto = replace(config, backend="auto")
+    store = GcsStore(auto.bucket, client=fake_gcs.client())
+    options = JobOptions(accelerator="tpu-v5p-2x2x2", num_slices=2, max_restarts=3)
+    request = JobRequest(func=double_it, args=(4,), requirements=[], options=options)
+    with threaded_double() as api:
+        handle, spec = submit_job(request, auto, JobSetBackend(api.double.client_factory()), store)
+        (post,) = api.sent("POST", "/jobsets")
+    body = json.loads(post.body)
+    assert (handle.backend, handle.num_slices) == ("jobset", 2)
+    assert handle.k8s_name == body["metadata"]["name"] == f"kinetic-slices-{handle.job_id}"
+    assert body["spec"]["replicatedJobs"][0]["replicas"] == 2
+    assert body["spec"]["failurePolicy"]["maxRestarts"] == 3
+    pod = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x2x2"

@@ -325,6 +325,22 @@ def test_worker_failure_writes_worker_result(store: ObjectStore) -> None:
     assert str(result["exception"]) == "bad value 1"
 
 
+def test_a_host_of_slice_1_fails_as_its_job_wide_host_with_the_slice_layout(
+    store: ObjectStore,
+) -> None:
+    """A multi-slice job (JobSet env): slice 1 host 0 of 2 x 2 is job-wide host 2, and
+    its failure payload says the layout, so the task's failure names slice 1; a user
+    error exits USER_ERROR_EXIT (the JobSet's rule then fails the whole gang)."""
+    request = JobRequest(func=explode_remotely, args=(2,))
+    env = {"TPU_WORKER_ID": "0", "MEGASCALE_SLICE_ID": "1", "MEGASCALE_NUM_SLICES": "2",
+           "KINETIC_SLICE_HOSTS": "2"}  # fmt: skip
+    proc = run_runner(stage(store, request), env)
+    assert proc.returncode == 86  # USER_ERROR_EXIT: the JobSet fails the gang, no restart
+    result = read_result(store, request.job_id, "result-worker-2.pkl")
+    assert (result["host_index"], result["num_slices"], result["slice_hosts"]) == (2, 2, 2)
+    assert str(result["exception"]) == "bad value 2"
+
+
 def test_worker_success_writes_nothing(store: ObjectStore) -> None:
     request = JobRequest(func=add, args=(1, 2))
     flags = stage(store, request)

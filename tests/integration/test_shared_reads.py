@@ -352,6 +352,63 @@ async def test_leaderworkersets_share_one_list_too(api: K8sDouble, clock: FakeCl
     assert not [r for r in sent if r.url.path.startswith(f"{lws_path}/")]  # no single reads
 
 
+async def test_jobsets_share_one_list_too(api: K8sDouble, clock: FakeClock) -> None:
+    """Multi-slice jobs in the triggerer: one list of JobSets (and one of pods) per
+    interval answers every trigger, as for Jobs and LeaderWorkerSets."""
+    import dataclasses
+
+    from airflow_provider_kinetic.core.backends.k8s.jobset import JobSetBackend
+    from airflow_provider_kinetic.core.backends.k8s.manifests import (
+        COMPLETION_INDEX,
+        JOB_INDEX_LABEL,
+        jobset_manifest,
+    )
+    from airflow_provider_kinetic.core.spec.handles import JobHandle
+    from tests.fixtures.k8s_double import to_json
+    from tests.fixtures.triggerer import WORKER, spec_for
+
+    path = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
+    handles = []
+    for i in range(3):
+        spec = dataclasses.replace(spec_for(f"job-js{i}"), num_slices=2)
+        body = to_json(jobset_manifest(spec))
+        name = body["metadata"]["name"]
+        await api.create(path, body)
+        (rjob,) = body["spec"]["replicatedJobs"]
+        for s in range(2):  # one host per slice here: the pods' labels are what counts
+            labels = {**rjob["template"]["spec"]["template"]["metadata"]["labels"],
+                      JOB_INDEX_LABEL: str(s), COMPLETION_INDEX: "0"}  # fmt: skip
+            containers = [{"name": "kinetic-worker", "image": "img"}]
+            pod = {"metadata": {"name": f"{name}-slice-{s}-0", "labels": labels},
+                   "spec": {"containers": containers}}  # fmt: skip
+            await api.create(PODS.format(ns="default"), pod)
+            await api.patch_status(f"{PODS.format(ns='default')}/{name}-slice-{s}-0",
+                                   {"phase": "Running", "containerStatuses": WORKER})  # fmt: skip
+        handles.append(JobHandle(job_id=spec.job_id, backend="jobset", bucket_name="b",
+                                 namespace="default", k8s_name=name, num_slices=2))  # fmt: skip
+    api.forget_requests()
+    backend = JobSetBackend(api.client_factory())
+
+    def done(name: str) -> Any:
+        async def change() -> None:  # the JobSet controller: every slice's Job completed
+            completed = [{"type": "Completed", "status": "True", "reason": "AllJobsCompleted"}]
+            await api.patch_status(f"{path}/{name}", {"conditions": completed})
+
+        return change
+
+    clock.expect = len(handles)
+    for k, h in enumerate(handles):
+        clock.at(5 * (k + 1), done(h.k8s_name))
+    events = await asyncio.wait_for(
+        asyncio.gather(*(first_event(trigger_for(h, backend, stream_logs=False)) for h in handles)),
+        300,
+    )
+    assert [e["status"] for e in events] == ["SUCCEEDED"] * 3
+    sent = [r for r in by_code_under_test(api.requests) if r.method == "GET"]
+    assert sum(1 for r in sent if r.url.path == path) == 4  # t = 0, 5, 10, 15
+    assert not [r for r in sent if r.url.path.startswith(f"{path}/")]  # no single reads
+
+
 async def test_a_stale_token_renews_the_shared_client_for_every_trigger(
     api: K8sDouble, clock: FakeClock
 ) -> None:

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from airflow_provider_kinetic import Data, KineticRunOperator
+from tests.fixtures.crd_schema import JOBSET_CRD, crd_validator
 from tests.fixtures.local_conn import set_conn
 
 
@@ -124,3 +125,31 @@ def test_dry_run_shows_secret_references_never_values(gke_conn, monkeypatch):
         "KINETIC_RESULT_KEY": "kinetic-job-dryrun00-secrets",
         "KINETIC_PEER_TOKEN": "kinetic-job-dryrun00-secrets",
     }
+
+
+@pytest.mark.parametrize(
+    "capacity", ["on-demand", "spot", "reservation:r1", "queue:team-a", "class:tpu-first"]
+)
+def test_dry_run_of_four_v5p_slices_is_a_valid_jobset(gke_conn, capsys, capacity):
+    """Each capacity kind GKE offers a multi-host v5p slice (flex-start: through a queue)."""
+    op = KineticRunOperator(
+        task_id="train",
+        python_callable=train,
+        op_kwargs={"data": "x"},
+        accelerator="tpu-v5p-2x2x4",
+        num_slices=4,
+        capacity=capacity,
+        kinetic_conn_id="kinetic_dry",
+    )
+    manifest = op.dry_run()
+    assert yaml.safe_load(capsys.readouterr().out) == manifest
+    crd_validator(JOBSET_CRD).validate(manifest)
+    (rjob,) = manifest["spec"]["replicatedJobs"]
+    assert rjob["replicas"] == 4 and rjob["template"]["spec"]["parallelism"] == 4
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "s"}, **rjob["template"]}
+    job["metadata"] = {"name": "s", **rjob["template"]["metadata"]}
+    kubernetes_validate.validate(job, "1.33", strict=True)
+    pod = rjob["template"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["MEGASCALE_NUM_SLICES"] == "4"
+    assert pod["nodeSelector"].get("cloud.google.com/gke-tpu-topology", "2x2x4") == "2x2x4"

@@ -142,6 +142,21 @@ def test_the_lowest_failing_host_is_named_with_the_others():
     )
 
 
+def test_a_user_error_in_slice_1_names_slice_1():
+    """A multi-slice job's runner adds its layout to the payload (runner/invocation.py):
+    job-wide host 2 of 2 slices x 2 hosts is slice 1 host 0."""
+    payload = {**failed_in("execute", ValueError("bad shard"), host_index=2)}
+    payload.update(num_slices=2, slice_hosts=2)
+    failure = classify("job-6", StatusReport(FAILED, ks.REASON_NONZERO_EXIT), payload)
+    assert failure.failure_class is FailureClass.USER_ERROR
+    assert (failure.host_index, failure.host_count, failure.slice_hosts) == (2, 4, 2)
+    assert failure.describe() == (
+        "failed in phase execute (user_error) on slice 1 host 0 (2 slices of 2 hosts): "
+        "ValueError: bad shard"
+    )
+    assert Failure.from_dict(failure.to_dict()).slice_hosts == 2  # history keeps the slice
+
+
 def test_a_failure_travels_as_json_and_back():
     failure = Failure(
         FailureClass.USER_ERROR, phase="execute", job_id="job-6", exit_code=1, host_index=0,

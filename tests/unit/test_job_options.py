@@ -68,6 +68,15 @@ def test_the_digest_of_unchanged_options_is_the_one_earlier_versions_made():
     )
 
 
+def test_num_slices_is_in_the_digest_only_when_more_than_one():
+    one = JobOptions(accelerator="tpu-v5p-2x2x4")
+    assert one.num_slices == 1 and "num_slices" not in one.work_options()
+    four = one.but(num_slices=4)
+    assert four.work_options()["num_slices"] == 4 and digest(four) != digest(one)
+    assert four.pod_inputs()["num_slices"] == 4
+    assert JobOptions(accelerator="tpu-v6e-4x4", num_slices=2).num_slices == 2
+
+
 def test_a_new_option_is_in_the_digest_when_set_and_only_then():
     @dataclass(frozen=True)
     class Later(JobOptions):
@@ -116,6 +125,17 @@ def test_the_template_and_its_options_never_share_a_wire_key():
         ({"max_run_duration_s": "30d"}, InvalidCapacityError, "max_run_duration_s"),
         ({"checkpoint_sync_s": 0}, ValueError, "checkpoint_sync_s must be a positive number"),
         ({"checkpoint_restore": "x"}, ValueError, "'same_work' or 'any', got 'x'"),
+        ({"num_slices": 0}, ValueError, "num_slices must be a whole number >= 1, got 0"),
+        ({"max_restarts": -1}, ValueError, "max_restarts must be a whole number >= 0, got -1"),
+        ({"num_slices": "2"}, ValueError, "num_slices must be a whole number >= 1, got '2'"),
+        ({"num_slices": 2}, ValueError, r"'cpu' is not one\. Allowed: multi-host TPU slices of v4"),
+        (
+            {"num_slices": 2, "accelerator": "gpu-h100x8"},
+            ValueError,
+            "num_slices=2 needs an accelerator GKE can join.*'gpu-h100x8'.*v5p, v6e",
+        ),
+        ({"num_slices": 2, "accelerator": "tpu-v3-4x4"}, ValueError, "'tpu-v3-4x4' is not one"),
+        ({"num_slices": 3, "accelerator": "tpu-v5e-2x2"}, ValueError, "is a single-host slice"),
     ],
 )
 def test_a_bad_option_is_refused_naming_it_and_the_allowed_forms(changes, error, says):
@@ -149,6 +169,68 @@ def test_every_option_an_operator_takes_reaches_the_request():
     identity = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 1}
     options = op.build_request(identity, lambda key: f"gs://b/{key}").options
     unset = {f.name for f in fields(options) if getattr(options, f.name) == default_of(f)}
-    assert unset == {"spot", "labels"}  # spot: the chain has it; labels: no operator option
+    # spot: the chain has it; labels: no operator option; num_slices and max_restarts (a
+    # multi-slice job's): need a multi-host TPU (the test below).
+    assert unset == {"spot", "labels", "num_slices", "max_restarts"}
     spot = KineticRunOperator(task_id="s", python_callable=len, accelerator="tpu-v5e-4", spot=True)
     assert spot.build_request(identity, lambda key: f"gs://b/{key}").options.spot is True
+
+
+def test_num_slices_reaches_the_request_and_is_refused_at_parse_time():
+    identity = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 1}
+    op = KineticRunOperator(
+        task_id="t", python_callable=len, accelerator="tpu-v5p-2x2x4", num_slices=4
+    )
+    options = op.build_request(identity, lambda key: f"gs://b/{key}").options
+    # The JobSet restarts the gang for the task's preemption (default 2) and infra re-submits.
+    assert (options.num_slices, options.max_restarts) == (4, 2)
+    assert (
+        options.pod_inputs()["max_restarts"] == 2 and "max_restarts" not in options.work_options()
+    )
+    op.retry_on = {"preemption": 3, "infra": 1, "user_error": 5}
+    assert op.build_request(identity, lambda key: f"gs://b/{key}").options.max_restarts == 4
+    assert "num_slices" in KineticRunOperator.template_fields
+    # Templated: checked once rendered ("4" renders as text).
+    templated = KineticRunOperator(
+        task_id="u", python_callable=len, accelerator="tpu-v6e-4x4", num_slices="{{ n }}"
+    )
+    templated.num_slices = "2"
+    assert templated.build_request(identity, lambda k: f"gs://b/{k}").options.num_slices == 2
+    for accelerator, says in [
+        ("gpu-h100x8", "'gpu-h100x8' is not one. Allowed: multi-host TPU slices of v4"),
+        ("cpu", "'cpu' is not one"),
+        ("tpu-v5e-4", "single-host slice"),
+    ]:
+        with pytest.raises(ValueError, match=says):
+            KineticRunOperator(
+                task_id="v", python_callable=len, accelerator=accelerator, num_slices=2
+            )
+
+
+def test_a_map_runs_one_slice():
+    from airflow_provider_kinetic import KineticMapOperator
+
+    with pytest.raises(ValueError, match="num_slices=2: KineticMapOperator runs one slice"):
+        KineticMapOperator(
+            task_id="m", python_callable=len, inputs=[1], accelerator="tpu-v5p-2x2x4", num_slices=2
+        )
+
+
+def trains() -> str:
+    return "trained"
+
+
+def test_task_kinetic_takes_num_slices_too():
+    from airflow_provider_kinetic.decorators.kinetic import KineticDecoratedOperator
+
+    op = KineticDecoratedOperator(
+        task_id="d", python_callable=trains, accelerator="tpu-v6e-4x4", num_slices="{{ n }}"
+    )
+    assert "num_slices" in KineticDecoratedOperator.template_fields
+    op.num_slices = "3"  # as rendered
+    identity = {"dag_id": "d", "task_id": "d", "run_id": "r", "map_index": -1, "try_number": 1}
+    assert op.build_request(identity, lambda key: f"gs://b/{key}").options.num_slices == 3
+    with pytest.raises(ValueError, match="single-host slice"):
+        KineticDecoratedOperator(
+            task_id="e", python_callable=trains, accelerator="tpu-v6e-4", num_slices=2
+        )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -31,11 +30,11 @@ from airflow_provider_kinetic.core.catalog.accelerators import (
 )
 from airflow_provider_kinetic.core.data.mounts import FuseMount
 from airflow_provider_kinetic.core.spec.pod import JobSpec, SpecInputs, build_job_spec, label_value
+from tests.fixtures.crd_schema import LWS_CRD, crd_validator
 
 K8S_VERSION = "1.33"
 JOB_ID = "job-0123abcd"
 BUCKET = "proj-kn-c1-jobs"
-CRD_PATH = Path(__file__).parent.parent / "fixtures" / "lws-crd-v0.5.1.yaml"
 
 
 def make_spec(accelerator: str, **extra: Any) -> JobSpec:
@@ -313,26 +312,9 @@ def test_lws_validator_rejects_bad_objects(
 # ---- the LWS CRD schema as a strict JSON-schema validator --------------------------------
 
 
-def _strict(node: Any) -> Any:
-    """Forbid unknown fields where the CRD lists properties, as strict field validation does."""
-    if isinstance(node, dict):
-        node = {k: _strict(v) for k, v in node.items()}
-        if node.get("properties") and not node.get("x-kubernetes-preserve-unknown-fields"):
-            node.setdefault("additionalProperties", False)
-    elif isinstance(node, list):
-        node = [_strict(v) for v in node]
-    return node
-
-
 @pytest.fixture(scope="module")
 def lws_validator() -> Any:
-    crd = yaml.safe_load(CRD_PATH.read_text())
-    (version,) = crd["spec"]["versions"]
-    schema = _strict(version["schema"]["openAPIV3Schema"])
-    schema["properties"]["apiVersion"]["enum"] = [f"{crd['spec']['group']}/{version['name']}"]
-    schema["properties"]["kind"]["enum"] = [crd["spec"]["names"]["kind"]]
-    schema["required"] = ["apiVersion", "kind", "metadata", "spec"]
-    return jsonschema.Draft7Validator(schema)
+    return crd_validator(LWS_CRD)
 
 
 @pytest.fixture(scope="module", autouse=True)

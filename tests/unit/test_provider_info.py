@@ -124,5 +124,5 @@ def test_providers_manager_sees_every_component_and_the_form():
     ]
     assert "airflow_provider_kinetic.triggers.batch" in seen["triggers"]
     assert "extra__kinetic__gcp_conn_id" in seen["widgets"] and len(seen["widgets"]) == 24
-    assert seen["backend"] == ["local", "gke", "pathways", "auto", None]
+    assert seen["backend"] == ["local", "gke", "pathways", "jobset", "auto", None]
     assert seen["placeholder"] == "my-project-kn-my-cluster-jobs"

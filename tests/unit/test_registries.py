@@ -31,7 +31,7 @@ from tests.fixtures import records
 
 
 def test_builtin_kinds_and_auto():
-    assert registry.backend_kinds() == ("local", "gke", "pathways", "auto")
+    assert registry.backend_kinds() == ("local", "gke", "pathways", "jobset", "auto")
     assert registry.backend_class("pathways") is PathwaysBackend
     assert [c.name for c in registry.auto_candidates()] == ["gke", "pathways"]
 

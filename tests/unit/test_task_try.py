@@ -4,6 +4,7 @@ backend whose jobs have already ended (no job runs here)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -157,6 +158,27 @@ def test_retry_on_counts_each_class_apart(backend, context):
     assert then(StatusReport(JobStatus.FAILED, REASON_PREEMPTED)) is None  # none for those
     run.write_record(handle, resubmits=first.resubmits)
     assert then(evicted) is None  # the infra budget is used up
+
+
+def test_a_jobsets_preemptions_and_infra_failures_are_spent_in_place(backend, context):
+    """A multi-slice job's JobSet restarted the gang for them (its maxRestarts): the task
+    does not submit it again; a failure it never restarts for still counts as before."""
+    op = operator(retry_on={"infra": 1, "preemption": 2, "user_error": 1})
+    run = TaskTry.open(op, context)
+    gang = replace(job(backend, 10), backend="jobset")
+    run.write_record(gang)
+
+    def then(report: StatusReport) -> takeover.Takeover | None:
+        return takeover.takeover(op, run.config, run.store, run.record, gang, report, run.log)
+
+    assert then(StatusReport(JobStatus.FAILED, REASON_PREEMPTED)) is None
+    assert then(StatusReport(JobStatus.FAILED, REASON_EVICTED)) is None
+    # The same failures of a one-slice job are re-submitted (the check above is the kind's).
+    single = takeover.takeover(
+        op, run.config, run.store, run.record, job(backend, 10),
+        StatusReport(JobStatus.FAILED, REASON_PREEMPTED), run.log,
+    )  # fmt: skip
+    assert single is not None and single.resubmits == {"preemption": 1}
 
 
 @pytest.mark.parametrize("succeeds", [True, False])

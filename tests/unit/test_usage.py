@@ -14,6 +14,8 @@ import pytest
 from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.jobs import history, usage
 from airflow_provider_kinetic.core.jobs.checkpoint import started_key, started_record
+from airflow_provider_kinetic.core.jobs.finish import host_count
+from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
 
 T0 = 1_790_000_000.0  # a whole second: entries keep ISO seconds
@@ -234,3 +236,21 @@ def test_small_amounts_read_as_numbers_never_scientific_notation():
     )
     assert "<0.0001 chip-hours" in summary_line({**base, "chip_hours": 4.3e-05})
     assert "1.9 chip-hours" in summary_line({**base, "chip_hours": 1.94})
+
+
+def test_a_multi_slice_job_counts_every_slices_chips(store):
+    """4 slices of tpu-v5p-2x2x4 (16 chips, 4 hosts each): 64 chips on 16 hosts; the
+    entry says so from the handle (``num_slices``), one slice's entry as before."""
+    handle = JobHandle("job-ms", "jobset", str(store.bucket), accelerator="tpu-v5p-2x2x4",
+                       created_at=history.now_iso(T0), num_slices=4)  # fmt: skip
+    assert JobHandle.from_dict(handle.to_dict()).num_slices == 4
+    assert "num_slices" not in JobHandle("j", "gke", "b").to_dict()
+    history.job_submitted(store, handle, IDENTITY)
+    put(store, "job-ms/handle.json", T0)
+    put(store, started_key("job-ms/"), T0 + 60, started_record(T0 + 60, 0, 1))
+    put(store, "job-ms/result.pkl", T0 + 60 + 1800)
+    history.update(store, "job-ms", "SUCCEEDED")
+    got = usage.for_jobs(store, ["job-ms"], {}, record=False)
+    detail = got["attempts_detail"][0]
+    assert (detail["chips"], detail["hosts"], got["chip_hours"]) == (64, 16, 32.0)
+    assert host_count(handle) == 16 and host_count(handle.evolve(num_slices=None)) == 4

@@ -40,6 +40,9 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     #: Whether the ``auto`` kind may pick this backend (in registration order).
     auto_candidate: ClassVar[bool] = False
+    #: Whether it runs a job of several TPU slices (``num_slices > 1``; ``auto`` then
+    #: picks ``registry.MULTI_SLICE``).
+    runs_slices: ClassVar[bool] = False
     #: Whether building an instance needs Kubernetes API credentials (the Airflow
     #: layer then passes ``api_client_factory`` to :meth:`from_config`).
     needs_cluster: ClassVar[bool] = False

@@ -22,6 +22,8 @@ BackendClass = type
 
 #: The pseudo-kind that picks the first auto candidate whose preflight passes.
 AUTO = "auto"
+#: The kind ``auto`` picks for a job of more than one TPU slice (one JobSet).
+MULTI_SLICE = "jobset"
 
 _REGISTRY: dict[str, str | BackendClass] = {}
 
@@ -65,13 +67,27 @@ def auto_candidates() -> list[BackendClass]:
 
 
 def resolve_kind(
-    configured: str, accelerator: Accelerator | None, requested: str | None = None
+    configured: str,
+    accelerator: Accelerator | None,
+    requested: str | None = None,
+    num_slices: int = 1,
 ) -> str:
-    """The concrete kind that runs a job on ``accelerator``.
+    """The concrete kind that runs a job on ``accelerator`` (``num_slices`` of it).
 
-    ``auto`` picks the first candidate whose preflight accepts the accelerator;
-    an explicit kind must accept it.  Raises before anything is uploaded.
+    ``auto`` picks the first candidate whose preflight accepts the accelerator, or
+    :data:`MULTI_SLICE` for more than one slice; an explicit kind must accept it.
+    Raises before anything is uploaded.
     """
+    if num_slices > 1:
+        cls = backend_class(MULTI_SLICE if configured == AUTO else configured)
+        if not getattr(cls, "runs_slices", False):
+            raise ValueError(
+                f"num_slices={num_slices} needs backend {MULTI_SLICE!r} or {AUTO!r}; "
+                f"backend {configured!r} runs one slice"
+            )
+        if accelerator is not None:
+            cls.preflight(accelerator, requested)
+        return cls.name
     if configured == AUTO:
         reasons = []
         for cls in auto_candidates():
@@ -99,3 +115,4 @@ def store_kind(configured: str) -> str:
 register_backend("local", "airflow_provider_kinetic.core.backends.local.backend:LocalBackend")
 register_backend("gke", "airflow_provider_kinetic.core.backends.k8s.gke:GkeBackend")
 register_backend("pathways", "airflow_provider_kinetic.core.backends.k8s.pathways:PathwaysBackend")
+register_backend(MULTI_SLICE, "airflow_provider_kinetic.core.backends.k8s.jobset:JobSetBackend")

@@ -99,6 +99,11 @@ def classify(
     hosts = sorted(set(failed_hosts))
     others = tuple(h for h in hosts if h != failure.host_index)
     changes: dict[str, Any] = {"host_count": host_count, "other_hosts": others}
+    layout = payload or {}
+    if isinstance(layout.get("slice_hosts"), int) and isinstance(layout.get("num_slices"), int):
+        # A multi-slice job (the runner says so): every slice's hosts count.
+        changes["slice_hosts"] = layout["slice_hosts"]
+        changes["host_count"] = layout["slice_hosts"] * layout["num_slices"]
     code = failure.exit_code
     if code is not None and code in infra_exit_codes and failure.failure_class in _RECLASSIFIABLE:
         changes["failure_class"] = FailureClass.INFRA

@@ -187,9 +187,10 @@ def _show_host_log(backend: Backend, handle: JobHandle, host: int | None, logger
 
 
 def host_count(handle: JobHandle) -> int:
-    """How many hosts the job's accelerator spans (1 when it cannot be read)."""
+    """How many hosts the job spans: its accelerator's, times its slices (1 when it
+    cannot be read)."""
     try:
-        return parse_accelerator(handle.accelerator or "cpu").num_nodes
+        return parse_accelerator(handle.accelerator or "cpu").num_nodes * (handle.num_slices or 1)
     except Exception:  # noqa: BLE001 - an accelerator from another version: one host
         return 1
 

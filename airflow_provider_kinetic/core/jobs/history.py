@@ -138,6 +138,7 @@ def job_submitted(
         submitted_at=handle.created_at,
         log_location=log_location,
         capacity=handle.capacity,  # absent (older handles): usage.capacity_of derives it
+        **({"num_slices": handle.num_slices} if handle.num_slices else {}),
         **({DATA_HASHES: list(held)} if (held := handle.extra.get(DATA_HASHES)) else {}),
     )
 

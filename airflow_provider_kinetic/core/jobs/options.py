@@ -2,10 +2,11 @@
 
 :class:`JobOptions` holds the options that say how and where a job runs (accelerator
 and spot, resource requests, labels, the capacity chain and its waits, Kueue priority,
-flex-start's run limit, checkpoint syncing and restoring).  It checks itself when made
-(a bad value fails naming itself and the allowed forms, before anything is packed) and
-travels unchanged: ``JobRequest.options`` -> ``JobTemplate.options`` (its wire form
-flattens the record's fields) -> the pod builder's inputs.
+flex-start's run limit, checkpoint syncing and restoring, the number of TPU slices).
+It checks itself when made (a bad value fails naming itself and the allowed forms,
+before anything is packed) and travels unchanged: ``JobRequest.options`` ->
+``JobTemplate.options`` (its wire form flattens the record's fields) -> the pod
+builder's inputs.
 
 Each field says, in its metadata, two things the rest of the path reads by construction:
 
@@ -35,6 +36,7 @@ from airflow_provider_kinetic.core.catalog.capacity import (
     seconds,
 )
 from airflow_provider_kinetic.core.catalog.capacity_gke import FLEX_START_MAX_RUN_S
+from airflow_provider_kinetic.core.catalog.multislice import SINGLE_SLICE, check_num_slices
 from airflow_provider_kinetic.core.jobs.checkpoint import (
     DEFAULT_SYNC_S,
     RESTORE_SAME_WORK,
@@ -105,6 +107,12 @@ class JobOptions:
     #: Which checkpoint a job restores: ``"same_work"`` only one its own work wrote;
     #: ``"any"``: the task run's, whatever work wrote it.
     checkpoint_restore: str = option(RESTORE_SAME_WORK, work=NOT_WORK)
+    #: How many identical TPU slices run the job together (JAX multi-slice, one JobSet);
+    #: 1: one slice.  In the work digest only when more than one (``WHEN_SET``).
+    num_slices: int = option(SINGLE_SLICE, pod="num_slices")
+    #: A multi-slice job's restarts of the whole gang in place (JobSet
+    #: ``failurePolicy.maxRestarts``): the task's preemption and infra re-submits.
+    max_restarts: int = option(0, work=NOT_WORK, pod="max_restarts")
 
     def __post_init__(self) -> None:
         if not isinstance(self.spot, bool):
@@ -135,6 +143,10 @@ class JobOptions:
             self._set("max_run_duration_s", limit)
         self._set("checkpoint_sync_s", validate_sync_s(self.checkpoint_sync_s))
         self._set("checkpoint_restore", validate_restore(self.checkpoint_restore))
+        self._set("num_slices", check_num_slices(self.num_slices, self.accelerator))
+        restarts = self.max_restarts
+        if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+            raise ValueError(f"max_restarts must be a whole number >= 0, got {restarts!r}")
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)  # normalising a frozen record as it is made

@@ -199,7 +199,7 @@ def plan_job(
     """Validate, pack and build the spec and handle of one job; uploads nothing
     (dry runs stop here).  With ``signing_secret`` the job signs its result (the
     Airflow layer always passes it; ``None`` is for kinetic's own runner)."""
-    kind = config.backend_kind(request.options.accelerator)
+    kind = config.backend_kind(request.options.accelerator, request.options.num_slices)
     use_default_capacity(request, config)
     output_uri = request.output_dir or store.uri(f"outputs/{job_id}")
     captured = capture_env(request.capture_env_vars)

@@ -210,6 +210,7 @@ class JobTemplate:
             result_auth=self.result_auth,
             result_key_id=spec.result_key_id,
             capacity=str(self.capacity_step(step)),
+            num_slices=self.options.num_slices if self.options.num_slices > 1 else None,
             capacity_wait_s=self.options.capacity_wait_s
             if step + 1 < len(self.options.capacity_chain)
             else None,

@@ -114,6 +114,10 @@ def _result_time(objects: Mapping[str, tuple[int, float]], job_id: str) -> float
 
 def _base(entry: Mapping[str, Any]) -> dict[str, Any]:
     accel = accelerator_facts(str(entry.get("accelerator") or "cpu"))
+    slices = entry.get("num_slices")
+    if isinstance(slices, int) and slices > 1:  # a multi-slice job holds every slice's chips
+        for key in ("chips", "hosts"):
+            accel[key] = None if accel[key] is None else accel[key] * slices
     return {
         "job_id": entry["job_id"],
         "kind": entry.get("kind", "job"),

@@ -57,6 +57,10 @@ PHASES = (
 OWN_PHASES = ("batch input", "result reference resolve", "store result")
 #: The phases the function's own code runs in.
 USER_PHASES = frozenset({"execute", "result serialization"})
+#: A multi-slice host's exit code after a failure of the function's own code: the
+#: JobSet then fails the whole gang at once instead of restarting it
+#: (``k8s/manifests.jobset_manifest``: a pod failure policy and a JobSet failure rule).
+USER_ERROR_EXIT = 86
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,9 @@ class Failure:
     """One failed job: its class, its phase, and what the failing host said.
 
     ``host_index`` / ``host_count``: which host of a multi-host job failed (the lowest
-    failing one) of how many; ``other_hosts``: the other hosts that failed too.
+    failing one) of how many; ``other_hosts``: the other hosts that failed too;
+    ``slice_hosts``: a multi-slice job's hosts per slice (host ``i`` is host
+    ``i % slice_hosts`` of slice ``i // slice_hosts``).
     ``exception_type`` (module + qualname), ``exception_message`` and ``traceback``:
     the remote exception as strings; ``reason``: the platform's (``StatusReport``);
     ``message``: what happened, in words (the remote error, else the platform's)."""
@@ -76,6 +82,7 @@ class Failure:
     host_index: int | None = None
     host_count: int | None = None
     other_hosts: tuple[int, ...] = ()
+    slice_hosts: int | None = None
     exception_type: str | None = None
     exception_message: str | None = None
     traceback: str | None = None
@@ -89,7 +96,11 @@ class Failure:
         if self.phase:
             text += f" in phase {self.phase}"
         text += f" ({self.failure_class.value})"
-        if self.host_index is not None and (self.host_count or 1) > 1:
+        if self.host_index is not None and self.slice_hosts:
+            where, host = divmod(self.host_index, self.slice_hosts)
+            slices = (self.host_count or self.slice_hosts) // self.slice_hosts
+            text += f" on slice {where} host {host} ({slices} slices of {self.slice_hosts} hosts)"
+        elif self.host_index is not None and (self.host_count or 1) > 1:
             text += f" on host {self.host_index} of {self.host_count}"
         if self.exit_code is not None:
             text += f", exit code {self.exit_code}"

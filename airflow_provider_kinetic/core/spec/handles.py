@@ -128,6 +128,8 @@ class JobHandle:
     #: Seconds this job may stay unschedulable (never started) before the task moves on
     #: to its next capacity step; None: no step left (``schedule_timeout_s`` applies).
     capacity_wait_s: float | None = None
+    #: TPU slices the job runs on (a JobSet); None: one slice (every older handle).
+    num_slices: int | None = None
     version: int = HANDLE_VERSION
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
@@ -145,7 +147,7 @@ class JobHandle:
         out["result_auth"] = self.result_auth
         if self.result_key_id is not None:
             out["result_key_id"] = self.result_key_id
-        for key in ("capacity", "capacity_wait_s"):
+        for key in ("capacity", "capacity_wait_s", "num_slices"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         out["version"] = self.version

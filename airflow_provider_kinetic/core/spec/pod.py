@@ -76,6 +76,10 @@ class SpecInputs:
     #: Kueue WorkloadPriorityClass (``queue:`` steps) and flex-start's run limit.
     priority_class: str | None = None
     max_run_duration_s: float | None = None
+    #: Identical TPU slices that run the job together (``core.catalog.multislice``).
+    num_slices: int = 1
+    #: A multi-slice job's whole-gang restarts (JobSet ``failurePolicy.maxRestarts``).
+    max_restarts: int = 0
 
 
 def secret_name(job_id: str) -> str:
@@ -105,6 +109,10 @@ class JobSpec:
     #: What the capacity step adds to the owning Job / LeaderWorkerSet (Kueue's queue
     #: label, ``suspend``); the pod's own capacity fields are already in ``pod``.
     capacity: CapacityFields = field(default_factory=CapacityFields)
+    #: Identical TPU slices that run the job together (more than one: a JobSet), and
+    #: how often the JobSet restarts the whole gang after a failure.
+    num_slices: int = 1
+    max_restarts: int = 0
 
     @property
     def command(self) -> list[str]:
@@ -235,6 +243,8 @@ def build_job_spec(inp: SpecInputs) -> JobSpec:
         ttl_seconds=inp.ttl_seconds,
         secrets=dict(inp.secrets),
         capacity=capacity,
+        num_slices=inp.num_slices,
+        max_restarts=inp.max_restarts,
     )
 
 

@@ -1,2 +1,2 @@
-"""The Kubernetes backends (a GKE Job, a Pathways LeaderWorkerSet): manifests, API calls
-and their retries, status diagnosis, logs and capacity waits."""
+"""The Kubernetes backends (a GKE Job, a Pathways LeaderWorkerSet, a multi-slice JobSet):
+manifests, API calls and their retries, status diagnosis, logs and capacity waits."""

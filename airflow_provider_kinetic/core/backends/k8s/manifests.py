@@ -1,4 +1,5 @@
-"""Kubernetes objects that wrap the one :class:`JobSpec`: a batch/v1 Job and a LeaderWorkerSet.
+"""Kubernetes objects that wrap the one :class:`JobSpec`: a batch/v1 Job, a LeaderWorkerSet
+and (several TPU slices) a JobSet.
 
 Pure functions, no client, no network: the GKE and Pathways backends send exactly
 these dicts, ``Backend.manifest`` shows them as a dry run, and the tests validate
@@ -11,8 +12,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from airflow_provider_kinetic.core.spec.failure import USER_ERROR_EXIT
 from airflow_provider_kinetic.core.spec.peerport import declare_peer_port
-from airflow_provider_kinetic.core.spec.pod import JobSpec, secret_name
+from airflow_provider_kinetic.core.spec.pod import CONTAINER_NAME, JobSpec, secret_name
 
 #: Label that marks every Job (and pod) of one batch, so one list call answers for
 #: all children (``Backend.batch_status``).  Set it through ``SpecInputs.extra_labels``.
@@ -26,6 +28,28 @@ LWS_RESTART_POLICY = "RecreateGroupOnPodRestart"
 _MULTI_HOST_ENV = frozenset(
     {"MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES", "TPU_WORKER_ID", "KINETIC_LWS"}
 )
+JOBSET_GROUP = "jobset.x-k8s.io"
+JOBSET_PLURAL = "jobsets"
+JOBSET_VERSION = "v1alpha2"
+#: The replicated job whose ``replicas`` Jobs are the slices (one Job per slice).
+SLICE_JOB = "slice"
+#: One slice per node pool: JobSet places each child Job on a topology domain of its own
+#: (https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice, and JobSet's
+#: ``ExclusiveKey`` in api/jobset/v1alpha2/jobset_types.go).
+EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
+#: Pod labels JobSet sets (jobset_types.go): the slice's index, and kinetic's own label
+#: that selects every pod of one JobSet.
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+JOBSET_POD_LABEL = "kinetic-jobset"
+#: The Indexed Job's annotation with a pod's index: the host within its slice.
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+#: The megascale (DCN) port every host of a multi-slice job listens on.
+MEGASCALE_PORT = 8080
+#: Hosts per slice, for the runner: host ``slice * hosts + worker`` is the job's host
+#: index, so only slice 0 host 0 writes the result (``runner/invocation.host_index``).
+SLICE_HOSTS_ENV = "KINETIC_SLICE_HOSTS"
+_SLICE_ENV = _MULTI_HOST_ENV | {"MEGASCALE_SLICE_ID", "MEGASCALE_PORT", SLICE_HOSTS_ENV}
 #: Written by the runner of an LWS host that finished successfully; it then idles
 #: instead of exiting (an exit restarts the group and would run the function again),
 #: and this file makes the pod Ready: how the status read knows the job is done.
@@ -40,6 +64,16 @@ def job_name(job_id: str) -> str:
 def lws_name(job_id: str) -> str:
     """LeaderWorkerSet name (kinetic: ``keras-pathways-{job_id}``)."""
     return f"keras-pathways-{job_id}"
+
+
+def jobset_name(job_id: str) -> str:
+    """JobSet name of a multi-slice job (``kinetic-slices-{job_id}``)."""
+    return f"kinetic-slices-{job_id}"
+
+
+def slice_pod_host(name: str, slice_index: int = 0, host: int = 0) -> str:
+    """The DNS name of a slice's host (JobSet's headless service is named like the JobSet)."""
+    return f"{name}-{SLICE_JOB}-{slice_index}-{host}.{name}"
 
 
 def leader_pod_name(name: str) -> str:
@@ -132,6 +166,104 @@ def lws_manifest(
             },
         },
     }
+
+
+def jobset_manifest(spec: JobSpec) -> dict[str, Any]:
+    """The JobSet for ``spec.num_slices`` slices of a multi-host TPU ``spec``.
+
+    One replicated job ``slice`` with one Job per slice (``replicas``), each an Indexed
+    Job of the slice's hosts (``parallelism = completions = hosts``), placed each on a
+    node pool of its own (the exclusive-topology annotation).  The pod template is the
+    Job's (node selector, tolerations, capacity fields, Data mounts) plus the megascale
+    environment every host needs: the coordinator (slice 0 host 0), the number of slices,
+    this pod's slice (its ``job-index`` label), the port, and ``TPU_WORKER_ID`` (its
+    completion index).  Names checked against GKE's multislice page and its JobSet
+    example: https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice.
+
+    One failure policy for the gang: a failed Job (``backoffLimit: 0``: a host's failure
+    fails its slice's Job at once) restarts the whole JobSet, at most
+    ``spec.max_restarts`` times; every restarted host runs again and claims the next
+    attempt (``KINETIC_ATTEMPT``, ``runner/resume.py``), resuming from its checkpoint.
+    A user error is not restarted: its host exits ``USER_ERROR_EXIT``, the Job's pod
+    failure policy fails the Job (reason ``PodFailurePolicy``) and the JobSet's rule
+    fails the gang (kubernetes-sigs/jobset v0.12.0: keps/262-ConfigurableFailurePolicy and
+    site/static/examples/failure-policy/onjobfailurereasons-present-podfailurepolicy.yaml;
+    https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-failure-policy).
+    """
+    name = jobset_name(spec.job_id)
+    hosts = spec.accelerator.num_nodes
+    labels = {**spec.labels, **spec.capacity.owner_labels}
+    # ``job-name``: the JobSet's, on every pod of every slice (the shared reads select by it;
+    # the Job controller keeps a template's own job-name label).
+    template = copy.deepcopy(spec.pod_template({JOBSET_POD_LABEL: name, "job-name": name}))
+    for container in template["spec"]["containers"]:
+        env = [e for e in container.get("env", []) if e["name"] not in _SLICE_ENV]
+        container["env"] = env + [
+            {"name": "MEGASCALE_COORDINATOR_ADDRESS", "value": slice_pod_host(name)},
+            {"name": "MEGASCALE_NUM_SLICES", "value": str(spec.num_slices)},
+            {"name": "MEGASCALE_SLICE_ID", "valueFrom": _field(f"labels['{JOB_INDEX_LABEL}']")},
+            {"name": "MEGASCALE_PORT", "value": str(MEGASCALE_PORT)},
+            {"name": "TPU_WORKER_ID", "valueFrom": _field(f"annotations['{COMPLETION_INDEX}']")},
+            {"name": SLICE_HOSTS_ENV, "value": str(hosts)},
+        ]
+        declare_peer_port(container)
+    queued = {"suspend": True} if spec.capacity.suspend else {}  # Kueue admits, unsuspends
+    return {
+        "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}",
+        "kind": "JobSet",
+        "metadata": {
+            "name": name,
+            "namespace": spec.namespace,
+            "labels": labels,
+            "annotations": {
+                **spec.capacity.owner_annotations,
+                EXCLUSIVE_TOPOLOGY: NODE_POOL_LABEL,
+            },
+        },
+        "spec": {
+            **queued,
+            "ttlSecondsAfterFinished": spec.ttl_seconds,
+            "network": {"enableDNSHostnames": True},
+            "failurePolicy": {
+                "maxRestarts": spec.max_restarts,
+                "rules": [
+                    {
+                        "name": "userError",
+                        "action": "FailJobSet",
+                        "onJobFailureReasons": ["PodFailurePolicy"],
+                    }
+                ],
+            },
+            "replicatedJobs": [
+                {
+                    "name": SLICE_JOB,
+                    "replicas": spec.num_slices,
+                    "template": {
+                        # The JobSet's labels without Kueue's: Kueue admits the JobSet.
+                        "metadata": {"labels": dict(spec.labels)},
+                        "spec": {
+                            "parallelism": hosts,
+                            "completions": hosts,
+                            "completionMode": "Indexed",
+                            "backoffLimit": 0,
+                            "podFailurePolicy": {"rules": [_USER_ERROR_RULE]},
+                            "template": template,
+                        },
+                    },
+                }
+            ],
+        },
+    }
+
+
+_USER_ERROR_RULE = {
+    "action": "FailJob",
+    "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "In", "values": [USER_ERROR_EXIT]},
+}
+
+
+def _field(path: str) -> dict[str, Any]:
+    return {"fieldRef": {"fieldPath": f"metadata.{path}"}}
 
 
 def _annotations(spec: JobSpec) -> dict[str, Any]:

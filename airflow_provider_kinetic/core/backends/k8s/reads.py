@@ -4,10 +4,11 @@ Written once over three hooks a kind of object provides (``_owner_plan`` /
 ``_owners_plan``: read or list the job's object; ``_report``: THE diagnosis from
 the object, its pods and events, via ``k8s/status.py`` and ``k8s/capacity.py``;
 ``_events_target``: whose events could explain a wait), so a Job
-(:class:`~airflow_provider_kinetic.core.backends.k8s.gke.GkeBackend`) and a
-LeaderWorkerSet (``pathways.py``) share the single read, the batch read (by the
-group label) and the triggerer's shared read (``shared_reads.py``: every kinetic
-job of a namespace by ``job-id``).  Plans only: no client, no I/O (``k8s/api.py``).
+(:class:`~airflow_provider_kinetic.core.backends.k8s.gke.GkeBackend`), a
+LeaderWorkerSet (``pathways.py``) and a JobSet (``jobset.py``) share the single read,
+the batch read (by the group label) and the triggerer's shared read
+(``shared_reads.py``: every kinetic job of a namespace by ``job-id``).  Plans only:
+no client, no I/O (``k8s/api.py``).
 """
 
 from __future__ import annotations
@@ -168,15 +169,16 @@ class StatusReads:
                 continue
             mine = pods.get(name, [])
             report = self._report(handle, owners[name], mine, now=now)
-            if self._events_target(handle, owners[name], mine, report, now) is None:
+            target = self._events_target(handle, owners[name], mine, report, now)
+            if target is None:
                 result[handle.job_id] = Listed(report, self._log_pod_of(name, mine), True)
             else:
-                waiting.append((handle, name, mine))
+                waiting.append((handle, name, mine, target))
         if waiting:
             reply = yield Call("CoreV1Api", "list_namespaced_event", (ns,), {})
             events = items(reply, f"listing events in {ns}") if reply.status != 403 else []
-            for handle, name, mine in waiting:
-                names = {name} | {p["metadata"]["name"] for p in mine}
+            for handle, name, mine, target in waiting:
+                names = {name, target} | {p["metadata"]["name"] for p in mine}
                 own = [e for e in events if (e.get("involvedObject") or {}).get("name") in names]
                 report = self._report(handle, owners[name], mine, own, now=now)
                 result[handle.job_id] = Listed(report, self._log_pod_of(name, mine), True)
