@@ -107,6 +107,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         self.end_task = end_task
         #: The job's final report, once ``_poll`` has seen it.
         self._final: StatusReport | None = None
+        self._watch: Any = None  # core.jobs.progress.ProgressWatch, made at the first read
         self.not_before = not_before_from(not_before)
         self.attempt = attempt
         self.stream_logs = stream_logs
@@ -217,6 +218,8 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             more = await self._show_logs(reads, final)
             while more and final:  # drain it before the event
                 more = await self._show_logs(reads, final)
+            if report.status is JobStatus.RUNNING or final:
+                await self._show_progress()
             if report.describe() != last:
                 self.log.info("kinetic job %s: %s", job_id, report.describe())
                 if "(NotAdmitted)" in (last or "") or (last is None and self._queued()):
@@ -231,6 +234,19 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
                     f"job {job_id} still {report.status.value} at the task's execution deadline",
                 )
             await reads.wait()
+
+    async def _show_progress(self) -> None:
+        """What the function reported (``core.jobs.progress``): a store read, no
+        cluster request; a task-log line when the step or a metric changed."""
+        if self._watch is None:
+            from airflow_provider_kinetic.core.jobs.progress import ProgressWatch
+            from airflow_provider_kinetic.deployment.connection import config_from_json
+            from airflow_provider_kinetic.gcp.gcs_auth import store_for
+
+            store = await asyncio.to_thread(store_for, config_from_json(self.config))
+            self._watch = ProgressWatch(store, self._job.job_id)
+        if (line := await asyncio.to_thread(self._watch.poll)) is not None:
+            self.log.info("kinetic job %s: %s", self._job.job_id, line)
 
     def _ends_task(self) -> bool:
         """Whether this trigger may end its task itself (``triggers.end_task``): the
