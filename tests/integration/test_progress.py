@@ -4,6 +4,7 @@ ETA while it runs) and the task pushes the last update as XCom ``kinetic_progres
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -12,9 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_kinetic import KineticRunOperator
+from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs.progress import read_progress
+from airflow_provider_kinetic.core.jobs.request import JobRequest
+from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
+from airflow_provider_kinetic.hooks.kinetic import config_to_json
+from airflow_provider_kinetic.triggers.job import KineticJobTrigger
 from tests.fixtures.fake_ti import FakeTI, StateStore
 from tests.fixtures.waiting import wait_for
 
@@ -88,3 +95,51 @@ def test_progress_lines_with_an_eta_show_while_it_runs_and_the_xcom_at_the_end(
     job_id = JobHandle.from_dict(ctx["ti"].xcom["kinetic_job"]).job_id
     # pushed before the cleanup deleted the job's dir (the default policy on success)
     assert read_progress(LocalStore(str(local_conn)), job_id) is None
+
+
+class Released(logging.Handler):
+    """The trigger's task-log lines; touches ``release`` at the first with an ETA."""
+
+    def __init__(self, release: Path) -> None:
+        super().__init__()
+        self.gate, self.lines = release, []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        if "ETA " in self.lines[-1]:
+            self.gate.touch()
+
+
+def test_the_trigger_shows_progress_lines_with_an_eta_from_its_store_read(
+    config: KineticConfig, backend: LocalBackend, tmp_path: Path, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("KINETIC_PROGRESS_MIN_S", "0")
+    release = tmp_path / "release"
+    request = JobRequest(
+        func=train, args=(str(release), 20), capture_env_vars=["KINETIC_PROGRESS_MIN_S"]
+    )
+    handle, _ = submit_job(request, config, backend)
+    trigger = KineticJobTrigger(
+        handle.to_dict(), config_to_json(config), poll_interval=0.05, not_before=0
+    )
+    handler = Released(release)
+    trigger._log = logging.getLogger(f"kinetic.test.progress.{id(trigger)}")
+    trigger._log.propagate = False
+    trigger._log.addHandler(handler)
+
+    async def follow() -> list:
+        return [event async for event in trigger.run()]
+
+    try:
+        events = asyncio.run(follow())
+    finally:
+        trigger._log.removeHandler(handler)
+    assert [e.payload["status"] for e in events] == ["SUCCEEDED"]
+    prefix = f"kinetic job {handle.job_id}: "
+    shown = [x[len(prefix) :] for x in handler.lines if x.startswith(prefix + "step ")]
+    # the job holds at step 1 until a line with an ETA released it: that line is step 1's
+    (held,) = [x for x in shown if x.startswith("step 1/20 (5%), ETA ")]
+    assert held.endswith(", loss 0.5, warming up")
+    assert all("ETA" not in x for x in shown if x.startswith("step 0/"))  # no rate yet
+    assert shown[-1] == "step 20/20 (100%), loss 0.04762"  # the last, read at the end
+    assert release.exists()  # released by a line with an ETA while the job ran
