@@ -243,8 +243,15 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             from airflow_provider_kinetic.deployment.connection import config_from_json
             from airflow_provider_kinetic.gcp.gcs_auth import store_for
 
-            store = await asyncio.to_thread(store_for, config_from_json(self.config))
+            try:
+                store = await asyncio.to_thread(store_for, config_from_json(self.config))
+            except Exception as exc:  # noqa: BLE001 - progress never fails the wait
+                self.log.warning("kinetic job %s: no progress: %s", self._job.job_id, exc)
+                self._watch = False
+                return
             self._watch = ProgressWatch(store, self._job.job_id)
+        if self._watch is False:
+            return
         if (line := await asyncio.to_thread(self._watch.poll)) is not None:
             self.log.info("kinetic job %s: %s", self._job.job_id, line)
 

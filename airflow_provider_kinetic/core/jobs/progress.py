@@ -213,8 +213,8 @@ class ProgressWatch:
     def poll(self) -> str | None:
         try:
             found = read_progress(self.store, self.job_id)
-        except OSError:  # the store away: the status poll says so; progress waits
-            return None
+        except Exception:  # noqa: BLE001 - the store away or refusing: the status poll
+            return None  # says so; progress never fails a wait
         return self.seen(found)
 
     def seen(self, found: Progress | None) -> str | None:
