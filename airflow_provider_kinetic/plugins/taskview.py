@@ -123,7 +123,20 @@ def _facts(job: TaskJob) -> str:
     ]
     if row.batch:
         facts.insert(1, ("Children", escape(str(job.total or len(job.children)))))
+    if job.progress is not None:
+        facts.insert(1, ("Progress", _progress(job)))
     return "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
+
+
+def _progress(job: TaskJob) -> str:
+    """The function's last report: a bar (with a total) and its text (step, percent,
+    ETA, metrics), as of the page's load."""
+    last = job.progress
+    assert last is not None
+    bar = ""
+    if last.fraction is not None:
+        bar = f"<progress max='1' value='{last.fraction:.4f}'></progress> "
+    return f"{bar}<span class='progress-text'>{escape(last.describe())}</span>"
 
 
 def _state_span(row: JobRow, state: str, reason: str | None) -> str:
