@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -143,3 +144,72 @@ def test_the_trigger_shows_progress_lines_with_an_eta_from_its_store_read(
     assert all("ETA" not in x for x in shown if x.startswith("step 0/"))  # no rate yet
     assert shown[-1] == "step 20/20 (100%), loss 0.04762"  # the last, read at the end
     assert release.exists()  # released by a line with an ETA while the job ran
+
+
+def sweep(i: int, release: str) -> int:
+    """Reports half its steps, waits for the test's release, reports the rest."""
+    from airflow_provider_kinetic import progress
+
+    progress.update(1, total=2, metrics={"i": i})
+    deadline = time.monotonic() + 120
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.02)  # timing-ok: the job's workload polls the test's release file
+    progress.update(2, total=2)
+    return i
+
+
+def test_a_six_input_sweep_shows_its_aggregated_progress(
+    local_conn: Path, tmp_path: Path, capfd: Any, caplog: Any, monkeypatch: Any
+) -> None:
+    """The batch's line: children done of total (an ETA once some ended) and the step
+    each running child reported, written when it changes."""
+    from airflow_provider_kinetic import KineticMapOperator
+    from airflow_provider_kinetic.core.batch import progress as batch_progress
+
+    monkeypatch.setattr(batch_progress, "READ_EVERY_S", 0.0)  # read at every poll
+    release = tmp_path / "release"
+    op = KineticMapOperator(
+        task_id="sweep",
+        python_callable=sweep,
+        op_kwargs={"release": str(release)},
+        inputs=list(range(6)),
+        max_concurrent=3,
+        kinetic_conn_id="kinetic_local",
+        deferrable=False,
+        poll_interval=0.1,
+        requirements=[],
+    )
+    ctx = {"ti": FakeTI(task_id="sweep"), "task_state_store": StateStore()}
+    out: dict[str, Any] = {}
+    seen: list[str] = []
+
+    def logged() -> str:
+        seen.append("".join(capfd.readouterr()))
+        return "".join(seen) + caplog.text
+
+    def execute() -> None:
+        try:
+            out["value"] = op.execute(ctx)
+        except BaseException as exc:  # noqa: BLE001 - the test asserts on it
+            out["error"] = exc
+
+    running = "0/6 children done (0%); child 0 step 1/2 (50%), child 1 step 1/2 (50%), "
+    with caplog.at_level(logging.INFO):
+        worker = threading.Thread(target=execute, name="sweep", daemon=True)
+        worker.start()
+        try:
+            wait_for(
+                "each running child's step in the batch's line",
+                lambda: running + "child 2 step 1/2 (50%)" in logged() or "error" in out,
+                detail=logged,
+            )
+        finally:
+            release.touch()
+            worker.join(timeout=180)
+    assert "error" not in out, out.get("error")
+    assert list(out["value"]) == list(range(6))
+    text = logged()
+    counts = [int(n) for n in re.findall(r"batch \S+: (\d)/6 children done \(\d+%\)", text)]
+    assert counts == sorted(counts) and counts[-1] == 6, counts
+    assert re.search(r"[1-5]/6 children done \(\d+%\), ETA ", text)  # from finished ones
+    assert "6/6 children done (100%)" in text

@@ -164,3 +164,26 @@ def test_the_watch_shows_a_line_when_the_step_or_a_metric_changes(store):
     assert sink.sent == [("kinetic.job.progress", 0.0), ("kinetic.job.progress", 25.0)] + [
         ("kinetic.job.progress", 25.0)
     ]
+
+
+def test_a_batch_line_counts_children_and_names_each_running_childs_step(tmp_path):
+    from airflow_provider_kinetic.core.batch.progress import BatchProgress
+    from tests.fixtures import records
+
+    store = LocalStore(str(tmp_path))
+    state = records.batch_state(6, {0: "job-c0", 1: "job-c1"}, root=str(tmp_path))
+    for job_id, step in (("job-c0", 3), ("job-c1", None)):
+        (tmp_path / job_id).mkdir()
+        if step is not None:
+            Reporter(store, progress_key(job_id), clock=Clock()).update(step, 10, {"loss": 1})
+    clock = Clock(0.0)
+    watch = BatchProgress(clock)
+    assert watch.line(state, store) == "0/6 children done (0%); child 0 step 3/10 (30%)"
+    clock.now = 120.0  # two children ended in two minutes: four more take four
+    state.done.update({4: "SUCCEEDED", 5: "FAILED"})
+    assert watch.line(state, store) == (
+        "2/6 children done (33%), ETA 4 min; child 0 step 3/10 (30%)"
+    )
+    state.done.update(dict.fromkeys(range(4), "SUCCEEDED"))
+    state.active.clear()
+    assert watch.line(state, store) == "6/6 children done (100%)"

@@ -125,14 +125,19 @@ class Progress:
             return None
         return (self.total - self.step) * took / done
 
-    def describe(self) -> str:
-        """``step 1,200/10,000 (12%), ETA 41 min, loss 0.231, epoch 2``."""
+    def step_text(self) -> str:
+        """``step 1,200/10,000 (12%)`` (``step 5`` without a total)."""
         text = f"step {_count(self.step)}"
         if self.total:
             text += f"/{_count(self.total)} ({math.floor(100 * (self.fraction or 0))}%)"
+        return text
+
+    def describe(self) -> str:
+        """``step 1,200/10,000 (12%), ETA 41 min, loss 0.231, epoch 2``."""
+        text = self.step_text()
         eta = self.eta_s
         if eta is not None and self.step < (self.total or 0):
-            text += f", ETA {_duration(eta)}"
+            text += f", ETA {duration_text(eta)}"
         for name, value in self.metrics.items():
             text += f", {name} {value:.4g}"
         if self.message:
@@ -180,7 +185,7 @@ def _count(value: float | int) -> str:
     return f"{value:,}" if isinstance(value, int) or float(value).is_integer() else f"{value:,.4g}"
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
     """``45 s``, ``41 min``, ``2 h 05 min``."""
     if seconds < 60:
         return f"{max(1, round(seconds))} s"
