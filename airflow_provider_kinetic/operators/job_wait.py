@@ -74,7 +74,7 @@ def poll_job(
             if report.status is JobStatus.RUNNING:
                 history.update(store, handle.job_id, report.status.value, report.reason)
         running = report.status is JobStatus.RUNNING or report.status.is_terminal
-        if running and (line := watch.poll()) is not None:
+        if running and (line := watch.poll(report.status.is_terminal)) is not None:
             log.info("kinetic job %s: %s", handle.job_id, line)
         if report.status.is_terminal:
             return Watched(handle, report, offset)

@@ -219,7 +219,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             while more and final:  # drain it before the event
                 more = await self._show_logs(reads, final)
             if report.status is JobStatus.RUNNING or final:
-                await self._show_progress()
+                await self._show_progress(final)
             if report.describe() != last:
                 self.log.info("kinetic job %s: %s", job_id, report.describe())
                 if "(NotAdmitted)" in (last or "") or (last is None and self._queued()):
@@ -235,7 +235,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
                 )
             await reads.wait()
 
-    async def _show_progress(self) -> None:
+    async def _show_progress(self, final: bool) -> None:
         """What the function reported (``core.jobs.progress``): a store read, no
         cluster request; a task-log line when the step or a metric changed."""
         if self._watch is None:
@@ -252,7 +252,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             self._watch = ProgressWatch(store, self._job.job_id)
         if self._watch is False:
             return
-        if (line := await asyncio.to_thread(self._watch.poll)) is not None:
+        if (line := await asyncio.to_thread(self._watch.poll, final)) is not None:
             self.log.info("kinetic job %s: %s", self._job.job_id, line)
 
     def _ends_task(self) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 from airflow_provider_kinetic import KineticRunOperator
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
 from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.core.jobs import progress as progress_core
 from airflow_provider_kinetic.core.jobs.progress import read_progress
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.submit import submit_job
@@ -47,6 +48,7 @@ def test_progress_lines_with_an_eta_show_while_it_runs_and_the_xcom_at_the_end(
     local_conn: Path, tmp_path: Path, capfd: Any, caplog: Any, monkeypatch: Any
 ) -> None:
     monkeypatch.setenv("KINETIC_PROGRESS_MIN_S", "0")  # every update written (not throttled)
+    monkeypatch.setattr(progress_core, "READ_EVERY_S", 0.0)  # and read at every poll
     release = tmp_path / "release"
     op = KineticRunOperator(
         task_id="train",
@@ -115,6 +117,7 @@ def test_the_trigger_shows_progress_lines_with_an_eta_from_its_store_read(
     config: KineticConfig, backend: LocalBackend, tmp_path: Path, monkeypatch: Any
 ) -> None:
     monkeypatch.setenv("KINETIC_PROGRESS_MIN_S", "0")
+    monkeypatch.setattr(progress_core, "READ_EVERY_S", 0.0)
     release = tmp_path / "release"
     request = JobRequest(
         func=train, args=(str(release), 20), capture_env_vars=["KINETIC_PROGRESS_MIN_S"]

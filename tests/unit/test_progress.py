@@ -12,6 +12,7 @@ from airflow_provider_kinetic.core import metrics
 from airflow_provider_kinetic.core.jobs import progress_report
 from airflow_provider_kinetic.core.jobs.progress import (
     PROGRESS_URI_ENV,
+    READ_EVERY_S,
     Progress,
     ProgressWatch,
     progress_key,
@@ -144,21 +145,24 @@ def test_the_watch_shows_a_line_when_the_step_or_a_metric_changes(store):
     sink = Gauges()
     metrics.install(sink)  # type: ignore[arg-type]
     try:
-        watch = ProgressWatch(store, "job1")
-        assert watch.poll() is None  # nothing reported yet
         clock = Clock()
+        watch = ProgressWatch(store, "job1", clock=clock)
+        assert watch.poll() is None  # nothing reported yet
         writer = Reporter(store, progress_key("job1"), min_interval=0, clock=clock)
         writer.update(0, 8, {"loss": 1.0})
+        assert watch.poll() is None  # read at most every READ_EVERY_S: not read now
+        clock.now += READ_EVERY_S
         assert watch.poll() == "step 0/8 (0%), loss 1"
+        clock.now += READ_EVERY_S
         assert watch.poll() is None  # unchanged: no line
-        clock.now += 60
+        clock.now = 1_060.0
         writer.update(2, 8, {"loss": 0.5})
         assert watch.poll() == "step 2/8 (25%), ETA 3 min, loss 0.5"
         clock.now += 1
-        writer.update(2, 8, {"loss": 0.4})  # a metric alone
-        assert watch.poll() == "step 2/8 (25%), ETA 3 min, loss 0.4"
+        writer.update(2, 8, {"loss": 0.4})  # a metric alone, read at once: the job ended
+        assert watch.poll(final=True) == "step 2/8 (25%), ETA 3 min, loss 0.4"
         store.write_bytes(progress_key("job1"), b"{torn")
-        assert watch.poll() is None and watch.last.metrics == {"loss": 0.4}
+        assert watch.poll(final=True) is None and watch.last.metrics == {"loss": 0.4}
     finally:
         metrics.install(None)
     assert sink.sent == [("kinetic.job.progress", 0.0), ("kinetic.job.progress", 25.0)] + [

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,10 @@ GAUGE = "kinetic.job.progress"
 MESSAGE_CHARS = 200
 #: The most metrics kept per update.
 MAX_METRICS = 32
+#: Seconds between two reads of a running job's progress by its waiting side (a
+#: thousand deferred jobs: a hundred store reads a second at most; the last read,
+#: when the job has ended, is always made).
+READ_EVERY_S = 10.0
 
 
 def progress_key(job_id: str) -> str:
@@ -210,12 +215,20 @@ class ProgressWatch:
     update and returns a line for the task log when the step or a metric changed
     since the last one shown (None otherwise), setting the gauge as it goes."""
 
-    def __init__(self, store: ObjectStore, job_id: str) -> None:
-        self.store, self.job_id = store, job_id
+    def __init__(
+        self, store: ObjectStore, job_id: str, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.store, self.job_id, self.clock = store, job_id, clock
         self.last: Progress | None = None
         self._shown: tuple[Any, ...] | None = None
+        self._next_read = -math.inf
 
-    def poll(self) -> str | None:
+    def poll(self, final: bool = False) -> str | None:
+        """Read at most every :data:`READ_EVERY_S` (``final``: the job ended, read now)."""
+        now = self.clock()
+        if not final and now < self._next_read:
+            return None
+        self._next_read = now + READ_EVERY_S
         try:
             found = read_progress(self.store, self.job_id)
         except Exception:  # noqa: BLE001 - the store away or refusing: the status poll
