@@ -36,7 +36,12 @@ TAB_SCRIPT = """
                 logEl.scrollTop=logEl.scrollHeight;}
               offset=d.offset;done=d.terminal;
               if(logEl.dataset.stateOf){
-                show(document.getElementById(logEl.dataset.stateOf),d.state,d.reason);}}}
+                show(document.getElementById(logEl.dataset.stateOf),d.state,d.reason);}
+              const p=document.getElementById('progress');
+              if(p&&d.progress&&p.dataset.jobId===logEl.dataset.jobId){
+                const bar=p.querySelector('progress');
+                if(d.progress.fraction!==null){bar.value=d.progress.fraction;bar.hidden=false;}
+                p.querySelector('.progress-text').textContent=d.progress.text;}}}
       catch(e){}
       if(!done){setTimeout(pollLog,1000);}else{logEl.dataset.complete='true';}
     }
@@ -123,20 +128,22 @@ def _facts(job: TaskJob) -> str:
     ]
     if row.batch:
         facts.insert(1, ("Children", escape(str(job.total or len(job.children)))))
-    if job.progress is not None:
+    if not row.batch:
         facts.insert(1, ("Progress", _progress(job)))
     return "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
 
 
 def _progress(job: TaskJob) -> str:
     """The function's last report: a bar (with a total) and its text (step, percent,
-    ETA, metrics), as of the page's load."""
-    last = job.progress
-    assert last is not None
-    bar = ""
-    if last.fraction is not None:
-        bar = f"<progress max='1' value='{last.fraction:.4f}'></progress> "
-    return f"{bar}<span class='progress-text'>{escape(last.describe())}</span>"
+    ETA, metrics); the log feed's script updates both while the job runs."""
+    last, job_id = job.progress, escape(job.row.handle.job_id)
+    value = f"{last.fraction:.4f}" if last is not None and last.fraction is not None else ""
+    bar = f"<progress max='1' value='{value or 0}'{'' if value else ' hidden'}></progress> "
+    text = escape(last.describe()) if last is not None else "none reported"
+    return (
+        f"<span id='progress' data-job-id='{job_id}'>{bar}"
+        f"<span class='progress-text'>{text}</span></span>"
+    )
 
 
 def _state_span(row: JobRow, state: str, reason: str | None) -> str:

@@ -171,7 +171,13 @@ def test_tab_of_a_running_job_offers_cancel_only_to_whom_may(
             "the second update", lambda: getattr(read_progress(store, job_id), "step", None) == 10
         )
         mine = _tab(viewer, conn, "manual__1", "wait", "-1")
+        assert f"<span id='progress' data-job-id='{job_id}'>" in mine
         assert "<progress max='1' value='0.2500'></progress>" in mine
+        feed = viewer.get(f"/kinetic/api/jobs/{job_id}/log", params={"conn_id": conn})
+        assert feed.status_code == 200, feed.text  # what the tab's script updates it from
+        live = feed.json()["progress"]
+        assert (live["step"], live["total"], live["fraction"]) == (10, 40, 0.25)
+        assert live["text"].startswith("step 10/40 (25%), ETA ")
         assert re.search(r"class='progress-text'>step 10/40 \(25%\), ETA [^,<]+, loss 1.5<", mine)
         theirs = _tab(admin, conn, "manual__1", "wait", "-1")
         for page in (mine, theirs):
