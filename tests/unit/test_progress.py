@@ -74,6 +74,14 @@ def test_a_bad_update_fails_naming_the_value(args, named):
         Progress.checked(*args, at=0.0)
 
 
+def test_numpy_scalars_are_numbers_and_stored_as_plain_ones():
+    np = pytest.importorskip("numpy")
+    update = Progress.checked(np.int64(3), np.int32(10), {"loss": np.float32(0.5)}, at=1.0)
+    assert (type(update.step), type(update.total)) == (int, int)
+    assert json.dumps(update.to_dict())  # JSON as it is written
+    assert update.metrics == {"loss": 0.5} and type(update.metrics["loss"]) is float
+
+
 def test_the_writer_writes_at_most_once_per_interval_and_the_last_at_flush(store):
     clock = Clock()
     writer = Reporter(store, progress_key("job1"), min_interval=5.0, clock=clock)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -52,8 +53,11 @@ def progress_key(job_id: str) -> str:
 
 
 def _number(name: str, value: Any) -> float | int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    """``value`` as a plain int or float (a NumPy scalar is one too; a tensor is not:
+    ``loss.item()``); TypeError / ValueError naming it otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"progress {name} must be a number, got {value!r}")
+    value = int(value) if isinstance(value, numbers.Integral) else float(value)
     if not math.isfinite(value):
         raise ValueError(f"progress {name} must be finite, got {value!r}")
     return value
@@ -89,7 +93,7 @@ class Progress:
         step = _number("step", step)
         if step < 0:
             raise ValueError(f"progress step must be >= 0, got {step!r}")
-        if total is not None and _number("total", total) <= 0:
+        if total is not None and (total := _number("total", total)) <= 0:
             raise ValueError(f"progress total must be > 0 or None, got {total!r}")
         if metrics_ is None:
             metrics_ = {}
