@@ -16,7 +16,13 @@ from typing import Any
 
 from airflow_provider_kinetic.plugins.jobs import JobRow
 from airflow_provider_kinetic.plugins.tasks import TaskJob, TaskView
-from airflow_provider_kinetic.plugins.views import _link, _state, _usage_cells, page
+from airflow_provider_kinetic.plugins.views import (
+    _link,
+    _state,
+    _usage_cells,
+    page,
+    progress_html,
+)
 
 TAB_SCRIPT = """
 (function(){
@@ -129,21 +135,8 @@ def _facts(job: TaskJob) -> str:
     if row.batch:
         facts.insert(1, ("Children", escape(str(job.total or len(job.children)))))
     if not row.batch:
-        facts.insert(1, ("Progress", _progress(job)))
+        facts.insert(1, ("Progress", progress_html(job.progress, job.row.handle.job_id)))
     return "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
-
-
-def _progress(job: TaskJob) -> str:
-    """The function's last report: a bar (with a total) and its text (step, percent,
-    ETA, metrics); the log feed's script updates both while the job runs."""
-    last, job_id = job.progress, escape(job.row.handle.job_id)
-    value = f"{last.fraction:.4f}" if last is not None and last.fraction is not None else ""
-    bar = f"<progress max='1' value='{value or 0}'{'' if value else ' hidden'}></progress> "
-    text = escape(last.describe()) if last is not None else "none reported"
-    return (
-        f"<span id='progress' data-job-id='{job_id}'>{bar}"
-        f"<span class='progress-text'>{text}</span></span>"
-    )
 
 
 def _state_span(row: JobRow, state: str, reason: str | None) -> str:

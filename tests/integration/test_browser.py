@@ -232,6 +232,7 @@ def test_deferred_task_page_shows_deferred_and_the_job_link(server, page):
     page.wait_for_url(f"**/kinetic/jobs/{job_id}")
     expect(page.locator("#state")).to_have_text("RUNNING")
     expect(page.locator("#log")).to_contain_text("slow tick 1")
+    expect(page.locator("#progress .progress-text")).to_contain_text(" ETA ")  # the job page's
     shot(page, "kinetic-job-running")
     page.once("dialog", lambda d: d.accept())
     page.locator("#cancel").click()
