@@ -310,7 +310,22 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             if await _in_thread(handed_before, store, secret, self._job, end) is None:
                 return None
         self.log.info("kinetic job %s: the trigger ends the task with its value", job_id)
+        await self._push_progress(end.identity)
         return TaskSuccessEvent()
+
+    async def _push_progress(self, identity: dict[str, Any]) -> None:
+        """The function's last progress report as XCom ``kinetic_progress``, as a
+        worker's finish pushes it (the final poll read it: the job's dir is gone now).
+        Never fails the task: its value is Airflow's already."""
+        last = getattr(self._watch, "last", None)
+        if last is None:
+            return
+        from airflow_provider_kinetic.triggers.end_task import push_xcoms
+
+        try:
+            await _in_thread(push_xcoms, identity, {"kinetic_progress": last.to_xcom()})
+        except Exception as exc:  # noqa: BLE001
+            self.log.warning("kinetic job %s: progress XCom not pushed: %s", self._job.job_id, exc)
 
     def _store_and_secret(self) -> tuple[Any, Any]:
         from airflow_provider_kinetic.deployment.connection import config_from_json
