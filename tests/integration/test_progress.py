@@ -101,15 +101,15 @@ def test_progress_lines_with_an_eta_show_while_it_runs_and_the_xcom_at_the_end(
 
 
 class Released(logging.Handler):
-    """The trigger's task-log lines; touches ``release`` at the first with an ETA."""
+    """The trigger's task-log lines; touches ``release`` at the first with ``marker``."""
 
-    def __init__(self, release: Path) -> None:
+    def __init__(self, release: Path, marker: str = "ETA ") -> None:
         super().__init__()
-        self.gate, self.lines = release, []
+        self.gate, self.marker, self.lines = release, marker, []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(record.getMessage())
-        if "ETA " in self.lines[-1]:
+        if self.marker in self.lines[-1]:
             self.gate.touch()
 
 
@@ -216,3 +216,41 @@ def test_a_six_input_sweep_shows_its_aggregated_progress(
     assert counts == sorted(counts) and counts[-1] == 6, counts
     assert re.search(r"[1-5]/6 children done \(\d+%\), ETA ", text)  # from finished ones
     assert "6/6 children done (100%)" in text
+
+
+def test_the_batch_trigger_shows_each_running_childs_step(
+    config: KineticConfig, backend: LocalBackend, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A deferred batch's trigger writes the batch's line with its running children's
+    reported steps (released by that line), then its event when a child ends."""
+    from airflow_provider_kinetic.core.batch import progress as batch_progress
+    from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
+    from tests.fixtures import records
+
+    monkeypatch.setattr(batch_progress, "READ_EVERY_S", 0.0)  # read at every poll
+    release = tmp_path / "release"
+    jobs = {
+        i: submit_job(JobRequest(func=sweep, args=(i,), kwargs={"release": str(release)}),
+                      config, backend)[0].job_id
+        for i in range(2)
+    }  # fmt: skip
+    state = records.batch_state(2, jobs, root=config.bucket_name)
+    trigger = KineticBatchTrigger(
+        state=state.to_dict(), config=config_to_json(config), poll_interval=0.05, not_before=0
+    )
+    handler = Released(release, "child 0 step 1/2 (50%), child 1 step 1/2 (50%)")
+    trigger._log = logging.getLogger(f"kinetic.test.progress.{id(trigger)}")
+    trigger._log.propagate = False
+    trigger._log.addHandler(handler)
+
+    async def follow() -> list:
+        return [event async for event in trigger.run()]
+
+    try:
+        events = asyncio.run(follow())
+    finally:
+        trigger._log.removeHandler(handler)
+    assert [e.payload["status"] for e in events] == ["changed"]
+    said = f"batch {state.group_id}: 0/2 children done (0%); child 0 step 1/2 (50%), "
+    assert said + "child 1 step 1/2 (50%)" in handler.lines, handler.lines
+    assert release.exists()
