@@ -250,7 +250,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
                 self._watch = False
                 return
             self._watch = ProgressWatch(store, self._job.job_id)
-        if self._watch is False:
+        if self._watch is False or not self._watch.due(final):
             return
         if (line := await asyncio.to_thread(self._watch.poll, final)) is not None:
             self.log.info("kinetic job %s: %s", self._job.job_id, line)

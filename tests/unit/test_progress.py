@@ -158,6 +158,7 @@ def test_the_watch_shows_a_line_when_the_step_or_a_metric_changes(store):
         assert watch.poll() is None  # nothing reported yet
         writer = Reporter(store, progress_key("job1"), min_interval=0, clock=clock)
         writer.update(0, 8, {"loss": 1.0})
+        assert not watch.due() and watch.due(final=True)
         assert watch.poll() is None  # read at most every READ_EVERY_S: not read now
         clock.now += READ_EVERY_S
         assert watch.poll() == "step 0/8 (0%), loss 1"

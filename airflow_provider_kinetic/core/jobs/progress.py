@@ -227,6 +227,10 @@ class ProgressWatch:
         self._shown: tuple[Any, ...] | None = None
         self._next_read = -math.inf
 
+    def due(self, final: bool = False) -> bool:
+        """Whether :meth:`poll` would read now (a trigger skips the thread hop if not)."""
+        return final or self.clock() >= self._next_read
+
     def poll(self, final: bool = False) -> str | None:
         """Read at most every :data:`READ_EVERY_S` (``final``: the job ended, read now)."""
         now = self.clock()
