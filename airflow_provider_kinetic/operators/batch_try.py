@@ -37,6 +37,7 @@ from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
+from airflow_provider_kinetic.core.batch.progress import BatchProgress
 from airflow_provider_kinetic.core.batch.resume import (
     delivered_state,
     resume_batch,
@@ -111,6 +112,7 @@ class BatchTry:
     #: ``cache=True``: result URIs its inputs' cache entries hold (``operators.reuse``).
     cached_uris: set[str] = field(default_factory=set)
     line: batchlogs.StatusLine = field(default_factory=batchlogs.StatusLine)
+    progress: BatchProgress = field(default_factory=BatchProgress)
 
     # ---- opening ---------------------------------------------------------------------
     @classmethod
@@ -346,6 +348,8 @@ class BatchTry:
         c = batchrun.counts(state)
         key = tuple(v for k, v in c.items() if k != "capacity")
         changed = key != self.line.last
+        if said := self.progress.poll(state, self.store, changed):
+            self.op.log.info("batch %s: %s", state.group_id, said)
         if not self.line.due(key):
             return
         self.op.log.info(

@@ -40,6 +40,8 @@ from airflow_provider_kinetic.operators.lineage import KineticTaskLineage
 XCOM_JOB = "kinetic_job"
 XCOM_BATCH = "kinetic_batch"
 XCOM_OUTPUT_DIR = "output_dir"
+#: The function's last progress update (``core.jobs.progress``).
+XCOM_PROGRESS = "kinetic_progress"
 #: A batch's per-input output dirs, in input order (``output_dir`` stays the parent).
 XCOM_OUTPUT_DIRS = "kinetic_output_dirs"
 #: The key of a task's returned value.

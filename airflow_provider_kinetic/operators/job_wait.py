@@ -12,6 +12,7 @@ from airflow_provider_kinetic.core.backends.base import Backend
 from airflow_provider_kinetic.core.backends.k8s.status import REASON_NOT_ADMITTED
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.polling import StoreOutage, poll_delays
+from airflow_provider_kinetic.core.jobs.progress import ProgressWatch
 from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
 from airflow_provider_kinetic.core.jobs.usage import note_admitted
 from airflow_provider_kinetic.core.spec.failure import Failure, FailureClass
@@ -53,6 +54,7 @@ def poll_job(
     offset, last, admitting = 0, None, False
     delays = poll_delays(poll_interval, backend.first_poll_s)
     outage = StoreOutage(store_outage_window_s())
+    watch = ProgressWatch(store, handle.job_id)  # what the function reports (a store read)
     while True:
         try:
             report = backend.status(handle)
@@ -71,6 +73,9 @@ def poll_job(
             last = report.describe()
             if report.status is JobStatus.RUNNING:
                 history.update(store, handle.job_id, report.status.value, report.reason)
+        running = report.status is JobStatus.RUNNING or report.status.is_terminal
+        if running and (line := watch.poll(report.status.is_terminal)) is not None:
+            log.info("kinetic job %s: %s", handle.job_id, line)
         if report.status.is_terminal:
             return Watched(handle, report, offset)
         if give_up is not None and time.monotonic() >= give_up:

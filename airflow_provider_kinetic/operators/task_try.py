@@ -22,6 +22,7 @@ from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.cleanup import after_job
 from airflow_provider_kinetic.core.jobs.finish import describe_failure, finish_job, release_held
+from airflow_provider_kinetic.core.jobs.progress import read_progress
 from airflow_provider_kinetic.core.jobs.submit import PlannedJob, plan_job, submit_planned
 from airflow_provider_kinetic.core.jobs.taskrecord import (
     DEFERRED,
@@ -43,6 +44,7 @@ from airflow_provider_kinetic.operators import assets, keyio, reuse
 from airflow_provider_kinetic.operators.common import (
     XCOM_JOB,
     XCOM_OUTPUT_DIR,
+    XCOM_PROGRESS,
     KineticOperatorBase,
     directory_uri,
     push_value,
@@ -287,6 +289,7 @@ class TaskTry:
         try)."""
         self.show_logs(handle, offset)
         self.log.info("kinetic job %s finished: %s", handle.job_id, report.describe())
+        self.push_progress(handle)  # before the cleanup deletes the job's dir
         self.handle = None  # done: on_kill must not touch a finished job
         done = finish_job(
             self.store,
@@ -323,6 +326,13 @@ class TaskTry:
         self.write_record(handle, delivered=True, returned=True)  # the try's last word
         release_held(self.store, done, self.op.cleanup, self.log)
         return done.value
+
+    def push_progress(self, handle: JobHandle) -> None:
+        """The function's last progress update (``core.jobs.progress``) as XCom
+        ``kinetic_progress``; nothing when it reported none."""
+        last = read_progress(self.store, handle.job_id)
+        if last is not None:
+            self.context["ti"].xcom_push(key=XCOM_PROGRESS, value=last.to_xcom())
 
     def deliver(self, handle: JobHandle, value: Any, blob: bytes) -> Any:
         """The value as XCom holds it (a reference when it does not fit), pushed now,

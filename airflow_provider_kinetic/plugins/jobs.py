@@ -27,6 +27,7 @@ from airflow_provider_kinetic.cli.joblist import JobStatuses, history_rows
 from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.batch.manifest import manifest_key
 from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.progress import read_progress
 from airflow_provider_kinetic.core.jobs.signing import AUTH_HMAC
 from airflow_provider_kinetic.core.jobs.usage import PriceTable, job_usage, summary_line, total
 from airflow_provider_kinetic.core.spec.handles import (
@@ -344,12 +345,14 @@ def log_chunk(job: AttachedJob, offset: int) -> dict[str, object]:
             kept.encode()[max(0, offset) :].decode(errors="replace"),
             max(offset, len(kept.encode())),
         )
+    last = read_progress(job.store, job.job_id)  # what its function reported, if anything
     return {
         "text": text,
         "offset": next_offset,
         "state": report.status.value,
         "reason": report.reason or "",
         "terminal": report.status.is_terminal,
+        "progress": last.to_xcom() if last is not None else None,
     }
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow_provider_kinetic.cli.joblist import JobStatuses, TaskFilter, child_rows, history_rows
 from airflow_provider_kinetic.core.jobs import history
+from airflow_provider_kinetic.core.jobs.progress import Progress, read_progress
 from airflow_provider_kinetic.core.jobs.usage import summary_line
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.storage.stat import stat_objects
@@ -54,6 +55,9 @@ class TaskJob:
     children: list[dict[str, Any]] = field(default_factory=list)
     children_truncated: bool = False
     total: int | None = None
+    #: What a job's function last reported (``core.jobs.progress``; None: nothing, or
+    #: its dir already cleaned up after it succeeded: the XCom keeps it).
+    progress: Progress | None = None
 
 
 @dataclass
@@ -116,6 +120,8 @@ def task_view(conn_id: str, dag_id: str, run_id: str, task_id: str, map_index: i
         job.row.usage = usage_of(store, entry, prices, live=live)
         job.usage_line = summary_line(job.row.usage) if job.row.usage else ""
         job.files, job.files_truncated = _files(store, row.get("output_dir"))
+        if not job.row.batch:
+            job.progress = read_progress(store, row["job_id"])
         if job.row.batch:
             children = child_rows(statuses, row)
             job.children = children[:CHILDREN_LIMIT]

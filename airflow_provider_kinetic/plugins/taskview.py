@@ -16,7 +16,13 @@ from typing import Any
 
 from airflow_provider_kinetic.plugins.jobs import JobRow
 from airflow_provider_kinetic.plugins.tasks import TaskJob, TaskView
-from airflow_provider_kinetic.plugins.views import _link, _state, _usage_cells, page
+from airflow_provider_kinetic.plugins.views import (
+    _link,
+    _state,
+    _usage_cells,
+    page,
+    progress_html,
+)
 
 TAB_SCRIPT = """
 (function(){
@@ -36,7 +42,12 @@ TAB_SCRIPT = """
                 logEl.scrollTop=logEl.scrollHeight;}
               offset=d.offset;done=d.terminal;
               if(logEl.dataset.stateOf){
-                show(document.getElementById(logEl.dataset.stateOf),d.state,d.reason);}}}
+                show(document.getElementById(logEl.dataset.stateOf),d.state,d.reason);}
+              const p=document.getElementById('progress');
+              if(p&&d.progress&&p.dataset.jobId===logEl.dataset.jobId){
+                const bar=p.querySelector('progress');
+                if(d.progress.fraction!==null){bar.value=d.progress.fraction;bar.hidden=false;}
+                p.querySelector('.progress-text').textContent=d.progress.text;}}}
       catch(e){}
       if(!done){setTimeout(pollLog,1000);}else{logEl.dataset.complete='true';}
     }
@@ -123,6 +134,8 @@ def _facts(job: TaskJob) -> str:
     ]
     if row.batch:
         facts.insert(1, ("Children", escape(str(job.total or len(job.children)))))
+    if not row.batch:
+        facts.insert(1, ("Progress", progress_html(job.progress, job.row.handle.job_id)))
     return "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
 
 

@@ -15,6 +15,7 @@ from html import escape
 from typing import Any
 
 from airflow_provider_kinetic.cli.output import human_age
+from airflow_provider_kinetic.core.jobs.progress import Progress
 from airflow_provider_kinetic.plugins.jobs import JobDetail, JobRow
 
 STYLE = """
@@ -50,6 +51,10 @@ LOG_SCRIPT = """
         offset=d.offset;
         stateEl.textContent=d.state+(d.reason?' ('+d.reason+')':'');
         stateEl.className='state '+d.state;
+        const p=document.getElementById('progress');
+        if(p&&d.progress){const bar=p.querySelector('progress');
+          if(d.progress.fraction!==null){bar.value=d.progress.fraction;bar.hidden=false;}
+          p.querySelector('.progress-text').textContent=d.progress.text;}
         done=d.terminal;
         page.dataset.terminal=String(done);
       }
@@ -208,6 +213,19 @@ def _usage_facts(info: JobDetail) -> list[tuple[str, str]]:
     return facts + [(name, escape(value)) for name, value in cells.items()]
 
 
+def progress_html(last: Progress | None, job_id: str) -> str:
+    """A job's last progress report (``core.jobs.progress``): a bar (with a total) and
+    its text (step, percent, ETA, metrics); the pages' scripts update both from the
+    log feed while the job runs."""
+    value = f"{last.fraction:.4f}" if last is not None and last.fraction is not None else ""
+    bar = f"<progress max='1' value='{value or 0}'{'' if value else ' hidden'}></progress> "
+    text = escape(last.describe()) if last is not None else "none reported"
+    return (
+        f"<span id='progress' data-job-id='{escape(job_id)}'>{bar}"
+        f"<span class='progress-text'>{text}</span></span>"
+    )
+
+
 def job_page(info: JobDetail, base: str, conn_id: str, *, can_cancel: bool = False) -> str:
     """One job: its facts, output files, the live log and, while it runs and for a user
     allowed to cancel it (``can_cancel``), a cancel button."""
@@ -219,6 +237,7 @@ def job_page(info: JobDetail, base: str, conn_id: str, *, can_cancel: bool = Fal
             f"<span id='state' class='state {escape(row.report.status.value)}'>"
             f"{escape(row.report.describe())}</span>",
         ),
+        ("Progress", progress_html(None, row.job_id)),  # filled by the log feed
         ("Accelerator", escape(row.handle.accelerator)),
         ("Backend", escape(row.handle.backend)),
         ("Function", escape(row.handle.func_name)),

@@ -27,8 +27,10 @@ import time
 import traceback
 from typing import Any
 
+from airflow_provider_kinetic.core.jobs import progress_report
 from airflow_provider_kinetic.core.jobs.payload import dump_result, make_result
 from airflow_provider_kinetic.core.jobs.polling import STORE_OUTAGE_WINDOW_S
+from airflow_provider_kinetic.core.jobs.progress import NOT_KEPT, PROGRESS_NAME, PROGRESS_URI_ENV
 from airflow_provider_kinetic.core.jobs.signing import RESULT_KEY_ENV, sign, signature_key
 from airflow_provider_kinetic.core.keys.joblocal import job_ended as peers_end
 from airflow_provider_kinetic.core.spec.failure import USER_ERROR_EXIT, USER_PHASES
@@ -145,7 +147,12 @@ def _run(
         log.info(
             "calling %s (attempt %d)", getattr(func, "__qualname__", repr(func)), resume.attempt
         )
+        # Where progress.update() writes (host 0: the job's; other hosts' are dropped).
+        os.environ[PROGRESS_URI_ENV] = (
+            ns.result_gcs.rsplit("/", 1)[0] + "/" + PROGRESS_NAME if index == 0 else NOT_KEPT
+        )
         result = _execute(func, args, kwargs, index)
+        progress_report.flush()  # the last update, always written
         resume.finish()
     except PhaseError as err:
         log.error("%s", err)

@@ -106,6 +106,7 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
         self.deadline = deadline
         self.cancel_on_kill = cancel_on_kill
         self._work: asyncio.Future | None = None  # the driver's newest work in its thread
+        self._progress: tuple[Any, Any] | None = None  # (BatchProgress, store), at first use
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -171,6 +172,7 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
                     await self._show_logs(backend, reports)
                 done = {j: r for j, r in reports.items() if r.status.is_terminal}
                 self._status_line(line, reports, done)
+                await self._show_progress()
                 if driver is not None and self._batch.finished:
                     await self._driver_work(driver.save, self._batch)
                     await hold(self.not_before)
@@ -259,6 +261,25 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
             *counts,
             self._batch.total,
         )
+
+    async def _show_progress(self) -> None:
+        """The batch's progress line when it changed (``core.batch.progress``: its
+        running children's reports, store reads every ``READ_EVERY_S``)."""
+        try:
+            if self._progress is None:
+                from airflow_provider_kinetic.core.batch.progress import BatchProgress
+                from airflow_provider_kinetic.deployment.connection import config_from_json
+                from airflow_provider_kinetic.gcp.gcs_auth import store_for
+
+                store = await asyncio.to_thread(store_for, config_from_json(self.config))
+                self._progress = (BatchProgress(), store)
+            watch, store = self._progress
+            said = await asyncio.to_thread(watch.poll, self._batch, store, False)
+        except Exception as exc:  # noqa: BLE001 - progress never fails the batch's wait
+            self.log.debug("batch %s: no progress: %s", self.group_id, exc)
+            return
+        if said:
+            self.log.info("batch %s: %s", self.group_id, said)
 
     def _changed_event(self, done: dict[str, Any]) -> dict[str, Any]:
         return {

@@ -107,6 +107,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         self.end_task = end_task
         #: The job's final report, once ``_poll`` has seen it.
         self._final: StatusReport | None = None
+        self._watch: Any = None  # core.jobs.progress.ProgressWatch, made at the first read
         self.not_before = not_before_from(not_before)
         self.attempt = attempt
         self.stream_logs = stream_logs
@@ -217,6 +218,8 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             more = await self._show_logs(reads, final)
             while more and final:  # drain it before the event
                 more = await self._show_logs(reads, final)
+            if report.status is JobStatus.RUNNING or final:
+                await self._show_progress(final)
             if report.describe() != last:
                 self.log.info("kinetic job %s: %s", job_id, report.describe())
                 if "(NotAdmitted)" in (last or "") or (last is None and self._queued()):
@@ -231,6 +234,26 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
                     f"job {job_id} still {report.status.value} at the task's execution deadline",
                 )
             await reads.wait()
+
+    async def _show_progress(self, final: bool) -> None:
+        """What the function reported (``core.jobs.progress``): a store read, no
+        cluster request; a task-log line when the step or a metric changed."""
+        if self._watch is None:
+            from airflow_provider_kinetic.core.jobs.progress import ProgressWatch
+            from airflow_provider_kinetic.deployment.connection import config_from_json
+            from airflow_provider_kinetic.gcp.gcs_auth import store_for
+
+            try:
+                store = await asyncio.to_thread(store_for, config_from_json(self.config))
+            except Exception as exc:  # noqa: BLE001 - progress never fails the wait
+                self.log.warning("kinetic job %s: no progress: %s", self._job.job_id, exc)
+                self._watch = False
+                return
+            self._watch = ProgressWatch(store, self._job.job_id)
+        if self._watch is False or not self._watch.due(final):
+            return
+        if (line := await asyncio.to_thread(self._watch.poll, final)) is not None:
+            self.log.info("kinetic job %s: %s", self._job.job_id, line)
 
     def _ends_task(self) -> bool:
         """Whether this trigger may end its task itself (``triggers.end_task``): the
@@ -287,7 +310,22 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             if await _in_thread(handed_before, store, secret, self._job, end) is None:
                 return None
         self.log.info("kinetic job %s: the trigger ends the task with its value", job_id)
+        await self._push_progress(end.identity)
         return TaskSuccessEvent()
+
+    async def _push_progress(self, identity: dict[str, Any]) -> None:
+        """The function's last progress report as XCom ``kinetic_progress``, as a
+        worker's finish pushes it (the final poll read it: the job's dir is gone now).
+        Never fails the task: its value is Airflow's already."""
+        last = getattr(self._watch, "last", None)
+        if last is None:
+            return
+        from airflow_provider_kinetic.triggers.end_task import push_xcoms
+
+        try:
+            await _in_thread(push_xcoms, identity, {"kinetic_progress": last.to_xcom()})
+        except Exception as exc:  # noqa: BLE001
+            self.log.warning("kinetic job %s: progress XCom not pushed: %s", self._job.job_id, exc)
 
     def _store_and_secret(self) -> tuple[Any, Any]:
         from airflow_provider_kinetic.deployment.connection import config_from_json

@@ -31,11 +31,15 @@ def greet(lines: int) -> int:
 
 
 def slow(seconds: int) -> int:
-    """Run ``seconds`` seconds, logging a line a second (long enough to be seen deferred)."""
+    """Run ``seconds`` seconds, logging a line a second (long enough to be seen deferred)
+    and reporting its progress (the Kinetic tab's bar)."""
     import time
+
+    from airflow_provider_kinetic import progress
 
     for i in range(seconds):
         print(f"slow tick {i}", flush=True)
+        progress.update(i + 1, total=seconds, metrics={"tick": i})
         time.sleep(1)
     return seconds
 

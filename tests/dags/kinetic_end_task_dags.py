@@ -14,12 +14,16 @@ from airflow_provider_kinetic import KineticRunOperator
 
 
 def trained(release: str) -> dict:
-    """Wait for ``release``; a small JSON value."""
+    """Wait for ``release``; a small JSON value (its progress reported on the way)."""
     import os
     import time
 
+    from airflow_provider_kinetic import progress
+
+    progress.update(1, total=2, metrics={"loss": 0.5})
     while not os.path.exists(release):
         time.sleep(0.1)
+    progress.update(2, total=2, metrics={"loss": 0.25})
     return {"answer": 42, "loss": [0.5, 0.25]}
 
 

@@ -207,7 +207,18 @@ def test_deferred_task_page_shows_deferred_and_the_job_link(server, page):
 
     server.wait_for("the slow task to defer", deferred, RUN_DEADLINE_S)
     job_id = xcom(server, SLOW_DAG, SLOW_RUN, SLOW_TASK, "kinetic_job")["job_id"]
-    page.goto(f"/dags/{SLOW_DAG}/runs/{SLOW_RUN}/tasks/{SLOW_TASK}")
+    # The Kinetic tab: the progress its function reports, a bar and its text, live.
+    task_url = f"/dags/{SLOW_DAG}/runs/{SLOW_RUN}/tasks/{SLOW_TASK}"
+    page.goto(task_url)
+    page.get_by_role("link", name="Kinetic", exact=True).click()
+    page.wait_for_url(f"**{task_url}/plugin/kinetic-task")
+    frame = page.frame_locator("iframe")
+    text = frame.locator("#progress .progress-text")
+    expect(text).to_contain_text(re.compile(r"step \d+/30 \(\d+%\), ETA .*, tick \d+"),
+                                 timeout=RUN_DEADLINE_S * 1000)  # fmt: skip
+    expect(frame.locator("#progress progress")).to_be_visible()
+    shot(page, "kinetic-tab-progress")
+    page.goto(task_url)
     page.get_by_text("Details", exact=True).first.click()
     state_row = page.locator("tr", has=page.get_by_text("State", exact=True)).first
     expect(state_row).to_contain_text("deferred")
@@ -221,6 +232,7 @@ def test_deferred_task_page_shows_deferred_and_the_job_link(server, page):
     page.wait_for_url(f"**/kinetic/jobs/{job_id}")
     expect(page.locator("#state")).to_have_text("RUNNING")
     expect(page.locator("#log")).to_contain_text("slow tick 1")
+    expect(page.locator("#progress .progress-text")).to_contain_text(" ETA ")  # the job page's
     shot(page, "kinetic-job-running")
     page.once("dialog", lambda d: d.accept())
     page.locator("#cancel").click()

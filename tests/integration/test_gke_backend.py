@@ -25,7 +25,9 @@ from airflow_provider_kinetic.core.backends.k8s.manifests import (
     lws_manifest,
 )
 from airflow_provider_kinetic.core.backends.k8s.pathways import PathwaysBackend
+from airflow_provider_kinetic.core.backends.k8s.queues import QueuePositions
 from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
+from airflow_provider_kinetic.core.catalog.capacity_gke import QUEUE_LABEL
 from airflow_provider_kinetic.core.jobs.classify import classify
 from airflow_provider_kinetic.core.spec.failure import FailureClass
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
@@ -392,6 +394,59 @@ async def test_batch_status_lists_the_group_once(api: K8sDouble) -> None:
         (PODS, "job-name=kinetic-job-0000000d"),
     ]
     assert await backend.abatch_status("grp-12345678", handles) == reports
+
+
+async def add_queued_job(api: K8sDouble, job_id: str, queue: str = "team-a") -> JobHandle:
+    """A Job Kueue has not admitted: created suspended in local queue ``queue``."""
+    body = to_json(job_manifest(make_spec(job_id=job_id)))
+    body["metadata"].setdefault("labels", {})[QUEUE_LABEL] = queue
+    body["spec"]["suspend"] = True
+    await api.create(f"/apis/batch/v1/namespaces/{NS}/jobs", body)
+    return records.handle(job_id, "b", "gke", namespace=NS, k8s_name=f"kinetic-{job_id}")
+
+
+async def test_a_queued_job_says_its_position_from_kueues_visibility_api(api: K8sDouble) -> None:
+    """``position 3 of 7 in queue team-a``, read once per queue per minute (the status,
+    the async status and a batch's listed read share the backend's one answer)."""
+    clock = [0.0]
+    backend = GkeBackend(api.client_factory())
+    backend._queue_positions = QueuePositions(clock=lambda: clock[0])
+    mine = await add_queued_job(api, "job-0000q003")
+    ahead = [f"kinetic-job-0000q00{i}" for i in range(3)]
+    behind = [f"kinetic-job-0000q00{i}" for i in range(4, 8)]
+    api.pending_workloads[(NS, "team-a")] = ahead[:2] + [mine.k8s_name] + behind
+    report = await both(backend, mine)
+    assert report == ks.StatusReport(
+        JobStatus.PENDING,
+        ks.REASON_NOT_ADMITTED,
+        "waiting for admission: position 3 of 7 in queue team-a",
+    )
+    assert report.describe() == (
+        "PENDING (NotAdmitted): waiting for admission: position 3 of 7 in queue team-a"
+    )
+    visibility = "/apis/visibility.kueue.x-k8s.io/v1beta1/namespaces/default/localqueues/team-a"
+    assert len(api.sent("GET", visibility)) == 1  # the second read used the first's answer
+    api.pending_workloads[(NS, "team-a")] = [mine.k8s_name]  # those ahead were admitted
+    other = await add_queued_job(api, "job-0000q009")
+    group = await asyncio.to_thread(backend.batch_status, "g", [mine, other])
+    assert group[mine.job_id].message.endswith("position 3 of 7 in queue team-a")  # < 1 min
+    assert group[other.job_id].message == "waiting for admission in queue team-a"  # not listed
+    clock[0] += 60  # a minute later: read again
+    report = await asyncio.to_thread(backend.status, mine)
+    assert report.message == "waiting for admission: position 1 of 1 in queue team-a"
+    assert len(api.sent("GET", visibility)) == 2
+
+
+async def test_without_the_visibility_api_a_queued_job_says_its_queue(api: K8sDouble) -> None:
+    backend = GkeBackend(api.client_factory())
+    mine = await add_queued_job(api, "job-0000q0aa", "team-b")  # the double: 404 for it
+    report = await both(backend, mine)
+    assert report.message == "waiting for admission in queue team-b"
+    api.fail("GET", "/pendingworkloads", status=403, times=5)  # RBAC refusing it
+    fresh = GkeBackend(api.client_factory())
+    assert (await asyncio.to_thread(fresh.status, mine)).message == (
+        "waiting for admission in queue team-b"
+    )
 
 
 # ---- logs ------------------------------------------------------------------------------------

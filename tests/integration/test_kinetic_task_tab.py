@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_kinetic import KineticMapOperator, KineticRunOperator, attach
+from airflow_provider_kinetic.core.jobs.progress import read_progress
+from airflow_provider_kinetic.core.storage import LocalStore
 from tests.fixtures.fake_ti import FakeTI
 from tests.fixtures.waiting import ended, wait_for
 from tests.integration import test_kinetic_plugin as plugin_pages
@@ -136,15 +138,47 @@ def _date() -> Any:
     return datetime.fromisoformat(LOGICAL_DATE)
 
 
-def test_tab_of_a_running_job_offers_cancel_only_to_whom_may(conn, clients, tmp_path: Path):
+def reports_then_waits(release: str) -> int:
+    """Two progress updates (the second at a later clock reading: a rate, an ETA),
+    then held until ``release``."""
+    import time
+
+    from airflow_provider_kinetic import progress
+
+    progress.update(0, total=40, metrics={"loss": 2.0})
+    while time.time() == time.time():  # the second update at a later clock reading
+        pass
+    progress.update(10, total=40, metrics={"loss": 1.5})
+    return waits(release)
+
+
+def test_tab_of_a_running_job_offers_cancel_only_to_whom_may(
+    conn, clients, tmp_path: Path, monkeypatch
+):
+    """... and shows the progress its function reported (a bar, step, ETA, metrics)."""
     _, viewer, admin = clients
     ti = FakeTI(task_id="wait")
     release = tmp_path / "release"
-    op = KineticRunOperator(task_id="wait", python_callable=waits, op_args=[str(release)],
-                            kinetic_conn_id=conn, wait_for_completion=False)  # fmt: skip
+    monkeypatch.setenv("KINETIC_PROGRESS_MIN_S", "0")
+    op = KineticRunOperator(task_id="wait", python_callable=reports_then_waits,
+                            op_args=[str(release)], kinetic_conn_id=conn,
+                            wait_for_completion=False,
+                            capture_env_vars=["KINETIC_PROGRESS_MIN_S"])  # fmt: skip
     job_id = op.execute({"ti": ti, "logical_date": _date()})["job_id"]
     try:
+        store = LocalStore(str(tmp_path / "kinetic"))
+        wait_for(
+            "the second update", lambda: getattr(read_progress(store, job_id), "step", None) == 10
+        )
         mine = _tab(viewer, conn, "manual__1", "wait", "-1")
+        assert f"<span id='progress' data-job-id='{job_id}'>" in mine
+        assert "<progress max='1' value='0.2500'></progress>" in mine
+        feed = viewer.get(f"/kinetic/api/jobs/{job_id}/log", params={"conn_id": conn})
+        assert feed.status_code == 200, feed.text  # what the tab's script updates it from
+        live = feed.json()["progress"]
+        assert (live["step"], live["total"], live["fraction"]) == (10, 40, 0.25)
+        assert live["text"].startswith("step 10/40 (25%), ETA ")
+        assert re.search(r"class='progress-text'>step 10/40 \(25%\), ETA [^,<]+, loss 1.5<", mine)
         theirs = _tab(admin, conn, "manual__1", "wait", "-1")
         for page in (mine, theirs):
             assert f"data-job-id='{job_id}'" in page and "data-kind='job'" in page

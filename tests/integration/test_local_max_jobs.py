@@ -92,6 +92,11 @@ class Jobs:
         return int((self.marks / f"{job_id}.start").read_text().split()[0])
 
     def message(self, job_id: str) -> str | None:
+        """The queued line up to its place and holders (``why``: those)."""
+        why = self.why(job_id)
+        return why and why.split(";")[0]
+
+    def why(self, job_id: str) -> str | None:
         report = self.backend.status(self.handle(job_id))
         return report.message if report.status is JobStatus.PENDING else None
 
@@ -193,6 +198,29 @@ def test_two_processes_share_the_limit_in_submit_order(jobs, other_process) -> N
     assert "job slot free after" in here.backend.read_logs(here.handle(ids[4]))[0]
 
 
+def test_a_queued_job_says_its_position_and_which_job_holds_its_slot(jobs) -> None:
+    here = jobs(1)
+    first, second, third = (here.submit(f"job-why-{i}") for i in range(3))
+    wait_for("the first job to start", lambda: here.started(first.job_id))
+    want = {
+        second.job_id: "queued: 0 jobs ahead (local_max_jobs=1); position 1 of 2; "
+        "slot held by job-why-0",
+        third.job_id: "queued: 1 job ahead (local_max_jobs=1); position 2 of 2; "
+        "slot held by job-why-0",
+    }
+    wait_for("both queued", lambda: {j: here.why(j) for j in want} == want, detail=lambda: {
+        j: here.why(j) for j in want})  # fmt: skip
+    here.release(first.job_id)
+    wait_for("the second job to start", lambda: here.started(second.job_id))
+    here.ended(first.job_id, JobStatus.SUCCEEDED)
+    assert here.why(third.job_id) == (
+        "queued: 0 jobs ahead (local_max_jobs=1); position 1 of 1; slot held by job-why-1"
+    )
+    for job in (second, third):
+        here.release(job.job_id)
+        here.ended(job.job_id, JobStatus.SUCCEEDED)
+
+
 def test_a_sigkilled_job_frees_its_slot(jobs) -> None:
     here = jobs(1)
     first, second, third = (here.submit(f"job-kill-{i}") for i in range(3))
@@ -254,9 +282,12 @@ def test_batch_status_lists_the_queue_once(jobs, monkeypatch) -> None:
     assert len(listed) == 1
     assert [reports[h.job_id].describe() for h in handles] == [
         "RUNNING",
-        "PENDING: queued: 0 jobs ahead (local_max_jobs=1)",
-        "PENDING: queued: 1 job ahead (local_max_jobs=1)",
-        "PENDING: queued: 2 jobs ahead (local_max_jobs=1)",
+        "PENDING: queued: 0 jobs ahead (local_max_jobs=1); position 1 of 3; slot held by "
+        "job-batch-0",
+        "PENDING: queued: 1 job ahead (local_max_jobs=1); position 2 of 3; slot held by "
+        "job-batch-0",
+        "PENDING: queued: 2 jobs ahead (local_max_jobs=1); position 3 of 3; slot held by "
+        "job-batch-0",
     ]
 
 

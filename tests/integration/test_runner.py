@@ -25,6 +25,7 @@ from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data import cache as datacache
 from airflow_provider_kinetic.core.jobs import results
 from airflow_provider_kinetic.core.jobs.pack import prepare
+from airflow_provider_kinetic.core.jobs.progress import read_progress
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.spec.handles import artifact_key, new_job_id
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore
@@ -412,7 +413,38 @@ def test_runner_in_bare_venv(bare_python: str, tmp_path: Path) -> None:
     listing, airflow_loaded, executable = result["result"]
     assert listing == ["x.txt"] and airflow_loaded is False
     assert executable == bare_python
+    # progress.update works there too; its last update, throttled, is written at exit
+    last = read_progress(store, request.job_id)
+    assert last is not None and (last.step, last.total, last.message) == (3, 3, "done")
 
 
 def inspect_args_bare(path):
+    from airflow_provider_kinetic import progress
+
+    for step in (1, 2, 3):  # within the default 5 s: only the first is written now
+        progress.update(step, total=3, message="done" if step == 3 else None)
     return sorted(os.listdir(path)), "airflow" in sys.modules, sys.executable
+
+
+def reports(steps):
+    from airflow_provider_kinetic import progress
+
+    for step in range(1, steps + 1):
+        progress.update(step, total=steps, metrics={"loss": 1 / step})
+    return steps
+
+
+@pytest.mark.parametrize("host", [0, 1])
+def test_progress_lands_in_the_job_dir_and_a_worker_host_writes_none(
+    store: ObjectStore, host: int
+) -> None:
+    request = JobRequest(func=reports, args=(50,))
+    proc = run_runner(stage(store, request), extra_env={"TPU_WORKER_ID": str(host)})
+    assert proc.returncode == 0, proc.stderr
+    last = read_progress(store, request.job_id)
+    if host == 0:  # 50 updates in well under the 5 s throttle: the last, written at exit
+        assert (last.step, last.total, last.metrics) == (50, 50, {"loss": 0.02})
+        assert last.first_step == 1
+    else:
+        assert last is None  # host 1's updates are dropped: the leader's are the job's
+    assert "outside a kinetic job" not in proc.stderr

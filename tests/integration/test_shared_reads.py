@@ -9,6 +9,7 @@ by the double, every shown log line is captured from the triggers' task logs.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,8 @@ import pytest
 from airflow_provider_kinetic.core.backends import shared_reads
 from airflow_provider_kinetic.core.backends.k8s.manifests import job_name
 from airflow_provider_kinetic.core.backends.log_budget import LogBudget
+from airflow_provider_kinetic.core.config import KineticConfig
+from airflow_provider_kinetic.hooks.kinetic import config_to_json
 from tests.fixtures.k8s_double import (
     K8sDouble,
     by_code_under_test,
@@ -26,6 +29,7 @@ from tests.fixtures.k8s_double import (
 from tests.fixtures.triggerer import (
     FakeClock,
     Lines,
+    add_queued_job,
     add_running_job,
     backend_for,
     first_event,
@@ -187,6 +191,44 @@ async def test_n_triggers_make_one_list_per_interval(api: K8sDouble, clock: Fake
     assert (job_lists, pod_lists) == (13, 13)  # t = 0 and the 12 ticks, for 30 jobs
     sent = by_code_under_test(api.requests)
     assert len(sent) == 26, Counter(r.url.path for r in sent)  # nothing else at all
+
+
+class Said(logging.Handler):
+    """Every line a trigger wrote into its task log."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+async def test_queued_jobs_say_their_kueue_position_from_one_visibility_read(
+    api: K8sDouble, clock: FakeClock, tmp_path: Any
+) -> None:
+    """Three deferred jobs waiting in Kueue queue team-a: each trigger's line says its
+    position, from one read of the visibility API for all of them (per minute)."""
+    handles = [await add_queued_job(api, f"job-q{i:03d}") for i in range(3)]
+    names = [job_name(h.job_id) for h in handles]
+    api.pending_workloads[("default", "team-a")] = ["kinetic-job-first", *names]
+    api.forget_requests()
+    backend = backend_for(api)
+    for h in handles:
+        clock.at(30, succeed(api, h.job_id))
+    clock.expect = len(handles)
+    config = config_to_json(KineticConfig(backend="local", root=str(tmp_path)))  # its notes
+    said = [Said() for _ in handles]
+    triggers = [trigger_for(h, backend, s, config) for h, s in zip(handles, said, strict=True)]
+    events = await asyncio.wait_for(asyncio.gather(*(first_event(t) for t in triggers)), 300)
+
+    assert [e["status"] for e in events] == ["SUCCEEDED"] * 3
+    for i, (h, s) in enumerate(zip(handles, said, strict=True)):
+        line = f"kinetic job {h.job_id}: PENDING (NotAdmitted): waiting for admission: "
+        assert line + f"position {i + 2} of 4 in queue team-a" in s.lines, s.lines
+    reads = [r for r in by_code_under_test(api.requests) if "pendingworkloads" in r.url.path]
+    assert len(reads) == 1  # one for the three jobs and every poll within the minute
+    assert lists(api) == (7, 7)  # the shared lists as before: t = 0, 5, ..., 30
 
 
 async def test_log_budget_is_fair(api: K8sDouble) -> None:

@@ -332,6 +332,8 @@ def test_a_deferred_task_ends_in_its_trigger_when_nothing_follows_its_job(
     assert ti("train")["state"] == "success" and ti("train")["try_number"] == 1
     assert xcom("train", "return_value") == {"answer": 42, "loss": [0.5, 0.25]}
     assert xcom("train", "kinetic_usage")["attempts"] == 1
+    done = xcom("train", "kinetic_progress")  # the last update, pushed by the trigger
+    assert (done["step"], done["total"], done["metrics"]) == (2, 2, {"loss": 0.25})
     assert xcom("use", "return_value") == 43
     events = log("train", 1)
     assert "Pausing task as DEFERRED. " in events

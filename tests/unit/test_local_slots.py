@@ -210,14 +210,20 @@ def test_status_message_counts_the_tickets_ahead(tmp_path, slots) -> None:
     jdirs = [queued_job(tmp_path, slots, 2) for _ in range(3)]
     messages = [local_slots.queued_report(j) for j in jdirs]
     assert [m.status for m in messages] == [JobStatus.PENDING] * 3
+    held = "slots held by 2 jobs elsewhere"  # no job of this dir holds one
     assert [m.message for m in messages] == [
-        "queued: 0 jobs ahead (local_max_jobs=2)",
-        "queued: 1 job ahead (local_max_jobs=2)",
-        "queued: 2 jobs ahead (local_max_jobs=2)",
+        f"queued: 0 jobs ahead (local_max_jobs=2); position 1 of 3; {held}",
+        f"queued: 1 job ahead (local_max_jobs=2); position 2 of 3; {held}",
+        f"queued: 2 jobs ahead (local_max_jobs=2); position 3 of 3; {held}",
     ]
-    assert messages[2].describe() == "PENDING: queued: 2 jobs ahead (local_max_jobs=2)"
-    Path(jdirs[0], SLOT_FILE).write_text("0")  # it got its slot: running
+    assert messages[2].describe().startswith("PENDING: queued: 2 jobs ahead (local_max_jobs=2)")
+    Path(jdirs[0], SLOT_FILE).write_text("0")  # it got its slot: running, and holds one
     assert local_slots.queued_report(jdirs[0]) is None
+    assert local_slots.queued_report(jdirs[2]).message.endswith(
+        "slots held by job-0 and 1 job elsewhere"
+    )
+    Path(jdirs[0], "exit_code").write_text("0")  # it ended: holds none
+    assert local_slots.queued_report(jdirs[2]).message.endswith(held)
 
 
 def test_a_batch_lists_the_queue_once_for_all_its_children(tmp_path, slots, monkeypatch) -> None:
@@ -228,7 +234,9 @@ def test_a_batch_lists_the_queue_once_for_all_its_children(tmp_path, slots, monk
     listings: dict[str, list[str]] = {}
     reports = [local_slots.queued_report(j, listings) for j in jdirs]
     assert listed == [slots]
-    assert reports[-1].message == "queued: 19 jobs ahead (local_max_jobs=1)"
+    assert reports[-1].message == (
+        "queued: 19 jobs ahead (local_max_jobs=1); position 20 of 20; slot held by 1 job elsewhere"
+    )
 
 
 def test_a_job_without_a_slot_request_or_not_yet_waiting_is_not_queued(tmp_path, slots) -> None:

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.k8s import capacity as k8s_capacity
+from airflow_provider_kinetic.core.backends.k8s import queues as k8s_queues
 from airflow_provider_kinetic.core.backends.k8s import status as k8s_status
 from airflow_provider_kinetic.core.backends.k8s.api import (
     Call,
@@ -27,6 +28,7 @@ from airflow_provider_kinetic.core.backends.k8s.api import (
     json_or_none,
 )
 from airflow_provider_kinetic.core.backends.k8s.manifests import GROUP_LABEL
+from airflow_provider_kinetic.core.catalog.capacity_gke import QUEUE_LABEL
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.spec.pod import label_value
 
@@ -64,9 +66,24 @@ class StatusReads:
         report = self._report(handle, owner, pods, now=now)
         target = self._events_target(handle, owner, pods, report, now)
         if target is None:
-            return report
+            return (yield from self._queued_plan(ns, owner, report))
         events = yield from self._events_plan(ns, target)
-        return self._report(handle, owner, pods, events, now=now)
+        report = self._report(handle, owner, pods, events, now=now)
+        return (yield from self._queued_plan(ns, owner, report))
+
+    def _queued_plan(
+        self, ns: str, owner: dict[str, Any], report: StatusReport
+    ) -> Plan[StatusReport]:
+        """A job waiting for Kueue's admission: its position in its local queue
+        (``k8s/queues.py``: one visibility read per queue per minute per backend)."""
+        queue = _labels(owner).get(QUEUE_LABEL)
+        if report.reason != k8s_status.REASON_NOT_ADMITTED or not queue:
+            return report
+        positions = self.__dict__.get("_queue_positions")
+        if positions is None:
+            positions = self.__dict__["_queue_positions"] = k8s_queues.QueuePositions()
+        found = yield from positions.plan(ns, queue)
+        return k8s_queues.fold(report, found.get(owner["metadata"]["name"]))
 
     # The three hooks a kind of object overrides (pathways.py: LeaderWorkerSets); the
     # single read above and the listed reads below are written once, on them.
@@ -171,6 +188,7 @@ class StatusReads:
             report = self._report(handle, owners[name], mine, now=now)
             target = self._events_target(handle, owners[name], mine, report, now)
             if target is None:
+                report = yield from self._queued_plan(ns, owners[name], report)
                 result[handle.job_id] = Listed(report, self._log_pod_of(name, mine), True)
             else:
                 waiting.append((handle, name, mine, target))
@@ -181,6 +199,7 @@ class StatusReads:
                 names = {name, target} | {p["metadata"]["name"] for p in mine}
                 own = [e for e in events if (e.get("involvedObject") or {}).get("name") in names]
                 report = self._report(handle, owners[name], mine, own, now=now)
+                report = yield from self._queued_plan(ns, owners[name], report)
                 result[handle.job_id] = Listed(report, self._log_pod_of(name, mine), True)
         return result
 

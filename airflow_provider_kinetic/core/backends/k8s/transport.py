@@ -132,13 +132,18 @@ def is_tls_failure(exc: BaseException) -> bool:
 # ---- sync --------------------------------------------------------------------------------------
 
 
+#: A call's ``api`` that sends through the client itself (``ApiClient.call_api``): a
+#: path the typed client has no method for (Kueue's visibility API, ``k8s/queues.py``).
+RAW_API = "ApiClient"
+
+
 def call_sync(client: Any, call: ApiCall) -> Answer:
     """One request through the ``kubernetes`` client, raw (``_preload_content=False``)."""
     import kubernetes.client as k8s
     from kubernetes.client.exceptions import ApiException
 
     _own_the_retries(client)
-    api = getattr(k8s, call.api)(client)
+    api = client if call.api == RAW_API else getattr(k8s, call.api)(client)
     try:
         resp = getattr(api, call.method)(*call.args, _preload_content=False, **call.kwargs)
     except ApiException as exc:
@@ -190,7 +195,7 @@ async def call_async(client: Any, call: ApiCall) -> Answer:
     """One request through the ``kubernetes_asyncio`` client, raw."""
     import kubernetes_asyncio.client as ak8s
 
-    api = getattr(ak8s, call.api)(client)
+    api = client if call.api == RAW_API else getattr(ak8s, call.api)(client)
     resp = await getattr(api, call.method)(*call.args, _preload_content=False, **call.kwargs)
     try:
         return Answer(

@@ -11,7 +11,10 @@ imports); here is what the backend does with them:
   a detached process, so a queued job keeps its place when the Airflow worker that
   submitted it dies, and a queued job is a cheap process, not a running one;
 - while it waits, the job's status is PENDING, "queued: N jobs ahead", counted from
-  one listing of the queue (``batch_status`` lists it once for all its children);
+  one listing of the queue (``batch_status`` lists it once for all its children),
+  then its place and what it waits for: "; position 2 of 3; slot held by job-a"
+  (the jobs of this store that hold a slot of the same machine-wide dir: their own
+  ``slot`` file, no exit code yet; the others are "elsewhere");
 - cancel and release take the ticket out of the queue (a dead supervisor's ticket is
   also removed by the next supervisor that finds its lock free).
 
@@ -139,9 +142,49 @@ def queued_report(jdir: str, listings: dict[str, list[str]] | None = None) -> St
     if os.path.exists(os.path.join(jdir, SLOT_FILE)):  # got it since the first look
         return None
     ahead = slot_queue.ahead_of(names, request["ticket"])
+    message = slot_queue.queued_message(ahead, request["limit"])
+    holders = _holders(os.path.dirname(jdir), where, listings)
     return StatusReport(
-        JobStatus.PENDING, message=slot_queue.queued_message(ahead, request["limit"])
+        JobStatus.PENDING, message=message + _why(ahead, len(names), request["limit"], holders)
     )
+
+
+def _holders(jobs_dir: str, where: str, listings: dict[str, list[str]] | None) -> list[str]:
+    """The jobs under ``jobs_dir`` (this store's) that hold a slot of ``where``: a
+    ``slot`` file and no exit code yet.  Cached in ``listings`` (a batch's children
+    share one scan)."""
+    key = f"{where}\0holders\0{jobs_dir}"
+    if listings is not None and key in listings:
+        return listings[key]
+    held: list[str] = []
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir(jobs_dir)):
+            jdir = os.path.join(jobs_dir, name)
+            if not os.path.exists(os.path.join(jdir, SLOT_FILE)):
+                continue
+            if os.path.exists(os.path.join(jdir, "exit_code")):
+                continue
+            request = read_request(jdir)
+            if request is not None and request.get("dir") == where:
+                held.append(name)
+    if listings is not None:
+        listings[key] = held
+    return held
+
+
+def _why(ahead: int, queued: int, limit: int, holders: list[str]) -> str:
+    """``; position 2 of 3; slot held by job-a`` (or ``slots held by job-a, job-b``,
+    ``and 1 job elsewhere``: another store's, or just ended)."""
+    text = f"; position {ahead + 1} of {max(queued, ahead + 1)}"
+    if not holders and not limit:
+        return text
+    shown = holders[:limit]
+    names = ", ".join(shown) if shown else ""
+    others = max(0, limit - len(shown))
+    if others:
+        other = f"{others} job{'s' if others != 1 else ''} elsewhere"
+        names = f"{names} and {other}" if names else other
+    return text + f"; {'slot' if limit == 1 else 'slots'} held by {names}"
 
 
 def withdraw(jdir: str) -> None:
