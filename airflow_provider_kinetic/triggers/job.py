@@ -189,8 +189,11 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             backend = await asyncio.to_thread(self._backend)
             event = await self._ended_before()
             if event is None:
+                warm = self._warm()  # the Task SDK's channel, while the job runs
                 async with reads_for(backend, self._job, self.config, self.poll_interval) as r:
                     event = await self._poll(r, StoreOutage(store_outage_window_s()))
+                if warm is not None:
+                    await warm  # one call at a time through the channel
                 if self._final is not None and self._final.status is JobStatus.SUCCEEDED:
                     event = await self._end_task(backend, self._final) or event
         except Exception as exc:  # noqa: BLE001 - never let run() die without an event
@@ -260,6 +263,16 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         operator said so, and it does not run in the deferring process (``dag.test()``
         resumes the task with the event's payload)."""
         return self.end_task is not None and not deferred_here(self.not_before)
+
+    def _warm(self) -> asyncio.Future | None:
+        """A trigger that may end its task warms the Task SDK's channel in the
+        background (``triggers.end_task.warm_channel``); None when it will not."""
+        if not self._ends_task() or not (self.end_task or {}).get("collect", True):
+            return None
+        from airflow_provider_kinetic.triggers.end_task import warm_channel
+
+        identity = dict((self.end_task or {}).get("identity") or {})
+        return asyncio.ensure_future(_in_thread(warm_channel, identity))
 
     async def _ended_before(self) -> TriggerEvent | None:
         """A trigger of this try already ended the task and its event was lost (the
