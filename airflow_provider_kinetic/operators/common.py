@@ -211,13 +211,10 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
         max_run_duration: Any = None,
         checkpoint_sync_s: float = DEFAULT_SYNC_S,
         checkpoint_restore: str = RESTORE_SAME_WORK,
-        num_slices: Any = 1,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         check_capacity(accelerator, spot, capacity, capacity_wait, max_run_duration)
-        check_slices(accelerator, spot, num_slices)  # GPUs, CPU, unjoinable TPUs: at parse
-        self.num_slices = num_slices
         self.capacity = capacity
         self.capacity_wait = capacity_wait
         self.priority_class = priority_class
@@ -249,6 +246,16 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
     def accelerator_spec(self) -> str:
         """``accelerator`` with ``:spot`` when ``spot=True``."""
         return with_spot(self.accelerator, self.spot)
+
+    #: TPU slices joined into one job (``KineticRunOperator(num_slices=...)``; a map's
+    #: inputs are one slice each).
+    num_slices: Any = 1
+
+    def set_slices(self, num_slices: Any) -> None:
+        """``num_slices``, checked at parse time against the accelerator (GPUs, CPU and
+        TPUs GKE cannot join are refused, naming what is allowed)."""
+        check_slices(self.accelerator, self.spot, num_slices)
+        self.num_slices = num_slices
 
     def slice_count(self) -> int:
         """The rendered ``num_slices`` (checked when the request's options are made)."""

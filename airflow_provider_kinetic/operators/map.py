@@ -95,6 +95,7 @@ class KineticMapOperator(KineticOperatorBase):
     :param checkpoint_sync_s: as for KineticRunOperator.
     :param checkpoint_restore: as for KineticRunOperator: ``"same_work"`` (default) restores
         an input's checkpoint only when this same work wrote it; ``"any"``: whatever work did.
+    :param num_slices: only 1: each input runs as one job of one slice (more is refused).
     :param cache: ``True``, per input: an input whose work (the function, its arguments
         with the shared ``op_kwargs``, Data contents, options) has a delivered result takes
         it and its output dir, with no child launched (a re-run with one new input runs
@@ -159,6 +160,7 @@ class KineticMapOperator(KineticOperatorBase):
         max_run_duration: Any = None,
         checkpoint_sync_s: float = DEFAULT_SYNC_S,
         checkpoint_restore: str = RESTORE_SAME_WORK,
+        num_slices: Any = 1,
         cache: bool = False,
         cache_version: str | None = None,
         cache_ignore: list[str] | None = None,
@@ -187,8 +189,8 @@ class KineticMapOperator(KineticOperatorBase):
             checkpoint_restore=checkpoint_restore,
             **kwargs,
         )
-        if self.num_slices != 1:  # each input is one job of one slice
-            raise ValueError(f"num_slices={self.num_slices!r}: KineticMapOperator runs one slice")
+        if num_slices != 1:  # each input is one job of one slice
+            raise ValueError(f"num_slices={num_slices!r}: KineticMapOperator runs one slice")
         self.broadcast = databroadcast.window_of(broadcast)
         per_class = isinstance(input_retries, Mapping) or input_retries == NEVER
         if per_class:  # retry_on's form: bad input fails here, naming what is allowed

@@ -81,8 +81,8 @@ class KineticRunOperator(KineticOperatorBase):
         ``kinetic_output_key``, and a new version is an asset event for
         ``kinetic://KEY``.  ``Data("kinetic://KEY")`` reads a key (pinned per DAG run:
         XCom ``kinetic_keys``).
-    :param accelerator: ``"cpu"``, ``"gpu-l4"``, ``"tpu-v6e-2x4:spot"``, ... (templated);
-        ``num_slices=N`` (templated) runs N multi-host TPU slices of it as one JobSet.
+    :param accelerator: ``"cpu"``, ``"gpu-l4"``, ``"tpu-v6e-2x4:spot"``, ... (templated).
+    :param num_slices: N multi-host TPU slices of ``accelerator`` as one JobSet (templated).
     :param volumes: ``{"/abs/mount/path": Data(...)}`` (templated).
     :param output_dir: URI exported as ``KINETIC_OUTPUT_DIR`` (templated); default is
         deterministic per (dag_id, run_id, task_id, map_index) under ``outputs/``.
@@ -187,6 +187,7 @@ class KineticRunOperator(KineticOperatorBase):
         max_run_duration: Any = None,
         checkpoint_sync_s: float = DEFAULT_SYNC_S,
         checkpoint_restore: str = RESTORE_SAME_WORK,
+        num_slices: Any = 1,
         output_key_policy: str = NEWEST_LOGICAL_DATE,
         cache: bool = False,
         cache_version: str | None = None,
@@ -216,8 +217,9 @@ class KineticRunOperator(KineticOperatorBase):
             checkpoint_restore=checkpoint_restore,
             **kwargs,
         )
+        self.set_slices(num_slices)  # fails at parse time, as the rest
         self.output_asset = output_asset
-        self.output_key_policy = check_policy(output_key_policy)  # fails at parse time
+        self.output_key_policy = check_policy(output_key_policy)
         self.output_key = keyio.check_output_key(output_key, self.task_id, rendered=False)
         self.python_callable = self.require_callable(python_callable)
         self.op_args = op_args
@@ -280,10 +282,9 @@ class KineticRunOperator(KineticOperatorBase):
         return run.finish(watched.handle, watched.report, watched.offset)
 
     def _wait_deferred(self, run: TaskTry, handle: JobHandle, deadline_ts: float | None) -> Any:
-        """Hand the job to the triggerer; ``execute_complete`` resumes after it, unless
-        the trigger ends the task itself (``operators.end_task``).  A job that ends
-        within a moment (local backend) is finished here: deferring it costs a round
-        trip (and the settle hold: apache/airflow#66374)."""
+        """Hand the job to the triggerer (``execute_complete`` resumes, unless the trigger
+        ends the task: ``operators.end_task``); a job that ends within ``defer_grace_s``
+        is finished here: deferring costs a round trip and the settle hold."""
         grace = defer_grace_s() if run.backend.first_poll_s is not None else 0.0
         watched = job_wait.wait(run, handle, deadline_ts, give_up_after=grace)
         if watched.report is None:
@@ -318,9 +319,8 @@ class KineticRunOperator(KineticOperatorBase):
         """Resume after the trigger: the job's final state from its event (re-read only
         when the event has none), the rest of its log, finish.
 
-        A trigger *error* while the job still runs re-defers (up to
-        ``MAX_REDEFER_ATTEMPTS``); a timeout, or errors beyond that, cancel the job.
-        A job taken over (a capacity step's, a preempted one) is waited for in turn.
+        A trigger *error* while the job still runs re-defers (up to ``MAX_REDEFER_ATTEMPTS``);
+        a timeout, or errors beyond that, cancel the job.  A job taken over is waited for.
         """
         if not event or "handle" not in event:
             raise AirflowException(f"kinetic trigger returned no usable event: {event!r}")

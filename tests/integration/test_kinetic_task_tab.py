@@ -18,7 +18,6 @@ from airflow_provider_kinetic.core.storage import LocalStore
 from tests.fixtures.fake_ti import FakeTI
 from tests.fixtures.waiting import ended, wait_for
 from tests.integration import test_kinetic_plugin as plugin_pages
-from tests.integration.test_kinetic_plugin import waits
 
 #: The plugin page tests' fixtures: a local connection, and anonymous / viewer / admin
 #: clients of the registered app.
@@ -141,6 +140,7 @@ def _date() -> Any:
 def reports_then_waits(release: str) -> int:
     """Two progress updates (the second at a later clock reading: a rate, an ETA),
     then held until ``release``."""
+    import os
     import time
 
     from airflow_provider_kinetic import progress
@@ -149,7 +149,11 @@ def reports_then_waits(release: str) -> int:
     while time.time() == time.time():  # the second update at a later clock reading
         pass
     progress.update(10, total=40, metrics={"loss": 1.5})
-    return waits(release)
+    # Held here, self-contained: a function of another test module would be pickled by
+    # reference, and the job cannot import the tests package.
+    while not os.path.exists(release):
+        time.sleep(0.05)  # timing-ok: the job's workload polls the test's release file
+    return 1
 
 
 def test_tab_of_a_running_job_offers_cancel_only_to_whom_may(
