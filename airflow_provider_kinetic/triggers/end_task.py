@@ -87,7 +87,8 @@ class EndTask:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndTask:
-        return cls(**data)
+        """From trigger kwargs; fields a later version adds are left out."""
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 def json_native(value: Any) -> bool:
