@@ -318,7 +318,8 @@ def test_a_deferred_task_ends_in_its_trigger_when_nothing_follows_its_job(
 
     s.wait_for("both kinetic tasks to defer", both_deferred, RUN_DEADLINE_S)
     release.touch()  # the jobs end only now, while their tasks are deferred
-    assert s.wait_finished(dag_id, run_id) == "success"
+    state = s.wait_finished(dag_id, run_id)
+    assert state == "success", _failed_tasks(s, dag_id, run_id)
 
     def ti(task_id: str) -> dict:
         return s.json(f"{run_path}/taskInstances/{task_id}")
@@ -361,3 +362,15 @@ def test_a_deferred_task_ends_in_its_trigger_when_nothing_follows_its_job(
     # One local-fallback warning for the try, though two worker segments ran it.
     assert sum("No 'kinetic_default' connection" in e for e in first) == 1, first
     assert not any("resumed: trigger said" in e for e in log("flaky", 2))
+
+
+def _failed_tasks(s: Standalone, dag_id: str, run_id: str) -> str:
+    """Each task's state, and the log tail of each try that did not succeed."""
+    tis = s.json(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+    out = [f"{ti['task_id']}: {ti['state']} (try {ti['try_number']})" for ti in tis]
+    for ti in tis:
+        if ti["state"] != "success":
+            for n in range(1, int(ti["try_number"] or 1) + 1):
+                lines = [str(e.get("event")) for e in s.task_log(dag_id, run_id, ti["task_id"], n)]
+                out += [f"--- {ti['task_id']} try {n}", *lines[-25:]]
+    return "\n".join(out)
