@@ -307,6 +307,21 @@ def test_json_native():
         assert not json_native(value), value
 
 
+@pytest.fixture
+def ends_tasks(monkeypatch) -> None:
+    """As on Airflow 3.3+, where a trigger may end its task."""
+    from airflow_provider_kinetic.operators import end_task
+
+    monkeypatch.setattr(end_task, "TRIGGER_ENDS_TASKS", True)
+
+
+def test_on_airflow_3_1_a_worker_finishes_every_task(monkeypatch):
+    from airflow_provider_kinetic.operators import end_task
+
+    monkeypatch.setattr(end_task, "TRIGGER_ENDS_TASKS", False)
+    assert "Airflow 3.3+" in (worker_needed(_op()) or "")
+
+
 def _op(**fields: Any) -> SimpleNamespace:
     values = {"outlets": [], "output_key": None, "cache_settings": None, "multiple_outputs": False}
     return SimpleNamespace(**{**values, **fields})
@@ -321,12 +336,12 @@ def _op(**fields: Any) -> SimpleNamespace:
         ({"multiple_outputs": True}, "multiple_outputs"),
     ],
 )
-def test_what_needs_a_worker_after_the_job(fields, why):
+def test_what_needs_a_worker_after_the_job(fields, why, ends_tasks):
     assert worker_needed(_op()) is None
     assert worker_needed(_op(**fields)) == why
 
 
-def test_a_deployment_xcom_backend_needs_a_worker(monkeypatch):
+def test_a_deployment_xcom_backend_needs_a_worker(monkeypatch, ends_tasks):
     for default in DEFAULT_XCOM_BACKENDS:
         monkeypatch.setenv("AIRFLOW__CORE__XCOM_BACKEND", default)
         assert worker_needed(_op()) is None
@@ -335,7 +350,7 @@ def test_a_deployment_xcom_backend_needs_a_worker(monkeypatch):
     assert worker_needed(_op()) == f"the XCom backend {backend}"
 
 
-def test_openlineage_with_a_transport_needs_a_worker(monkeypatch, tmp_path):
+def test_openlineage_with_a_transport_needs_a_worker(monkeypatch, tmp_path, ends_tasks):
     monkeypatch.setenv(
         "AIRFLOW__OPENLINEAGE__TRANSPORT", '{"type": "file", "log_file_path": "/dev/null"}'
     )
