@@ -108,6 +108,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         #: The job's final report, once ``_poll`` has seen it.
         self._final: StatusReport | None = None
         self._watch: Any = None  # core.jobs.progress.ProgressWatch, made at the first read
+        self._store_made: Any = None  # the store (``_store``), made at its first use
         self.not_before = not_before_from(not_before)
         self.attempt = attempt
         self.stream_logs = stream_logs
@@ -243,11 +244,9 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         cluster request; a task-log line when the step or a metric changed."""
         if self._watch is None:
             from airflow_provider_kinetic.core.jobs.progress import ProgressWatch
-            from airflow_provider_kinetic.deployment.connection import config_from_json
-            from airflow_provider_kinetic.gcp.gcs_auth import store_for
 
             try:
-                store = await asyncio.to_thread(store_for, config_from_json(self.config))
+                store = await asyncio.to_thread(self._store)
             except Exception as exc:  # noqa: BLE001 - progress never fails the wait
                 self.log.warning("kinetic job %s: no progress: %s", self._job.job_id, exc)
                 self._watch = False
@@ -340,12 +339,19 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         except Exception as exc:  # noqa: BLE001
             self.log.warning("kinetic job %s: progress XCom not pushed: %s", self._job.job_id, exc)
 
-    def _store_and_secret(self) -> tuple[Any, Any]:
-        from airflow_provider_kinetic.deployment.connection import config_from_json
-        from airflow_provider_kinetic.deployment.signing import deployment_secret
-        from airflow_provider_kinetic.gcp.gcs_auth import store_for
+    def _store(self) -> Any:
+        """The job's store, made once per trigger (each use below shares it)."""
+        if self._store_made is None:
+            from airflow_provider_kinetic.deployment.connection import config_from_json
+            from airflow_provider_kinetic.gcp.gcs_auth import store_for
 
-        return store_for(config_from_json(self.config)), deployment_secret()
+            self._store_made = store_for(config_from_json(self.config))
+        return self._store_made
+
+    def _store_and_secret(self) -> tuple[Any, Any]:
+        from airflow_provider_kinetic.deployment.signing import deployment_secret
+
+        return self._store(), deployment_secret()
 
     def _queued(self) -> bool:
         """Whether the job waits in a Kueue queue: Kueue may admit it between the
@@ -358,13 +364,11 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         into waiting for admission and for a node.  An account only: never fails."""
         from airflow_provider_kinetic.core.backends.k8s.status import REASON_NOT_ADMITTED
         from airflow_provider_kinetic.core.jobs.usage import note_admitted
-        from airflow_provider_kinetic.deployment.connection import config_from_json
-        from airflow_provider_kinetic.gcp.gcs_auth import store_for
 
         if reason == REASON_NOT_ADMITTED:
             return
         try:
-            store = await asyncio.to_thread(store_for, config_from_json(self.config))
+            store = await asyncio.to_thread(self._store)
             await asyncio.to_thread(note_admitted, store, self._job.job_id, time.time())
         except Exception as exc:  # noqa: BLE001 - an account, never the job's outcome
             self.log.warning("could not record the admission of %s: %s", self._job.job_id, exc)
