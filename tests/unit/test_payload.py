@@ -377,3 +377,46 @@ def test_capture_env_defaults_to_os_environ(monkeypatch) -> None:
 def test_capture_env_rejects_bad_entries() -> None:
     with pytest.raises(ValueError, match="non-empty"):
         capture_env(["OK", ""], ENVIRON)
+
+
+def test_nested_by_value_scans_once_and_the_outermost_unregisters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``prepare`` packs the payload and digests the call under one registration: the
+    inner ``by_value`` of the same callable and roots scans no modules, and the
+    registration lasts until the outermost one ends (it is what the digest pickles
+    under), then is undone."""
+    from airflow_provider_kinetic.core.jobs import payload
+    from airflow_provider_kinetic.core.jobs.pack import prepare
+    from airflow_provider_kinetic.core.jobs.request import JobRequest
+    from airflow_provider_kinetic.core.jobs.work import call_digest
+    from airflow_provider_kinetic.core.storage.local import LocalStore
+
+    pkg = tmp_path / "dags"
+    pkg.mkdir()
+    (pkg / "nested_helpers_xyz.py").write_text("def double(x):\n    return 2 * x\n")
+    scans = []
+    real = payload._modules_under
+    monkeypatch.setattr(payload, "_modules_under", lambda roots: scans.append(roots) or real(roots))
+    registered = cloudpickle.cloudpickle._PICKLE_BY_VALUE_MODULES
+    sys.path.insert(0, str(pkg))
+    try:
+        import nested_helpers_xyz  # type: ignore[import-not-found]
+
+        func, roots = nested_helpers_xyz.double, [str(pkg)]
+        with by_value(func, roots):
+            with by_value(func, roots):
+                assert "nested_helpers_xyz" in registered
+            assert "nested_helpers_xyz" in registered  # the inner end kept it
+        assert "nested_helpers_xyz" not in registered and len(scans) == 1
+
+        scans.clear()
+        request = JobRequest(func=func, args=(3,), by_value_roots=roots)
+        packed = prepare(request, LocalStore(str(tmp_path / "store")), env_vars={})
+        assert len(scans) == 1  # the payload and the work digest: one scan
+        assert "nested_helpers_xyz" not in registered
+        # The digest is the one a registration of its own gives (the same work).
+        assert packed.call_sha256 == call_digest(func, (3,), {}, [], {}, roots)
+    finally:
+        sys.path.remove(str(pkg))
+        sys.modules.pop("nested_helpers_xyz", None)

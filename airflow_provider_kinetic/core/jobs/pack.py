@@ -24,6 +24,7 @@ from airflow_provider_kinetic.core.data.refs import cache_hash
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.jobs.payload import (
     build_context_zip,
+    by_value,
     find_data,
     pack_payload,
     replace_data,
@@ -122,19 +123,22 @@ def prepare(
             refs[id(data)] = ref
     args = replace_data(tuple(request.args), refs)
     kwargs = replace_data(dict(request.kwargs), refs)
-    payload = pack_payload(
-        request.func,
-        args,
-        kwargs,
-        env_vars=env_vars,
-        volumes=volume_refs,
-        has_data_refs=bool(refs) or input_refs,
-        by_value_roots=request.by_value_roots,
-        batch_inputs=batch_inputs,
-    )
-    check_payload_size(payload, args, kwargs, request.max_payload_mb)
+    # One by-value registration for the payload and the digests inside it: they see
+    # the same code by value, and the loaded modules are scanned once.
+    with by_value(request.func, list(request.by_value_roots or [])):
+        payload = pack_payload(
+            request.func,
+            args,
+            kwargs,
+            env_vars=env_vars,
+            volumes=volume_refs,
+            has_data_refs=bool(refs) or input_refs,
+            by_value_roots=request.by_value_roots,
+            batch_inputs=batch_inputs,
+        )
+        check_payload_size(payload, args, kwargs, request.max_payload_mb)
+        call = _call_digest(request, args, kwargs, volume_refs, env_vars)
     local = [d for d, _, _ in found if d.uploads]
-    call = _call_digest(request, args, kwargs, volume_refs, env_vars)
     held = {cache_hash(r["uri"]) for r in [*refs.values(), *volume_refs]} - {None}
     context = build_context(request, excludes, local)
     held_hashes = sorted(h for h in held if h)

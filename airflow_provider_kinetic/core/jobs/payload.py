@@ -13,6 +13,7 @@ import functools
 import os
 import platform
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -172,7 +173,31 @@ def _library(mod: Any) -> bool:
 @contextlib.contextmanager
 def by_value(func: Callable[..., Any], roots: list[str]) -> Iterator[None]:
     """Register the callable's own modules (``underlying``) and modules under ``roots``
-    for by-value pickling."""
+    for by-value pickling.
+
+    Re-entrant: an inner ``by_value`` of the same callable and roots (the work digest
+    inside ``core.jobs.pack.prepare``'s one registration) finds them registered and
+    scans nothing; the outermost one unregisters.  The scan of every loaded module is
+    the costliest part of packing a call (about 10-25 ms a job)."""
+    key = (id(func), tuple(roots))
+    with _ACTIVE_LOCK:  # held through a first scan: a second thread waits, then shares
+        active = _ACTIVE.get(key)
+        if active is None:
+            _ACTIVE[key] = [1, _register(func, roots)]
+        else:
+            active[0] += 1
+    try:
+        yield
+    finally:
+        _leave(key)
+
+
+#: The registrations ``by_value`` holds: (callable id, roots) -> [depth, modules].
+_ACTIVE: dict[tuple[int, tuple[str, ...]], list[Any]] = {}
+_ACTIVE_LOCK = threading.Lock()
+
+
+def _register(func: Callable[..., Any], roots: list[str]) -> list[Any]:
     mods = _modules_under(roots)
     for name in _own_modules(func):
         own = sys.modules.get(name)
@@ -185,12 +210,19 @@ def by_value(func: Callable[..., Any], roots: list[str]) -> Iterator[None]:
             registered.append(mod)
         except ValueError:  # not importable by its own name; cloudpickle copes by reference
             continue
-    try:
-        yield
-    finally:
-        for mod in registered:
-            with contextlib.suppress(ValueError):
-                cloudpickle.unregister_pickle_by_value(mod)
+    return registered
+
+
+def _leave(key: tuple[int, tuple[str, ...]]) -> None:
+    with _ACTIVE_LOCK:
+        active = _ACTIVE[key]
+        active[0] -= 1
+        if active[0]:
+            return
+        del _ACTIVE[key]
+    for mod in active[1]:
+        with contextlib.suppress(ValueError):
+            cloudpickle.unregister_pickle_by_value(mod)
 
 
 def _name_culprit(func: Any, args: tuple, kwargs: dict, exc: Exception) -> str:
