@@ -364,16 +364,8 @@ class BatchTry:
         )
         if not changed:
             return
-        self.context["ti"].xcom_push(
-            key=XCOM_BATCH,
-            value={
-                "group_id": state.group_id,
-                "bucket": self.store.bucket,
-                "manifest_uri": self.store.uri(batchmanifest.manifest_key(state.group_id)),
-                "output_dir": state.template.output_dir,
-                "counts": c,
-            },
-        )
+        value = batchmanifest.batch_status(state, self.store, c)
+        self.context["ti"].xcom_push(key=XCOM_BATCH, value=value)
 
 
 def child_output_dirs(state: BatchState) -> list[str]:

@@ -27,6 +27,7 @@ from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
 from airflow_provider_kinetic.deployment.signing import result_key_for_job
 from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import config_to_json
+from airflow_provider_kinetic.operators import end_task
 from airflow_provider_kinetic.operators.batch_try import BatchTry
 from airflow_provider_kinetic.operators.common import defer_grace_s, defer_timeout
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
@@ -106,6 +107,7 @@ def defer(t: BatchTry) -> NoReturn:
             deadline=state.deadline,
             log_bytes_per_poll=t.op.child_log_bytes_per_poll,
             drive=True,
+            end_task=end_task.decide(t.op, t.identity, ordered=t.op.ordered),
         ),
         method_name="execute_complete",
         timeout=defer_timeout(state.deadline, t.op.poll_interval),

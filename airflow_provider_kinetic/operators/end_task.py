@@ -68,15 +68,23 @@ def lineage_on() -> bool:
         return True
 
 
-def decide(op: Any, identity: dict[str, Any], *, collect: bool = True) -> dict[str, Any] | None:
+def decide(
+    op: Any, identity: dict[str, Any], *, collect: bool = True, ordered: bool = True
+) -> dict[str, Any] | None:
     """The trigger's ``end_task`` kwarg for ``op``'s try (None: a worker finishes it);
     the log says which.  ``collect=False``: the task takes no value from the job
-    (``KineticJobSensor`` without ``return_result``)."""
+    (``KineticJobSensor`` without ``return_result``); ``ordered``: a map task's."""
     why = worker_needed(op)
     if why is not None:
         op.log.info("kinetic: a worker finishes this task after its job (%s)", why)
         return None
-    op.log.info("kinetic: the trigger ends this task when its job succeeds")
+    op.log.info("kinetic: the trigger ends this task when its work succeeds")
     push = bool(getattr(op, "do_xcom_push", True)) and collect
-    end = EndTask(cleanup=op.cleanup, identity=dict(identity), push_value=push, collect=collect)
+    end = EndTask(
+        cleanup=op.cleanup,
+        identity=dict(identity),
+        push_value=push,
+        collect=collect,
+        ordered=ordered,
+    )
     return end.to_dict()

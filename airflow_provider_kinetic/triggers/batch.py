@@ -31,8 +31,8 @@ from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.jobs.polling import StoreOutage, poll_delays
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.triggers.batch_drive import BatchDriver, finished_event
-from airflow_provider_kinetic.triggers.job import yielding
-from airflow_provider_kinetic.triggers.settle import hold, not_before_from, remaining
+from airflow_provider_kinetic.triggers.job import in_sdk_thread, yielding
+from airflow_provider_kinetic.triggers.settle import deferred_here, hold, not_before_from, remaining
 from airflow_provider_kinetic.triggers.userkill import CancelOnUserKill
 
 log = logging.getLogger(__name__)
@@ -92,9 +92,13 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
         log_bytes_per_poll: int = batchlogs.LOG_BYTES_PER_POLL,
         not_before: float | None = None,
         drive: bool = False,
+        end_task: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.drive = drive
+        #: ``triggers.end_task.EndTask`` as a dict: once every child succeeded, the
+        #: trigger may end the task itself (``triggers.end_batch``); None: a worker does.
+        self.end_task = end_task
         self.not_before = not_before_from(not_before)
         self.log_bytes_per_poll = log_bytes_per_poll
         self.state = state
@@ -120,6 +124,7 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
                 "log_bytes_per_poll": self.log_bytes_per_poll,
                 "not_before": self.not_before,
                 "drive": self.drive,
+                "end_task": self.end_task,
             },
         )
 
@@ -141,6 +146,9 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
             )
             backend = await asyncio.to_thread(self._backend)
             if self.drive:
+                if (ended := await self._ended_before()) is not None:
+                    yield ended
+                    return
                 made = await asyncio.to_thread(
                     BatchDriver.for_trigger, self.config, backend, self.log
                 )
@@ -175,6 +183,9 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
                 await self._show_progress()
                 if driver is not None and self._batch.finished:
                     await self._driver_work(driver.save, self._batch)
+                    if (ended := await self._end_task(backend)) is not None:
+                        yield ended  # no hold: it ends the task (``triggers.end_task``)
+                        return
                     await hold(self.not_before)
                     yield TriggerEvent(finished_event(self._batch))
                     return
@@ -223,6 +234,60 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
                     "message": f"{type(exc).__name__}: {exc}",
                 }
             )
+
+    def _ends_task(self) -> bool:
+        """Whether this trigger may end its task itself: the operator said so, and it
+        does not run in the deferring process (``dag.test()``)."""
+        return self.end_task is not None and not deferred_here(self.not_before)
+
+    async def _ended_before(self) -> TriggerEvent | None:
+        """A trigger of this try already ended the task and its event was lost: the
+        same XComs again, from the task's record (``end_task.handed_before``)."""
+        if not self._ends_task():
+            return None
+        from airflow.triggers.base import TaskSuccessEvent
+
+        from airflow_provider_kinetic.triggers.end_task import EndTask, handed_before
+
+        end = EndTask.from_dict(self.end_task or {})
+        store, secret = await asyncio.to_thread(self._store_and_secret)
+        if await in_sdk_thread(handed_before, store, secret, self.group_id, end) is None:
+            return None
+        self.log.info("batch %s: ended the task before; ending it again", self.group_id)
+        return TaskSuccessEvent()
+
+    async def _end_task(self, backend: Any) -> TriggerEvent | None:
+        """Finish the batch here and end the task with its values
+        (``triggers.end_batch``), or None: a worker finishes it (the reason is logged)."""
+        if not self._ends_task():
+            return None
+        from airflow.triggers.base import TaskSuccessEvent
+
+        from airflow_provider_kinetic.triggers.end_batch import finish_batch_here
+        from airflow_provider_kinetic.triggers.end_task import EndTask, NotHere, handed_before
+
+        end = EndTask.from_dict(self.end_task or {})
+        store, secret = await asyncio.to_thread(self._store_and_secret)
+        try:
+            await in_sdk_thread(
+                finish_batch_here, store, backend, secret, self._batch, end, self.log
+            )
+        except NotHere as exc:
+            self.log.info("batch %s: a worker finishes the task (%s)", self.group_id, exc)
+            return None
+        except Exception:  # noqa: BLE001 - the record says whether the values were handed
+            self.log.exception("batch %s: finishing it in the trigger failed", self.group_id)
+            if await in_sdk_thread(handed_before, store, secret, self.group_id, end) is None:
+                return None
+        self.log.info("batch %s: the trigger ends the task with its values", self.group_id)
+        return TaskSuccessEvent()
+
+    def _store_and_secret(self) -> tuple[Any, Any]:
+        from airflow_provider_kinetic.deployment.connection import config_from_json
+        from airflow_provider_kinetic.deployment.signing import deployment_secret
+        from airflow_provider_kinetic.gcp.gcs_auth import store_for
+
+        return store_for(config_from_json(self.config)), deployment_secret()
 
     async def _driver_work(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn`` in a thread (the store and cluster clients are synchronous), kept in

@@ -74,6 +74,8 @@ class EndTask:
     identity: dict[str, Any] = field(default_factory=dict)
     push_value: bool = True
     collect: bool = True
+    #: A map task's: its values in input order (else completion order).
+    ordered: bool = True
 
     def __post_init__(self) -> None:
         if self.cleanup not in POLICIES:
@@ -155,25 +157,26 @@ def warm_channel(identity: dict[str, Any]) -> None:
 
 
 def handed_before(
-    store: ObjectStore, secret: Any, handle: JobHandle, end: EndTask
+    store: ObjectStore, secret: Any, work: JobHandle | str, end: EndTask
 ) -> dict[str, Any] | None:
     """The XComs this try's trigger already ended the task with (its event was lost),
-    pushed again; or None."""
+    pushed again; or None.  ``work``: the job's handle, or a batch's group id."""
     record = read_record(store, end.identity, secret)
-    if record is None or record.xcoms is None or not _ours(record, handle, end):
+    if record is None or record.xcoms is None or not ours(record, work, end):
         return None
     push_xcoms(end.identity, record.xcoms)
     return dict(record.xcoms)
 
 
-def _ours(record: TaskRecord, handle: JobHandle, end: EndTask) -> bool:
-    """Whether the task's record names ``handle`` for the try that deferred."""
+def ours(record: TaskRecord, work: JobHandle | str, end: EndTask) -> bool:
+    """Whether the task's record names ``work`` (a job's handle, or a batch's group
+    id) for the try that deferred."""
+    if record.try_number != end.identity.get("try_number"):
+        return False
+    if isinstance(work, str):
+        return record.kind == "batch" and record.group_id == work
     job = record.job
-    return (
-        job is not None
-        and job.job_id == handle.job_id
-        and record.try_number == end.identity.get("try_number")
-    )
+    return job is not None and job.job_id == work.job_id
 
 
 def finish_here(
@@ -204,7 +207,7 @@ def finish_here(
         )
         return {}
     record = read_record(store, end.identity, secret)
-    if record is None or not _ours(record, handle, end) or record.returned:
+    if record is None or not ours(record, handle, end) or record.returned:
         raise NotHere("the task's record names another job or try")
     xcoms: dict[str, Any] = {}
 

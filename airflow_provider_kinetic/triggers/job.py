@@ -45,7 +45,7 @@ YIELD_EVERY_S = 0.01
 T = TypeVar("T")
 
 
-async def _in_thread(func: Any, *args: Any) -> Any:
+async def in_sdk_thread(func: Any, *args: Any) -> Any:
     """``func(*args)`` off the event loop in a thread from which the Task SDK's sync
     calls reach the triggerer (``asgiref``'s, as Airflow 3.1's channel needs)."""
     from asgiref.sync import sync_to_async
@@ -271,7 +271,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         from airflow_provider_kinetic.triggers.end_task import warm_channel
 
         identity = dict((self.end_task or {}).get("identity") or {})
-        return asyncio.ensure_future(_in_thread(warm_channel, identity))
+        return asyncio.ensure_future(in_sdk_thread(warm_channel, identity))
 
     async def _ended_before(self) -> TriggerEvent | None:
         """A trigger of this try already ended the task and its event was lost (the
@@ -286,7 +286,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         if not end.collect:  # no value, no record: a lost event's job reads as ended
             return None
         store, secret = await asyncio.to_thread(self._store_and_secret)
-        if await _in_thread(handed_before, store, secret, self._job, end) is None:
+        if await in_sdk_thread(handed_before, store, secret, self._job, end) is None:
             return None
         self.log.info("kinetic job %s: ended the task before; ending it again", self._job.job_id)
         return TaskSuccessEvent()
@@ -311,7 +311,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         store, secret = await asyncio.to_thread(self._store_and_secret)
         try:
             key = result_key(self._job)
-            await _in_thread(
+            await in_sdk_thread(
                 finish_here, store, backend, secret, self._job, report, end, key, self.log
             )
         except NotHere as exc:
@@ -319,7 +319,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             return None
         except Exception:  # noqa: BLE001 - the record says whether the value was handed
             self.log.exception("kinetic job %s: finishing it in the trigger failed", job_id)
-            if await _in_thread(handed_before, store, secret, self._job, end) is None:
+            if await in_sdk_thread(handed_before, store, secret, self._job, end) is None:
                 return None
         self.log.info("kinetic job %s: the trigger ends the task with its value", job_id)
         await self._push_progress(end.identity)
@@ -335,7 +335,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         from airflow_provider_kinetic.triggers.end_task import push_xcoms
 
         try:
-            await _in_thread(push_xcoms, identity, {"kinetic_progress": last.to_xcom()})
+            await in_sdk_thread(push_xcoms, identity, {"kinetic_progress": last.to_xcom()})
         except Exception as exc:  # noqa: BLE001
             self.log.warning("kinetic job %s: progress XCom not pushed: %s", self._job.job_id, exc)
 

@@ -1,16 +1,17 @@
 """Deferrable jobs whose task ends in the trigger (issue 46): ``train`` succeeds and
 nothing must run on a worker after it (``output_asset=False``), so its trigger ends the
 task with the job's value; ``flaky`` fails its first job, which resumes on a worker and
-is retried there, then its second job's trigger ends the task.  Each job waits for the
-run's release file, so each task defers first.  ``use`` is a plain task downstream of
-the value.  tests/integration/test_standalone.py runs it."""
+is retried there, then its second job's trigger ends the task; ``sweep``'s batch trigger
+ends its map task with the children's values.  Each job waits for the run's release
+file, so each task defers first.  ``use`` and ``total`` are plain tasks downstream of
+the values.  tests/integration/test_standalone.py runs it."""
 
 from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG, task
 
-from airflow_provider_kinetic import KineticRunOperator
+from airflow_provider_kinetic import KineticMapOperator, KineticRunOperator
 
 
 def trained(release: str) -> dict:
@@ -25,6 +26,16 @@ def trained(release: str) -> dict:
         time.sleep(0.1)
     progress.update(2, total=2, metrics={"loss": 0.25})
     return {"answer": 42, "loss": [0.5, 0.25]}
+
+
+def squared(x: int, release: str) -> int:
+    """Wait for ``release``; ``x`` squared."""
+    import os
+    import time
+
+    while not os.path.exists(release):
+        time.sleep(0.1)
+    return x * x
 
 
 def fails_once(release: str, marker: str) -> str:
@@ -65,8 +76,23 @@ with DAG(
         retry_delay=pendulum.duration(seconds=0),
     )
 
+    sweep = KineticMapOperator(
+        task_id="sweep",
+        python_callable=squared,
+        inputs=[1, 2, 3],
+        op_kwargs={"release": "{{ dag_run.conf['release'] }}"},
+        deferrable=True,
+        output_asset=False,
+        poll_interval=0.5,
+    )
+
     @task
     def use(value: dict) -> int:
         return value["answer"] + 1
 
+    @task
+    def total(values: list) -> int:
+        return sum(values)
+
     use(train.output)
+    total(sweep.output)

@@ -313,11 +313,11 @@ def test_a_deferred_task_ends_in_its_trigger_when_nothing_follows_its_job(
     s.trigger(dag_id, run_id, {"release": str(release), "marker": str(marker)})
     run_path = f"/dags/{dag_id}/dagRuns/{run_id}"
 
-    def both_deferred() -> bool:
+    def all_deferred() -> bool:
         tis = s.json(run_path + "/taskInstances")["task_instances"]
-        return sum(ti["state"] == "deferred" for ti in tis) == 2
+        return sum(ti["state"] == "deferred" for ti in tis) == 3
 
-    s.wait_for("both kinetic tasks to defer", both_deferred, RUN_DEADLINE_S)
+    s.wait_for("the three kinetic tasks to defer", all_deferred, RUN_DEADLINE_S)
     release.touch()  # the jobs end only now, while their tasks are deferred
     state = s.wait_finished(dag_id, run_id)
     assert state == "success", _failed_tasks(s, dag_id, run_id)
@@ -342,7 +342,7 @@ def test_a_deferred_task_ends_in_its_trigger_when_nothing_follows_its_job(
     # Airflow 3.3+: the trigger ends the task, no worker resumes it; 3.1: a worker does
     # (operators/end_task.py: TRIGGER_ENDS_TASKS), with the same value and finish.
     ends = TRIGGER_ENDS_TASKS
-    said = "kinetic: the trigger ends this task when its job succeeds"
+    said = "kinetic: the trigger ends this task when its work succeeds"
     assert (said in events) is ends, events[-20:]
     assert any("resumed: trigger said" in e for e in events) is not ends, events[-20:]
 
@@ -368,6 +368,14 @@ def test_a_deferred_task_ends_in_its_trigger_when_nothing_follows_its_job(
     # One local-fallback warning for the try, though two worker segments ran it.
     assert sum("No 'kinetic_default' connection" in e for e in first) == 1, first
     assert any("resumed: trigger said" in e for e in log("flaky", 2)) is not ends
+
+    # The map task's batch trigger ends it with its children's values (3.3+).
+    assert xcom("sweep", "return_value") == [1, 4, 9]
+    assert xcom("total", "return_value") == 14
+    assert xcom("sweep", "kinetic_batch")["counts"]["succeeded"] == 3
+    swept = log("sweep", 1)
+    assert (said in swept) is ends, swept[-20:]
+    assert any("every child has ended; collecting" in e for e in swept) is not ends, swept[-20:]
 
 
 def _failed_tasks(s: Standalone, dag_id: str, run_id: str) -> str:

@@ -60,6 +60,19 @@ def batch_handle(state: BatchState, store: ObjectStore) -> dict[str, Any]:
     }
 
 
+def batch_status(state: BatchState, store: ObjectStore, counts: dict[str, Any]) -> dict[str, Any]:
+    """The ``kinetic_batch`` XCom: the batch's counts now (``core.batch.run.counts``)
+    and where its manifest and outputs are; pushed by the worker as counts change and
+    by a trigger that ends the task (``triggers.end_batch``)."""
+    return {
+        "group_id": state.group_id,
+        "bucket": store.bucket,
+        "manifest_uri": store.uri(manifest_key(state.group_id)),
+        "output_dir": state.template.output_dir,
+        "counts": counts,
+    }
+
+
 def maybe_write_manifest(state: BatchState, store: ObjectStore, now: float | None = None) -> bool:
     """Rewrite the manifest when children changed, the interval passed and another
     ``1/MANIFEST_REWRITES`` of the inputs was submitted since (or at the end): each
