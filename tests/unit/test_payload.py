@@ -18,16 +18,15 @@ import cloudpickle
 import pytest
 
 from airflow_provider_kinetic.core.data import Data, make_data_ref
+from airflow_provider_kinetic.core.jobs.byvalue import by_value, underlying
 from airflow_provider_kinetic.core.jobs.payload import (
     UnpicklableArgumentError,
-    by_value,
     dump_result,
     find_data,
     make_result,
     pack_payload,
     raise_remote_failure,
     replace_data,
-    underlying,
 )
 from airflow_provider_kinetic.core.jobs.request import ENV_BLOCKLIST, capture_env
 
@@ -239,7 +238,7 @@ def test_modules_under_roots_resolve_symlinks_as_realpath_does(tmp_path: Path) -
     names = ("mod_in_root_q1", "mod_outside_q1", "mod_link_q1")
     try:
         mods = [__import__(name) for name in names]
-        from airflow_provider_kinetic.core.jobs.payload import _modules_under
+        from airflow_provider_kinetic.core.jobs.byvalue import _modules_under
 
         found = _modules_under([str(real)])
         assert [m for m in mods if m in found] == [mods[0], mods[2]]
@@ -386,7 +385,7 @@ def test_nested_by_value_scans_once_and_the_outermost_unregisters(
     inner ``by_value`` of the same callable and roots scans no modules, and the
     registration lasts until the outermost one ends (it is what the digest pickles
     under), then is undone."""
-    from airflow_provider_kinetic.core.jobs import payload
+    from airflow_provider_kinetic.core.jobs import byvalue
     from airflow_provider_kinetic.core.jobs.pack import prepare
     from airflow_provider_kinetic.core.jobs.request import JobRequest
     from airflow_provider_kinetic.core.jobs.work import call_digest
@@ -396,8 +395,8 @@ def test_nested_by_value_scans_once_and_the_outermost_unregisters(
     pkg.mkdir()
     (pkg / "nested_helpers_xyz.py").write_text("def double(x):\n    return 2 * x\n")
     scans = []
-    real = payload._modules_under
-    monkeypatch.setattr(payload, "_modules_under", lambda roots: scans.append(roots) or real(roots))
+    real = byvalue._modules_under
+    monkeypatch.setattr(byvalue, "_modules_under", lambda roots: scans.append(roots) or real(roots))
     registered = cloudpickle.cloudpickle._PICKLE_BY_VALUE_MODULES
     sys.path.insert(0, str(pkg))
     try:

@@ -22,9 +22,9 @@ from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.mounts import FUSE_ROOT, FuseMount
 from airflow_provider_kinetic.core.data.refs import cache_hash
 from airflow_provider_kinetic.core.errors import KineticError
+from airflow_provider_kinetic.core.jobs.byvalue import by_value
 from airflow_provider_kinetic.core.jobs.payload import (
     build_context_zip,
-    by_value,
     find_data,
     pack_payload,
     replace_data,

@@ -19,8 +19,8 @@ from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.mounts import FUSE_ROOT, check_mount_paths
+from airflow_provider_kinetic.core.jobs.byvalue import underlying
 from airflow_provider_kinetic.core.jobs.options import JobOptions
-from airflow_provider_kinetic.core.jobs.payload import underlying
 from airflow_provider_kinetic.core.jobs.resultcache import CacheSettings
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, plan_image
 

@@ -182,9 +182,9 @@ def _class_facts(cls: type) -> tuple:
 
 @contextlib.contextmanager
 def digesting(func: Any, by_value_roots: list[str] | None) -> Iterator[None]:
-    """The by-value registrations the payload is pickled under (``payload.by_value``),
+    """The by-value registrations the payload is pickled under (``byvalue.by_value``),
     so the digest sees by value exactly what the payload carries by value."""
-    from airflow_provider_kinetic.core.jobs.payload import by_value
+    from airflow_provider_kinetic.core.jobs.byvalue import by_value
 
     with by_value(func, list(by_value_roots or [])):
         yield
