@@ -13,14 +13,15 @@ from airflow_provider_kinetic.core.backends.k8s.status import REASON_NOT_ADMITTE
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.polling import StoreOutage, poll_delays
 from airflow_provider_kinetic.core.jobs.progress import ProgressWatch
-from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
+from airflow_provider_kinetic.core.jobs.taskrecord import DEFERRED, request_cancel
 from airflow_provider_kinetic.core.jobs.usage import note_admitted
 from airflow_provider_kinetic.core.spec.failure import Failure, FailureClass
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.deployment.connection import store_outage_window_s
-from airflow_provider_kinetic.exceptions import KineticTimeout
+from airflow_provider_kinetic.exceptions import KineticJobCancelled, KineticTimeout
 from airflow_provider_kinetic.operators import reuse
+from airflow_provider_kinetic.operators.common import deadline as task_deadline
 from airflow_provider_kinetic.operators.common import show_job_logs
 from airflow_provider_kinetic.operators.takeover import takeover
 from airflow_provider_kinetic.operators.task_try import TaskTry
@@ -35,6 +36,9 @@ class Watched:
     handle: JobHandle
     report: StatusReport | None
     offset: int
+    #: Re-deferring (report None): the trigger's error count and the deadline it keeps.
+    attempt: int = 0
+    deadline: float | None = None
 
 
 def poll_job(
@@ -164,3 +168,76 @@ def next_job(t: TaskTry, handle: JobHandle, report: StatusReport) -> JobHandle |
     t.write_record(new, preemptions=then.preemptions, resubmits=then.resubmits)
     t.publish(new)
     return new
+
+
+def resumed(t: TaskTry, event: dict[str, Any], max_redefer: int) -> Watched:
+    """Back from the trigger: what the try does next.  A final report: finish it (or
+    defer on the job that takes over: ``next_job``); no report: defer again (a
+    trigger *error* while the job runs, up to ``max_redefer`` times; an event of
+    another try's job).  A timeout, or errors beyond that, cancel the job and raise.
+
+    The event is this try's only when it names the job the try's record names: on
+    Airflow with SQLite, a cleared try's trigger row is deleted and its id given to
+    the next try's new trigger, and a triggerer that has not yet stopped the old
+    trigger keeps it running under that id: the old job's end then resumes the new
+    try (seen under ``airflow standalone`` on 3.1).  Such an event is set aside: the
+    try waits for its own job."""
+    handle = JobHandle.from_dict(event["handle"])
+    offset = int(event.get("log_offset") or 0)  # the trigger showed the log up to here
+    own = own_job_instead(t, handle)
+    if own is not None:
+        t.log.warning(
+            "kinetic: the trigger's event is job %s's, not this try's job %s (an earlier "
+            "try's trigger, still running after a clear); waiting for job %s",
+            handle.job_id,
+            own.job_id,
+            own.job_id,
+        )
+        t.handle = own
+        report = t.backend.status(own)
+        if not report.status.is_terminal:
+            return Watched(own, None, 0, deadline=task_deadline(t.context, t.op.execution_timeout))
+        handle, offset, event = own, 0, {"status": report.status.value}
+    else:
+        t.handle = handle
+        report = event_report(event)
+        if report is None:  # no final answer from the trigger: ask the job itself
+            report = t.backend.status(handle)
+    t.log.info(
+        "kinetic job %s resumed: trigger said %s, job is %s",
+        handle.job_id,
+        event.get("status"),
+        report.describe(),
+    )
+    if report.status.is_terminal:
+        new = next_job(t, handle, report)
+        if new is not None:
+            return Watched(new, None, 0, deadline=event.get("deadline"))
+        return Watched(handle, report, offset)
+    attempt = int(event.get("attempt") or 0) + 1
+    if event.get("status") == "error" and attempt <= max_redefer:
+        t.log.warning(
+            "trigger error (%s); waiting again (%d/%d)", event.get("message"), attempt, max_redefer
+        )
+        return Watched(handle, None, offset, attempt, event.get("deadline"))
+    why = event.get("message") or event.get("status")
+    request_cancel(t.store, t.backend, handle)
+    t.show_logs(handle, offset)
+    raise KineticJobCancelled(
+        f"kinetic job {handle.job_id} cancelled: trigger ended with "
+        f"{event.get('status')} ({why}) while the job was {report.status.value}",
+        job_id=handle.job_id,
+    )
+
+
+def own_job_instead(t: TaskTry, handle: JobHandle) -> JobHandle | None:
+    """The job this try's record names when an event names another one (``resumed``):
+    the record says this try deferred on that job and has not delivered it.  None when
+    the event is the try's own, or the record says nothing of this try's wait."""
+    record = t.record
+    if record is None or record.try_number != t.identity.get("try_number"):
+        return None
+    if record.mode != DEFERRED or record.delivered:
+        return None
+    own = record.job
+    return own if own is not None and own.job_id != handle.job_id else None

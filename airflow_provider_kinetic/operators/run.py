@@ -28,7 +28,6 @@ from airflow_provider_kinetic.core.keys.publish import NEWEST_LOGICAL_DATE, chec
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret
-from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.links import KineticJobLink, KineticLogsLink, KineticOutputLink
 from airflow_provider_kinetic.operators import assets, end_task, job_wait, keyio, reuse
@@ -325,41 +324,12 @@ class KineticRunOperator(KineticOperatorBase):
         if not event or "handle" not in event:
             raise AirflowException(f"kinetic trigger returned no usable event: {event!r}")
         self.hook.resumed = True  # the try's first segment warned of a local fallback
-        handle = JobHandle.from_dict(event["handle"])
-        run = self._try = TaskTry.open(self, context, handle.backend)
-        run.handle = handle
-        report = job_wait.event_report(event)
-        if report is None:  # no final answer from the trigger: ask the job itself
-            report = run.backend.status(handle)
-        self.log.info(
-            "kinetic job %s resumed: trigger said %s, job is %s",
-            handle.job_id,
-            event.get("status"),
-            report.describe(),
-        )
-        offset = int(event.get("log_offset") or 0)  # the trigger showed the log up to here
-        if report.status.is_terminal:
-            new = job_wait.next_job(run, handle, report)
-            if new is not None:
-                return self._defer(run, new, event.get("deadline"), 0)
-            return run.finish(handle, report, offset)
-        attempt = int(event.get("attempt") or 0) + 1
-        if event.get("status") == "error" and attempt <= self.MAX_REDEFER_ATTEMPTS:
-            self.log.warning(
-                "trigger error (%s); waiting again (%d/%d)",
-                event.get("message"),
-                attempt,
-                self.MAX_REDEFER_ATTEMPTS,
-            )
-            return self._defer(run, handle, event.get("deadline"), attempt, offset)
-        why = event.get("message") or event.get("status")
-        request_cancel(run.store, run.backend, handle)
-        run.show_logs(handle, offset)
-        raise KineticJobCancelled(
-            f"kinetic job {handle.job_id} cancelled: trigger ended with "
-            f"{event.get('status')} ({why}) while the job was {report.status.value}",
-            job_id=handle.job_id,
-        )
+        backend_kind = JobHandle.from_dict(event["handle"]).backend
+        run = self._try = TaskTry.open(self, context, backend_kind)
+        then = job_wait.resumed(run, event, self.MAX_REDEFER_ATTEMPTS)
+        if then.report is None:
+            return self._defer(run, then.handle, then.deadline, then.attempt, then.offset)
+        return run.finish(then.handle, then.report, then.offset)
 
     def dry_run(self) -> dict[str, Any]:
         """The manifest this operator would submit, printed as YAML; creates nothing.

@@ -276,3 +276,49 @@ def test_resumed_task_takes_the_final_state_from_the_event(local_conn):
     with pytest.raises(TaskDeferred):
         op.execute_complete({"ti": FakeTI()}, event=error)
     backend.cancel(running)
+
+
+def test_an_event_of_another_tries_job_is_set_aside_for_the_tries_own(local_conn):
+    """A cleared try's trigger can outlive the clear under the next try's trigger id
+    (SQLite gives a deleted row's id to the next trigger; seen under ``airflow
+    standalone`` on 3.1): its event, about the old job, resumes the new try.  The try
+    acts on the job its record names: it finishes its own job when that has ended, and
+    defers on it when it still runs; the old job's end never fails it."""
+    from airflow.providers.common.compat.sdk import TaskDeferred
+
+    from airflow_provider_kinetic.core.jobs.taskrecord import DEFERRED, TaskRecord, write_record
+    from airflow_provider_kinetic.operators.common import task_identity
+
+    config = KineticConfig(backend="local", root=str(local_conn))
+    backend, store = LocalBackend(config.bucket_name), config.store()
+
+    def submit(seconds: float, value: int) -> JobHandle:
+        handle, _ = submit_job(
+            JobRequest(func=sleepy, args=(seconds, value)), config, backend, store,
+            deployment_secret(),
+        )  # fmt: skip
+        return handle
+
+    old, own = submit(120, 1), submit(0, 11)
+    backend.cancel(old)  # the new try cancelled the cleared try's job: its trigger saw it
+    wait_for("its own job to succeed", lambda: backend.status(own).status.value == "SUCCEEDED")
+    ti = FakeTI(try_number=2)
+    record = TaskRecord(kind="job", mode=DEFERRED, try_number=2, handle=own.to_dict(),
+                        attempts=[own.job_id])  # fmt: skip
+    write_record(store, task_identity({"ti": ti}), record, deployment_secret())
+    stale = {"status": "FAILED", "reason": "cancelled", "message": "", "handle": old.to_dict()}
+    op = KineticRunOperator(
+        task_id="t", python_callable=sleepy, op_args=[0, 0], kinetic_conn_id="kinetic_local"
+    )
+    assert op.execute_complete({"ti": ti}, event=stale) == 11
+
+    # Its own job still running: the try defers on it, not on the old one.
+    running = submit(120, 2)
+    record = TaskRecord(kind="job", mode=DEFERRED, try_number=2, handle=running.to_dict(),
+                        attempts=[running.job_id])  # fmt: skip
+    write_record(store, task_identity({"ti": ti}), record, deployment_secret())
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute_complete({"ti": FakeTI(try_number=2)}, event=stale)
+    assert deferred.value.trigger.handle["job_id"] == running.job_id
+    assert backend.status(running).status.value == "RUNNING"
+    backend.cancel(running)

@@ -369,6 +369,14 @@ def test_a_deferred_task_ends_in_its_trigger_when_nothing_follows_its_job(
     assert sum("No 'kinetic_default' connection" in e for e in first) == 1, first
     assert any("resumed: trigger said" in e for e in log("flaky", 2)) is not ends
 
+    # The Kinetic tab and jobs page show the job as the worker path leaves it: its id,
+    # SUCCEEDED and its output files (the record and history they read are the same).
+    tab = s.client.get(f"/kinetic/ti/{dag_id}/{run_id}/train/-1")
+    assert tab.status_code == 200, tab.text[:300]
+    assert f"data-job-id='{job_id}'" in tab.text and "state SUCCEEDED'>SUCCEEDED<" in tab.text
+    jobs_page = s.client.get("/kinetic/")
+    assert jobs_page.status_code == 200 and job_id in jobs_page.text
+
     # The map task's batch trigger ends it with its children's values (3.3+).
     assert xcom("sweep", "return_value") == [1, 4, 9]
     assert xcom("total", "return_value") == 14
@@ -376,6 +384,9 @@ def test_a_deferred_task_ends_in_its_trigger_when_nothing_follows_its_job(
     swept = log("sweep", 1)
     assert (said in swept) is ends, swept[-20:]
     assert any("every child has ended; collecting" in e for e in swept) is not ends, swept[-20:]
+    tab = s.client.get(f"/kinetic/ti/{dag_id}/{run_id}/sweep/-1")
+    group = xcom("sweep", "kinetic_batch")["group_id"]
+    assert f"data-job-id='{group}'" in tab.text and tab.text.count(">SUCCEEDED<") >= 4
 
 
 def _failed_tasks(s: Standalone, dag_id: str, run_id: str) -> str:
