@@ -145,7 +145,8 @@ def test_clearing_a_deferred_task_runs_one_new_job(s: Standalone, tmp_path: Path
     )  # fmt: skip
     assert resp.status_code == 200, resp.text
 
-    assert s.wait_finished(dag_id, run_id) == "success"
+    state = s.wait_finished(dag_id, run_id)
+    assert state == "success", _failed_tasks(s, dag_id, run_id)
     ti = s.json(ti_path)
     assert ti["state"] == "success" and ti["try_number"] == 2
     value = s.api(
@@ -386,7 +387,7 @@ def test_a_deferred_task_ends_in_its_trigger_when_nothing_follows_its_job(
     assert any("every child has ended; collecting" in e for e in swept) is not ends, swept[-20:]
     tab = s.client.get(f"/kinetic/ti/{dag_id}/{run_id}/sweep/-1")
     group = xcom("sweep", "kinetic_batch")["group_id"]
-    assert f"data-job-id='{group}'" in tab.text and tab.text.count(">SUCCEEDED<") >= 4
+    assert f"data-job-id='{group}'" in tab.text and tab.text.count(">SUCCEEDED<") >= 3
 
 
 def _failed_tasks(s: Standalone, dag_id: str, run_id: str) -> str:
