@@ -66,6 +66,11 @@ def release(
     let the backend remove its state (never fatal: the outcome is already collected)."""
     archive = not backend.keeps_logs if archive_logs is None else archive_logs
     for handle in handles:
+        if handle.debug and backend.keeps_logs:
+            # A debug job's pod stays for its TTL (two hours): a debugger may still
+            # be looking at it, and its log with it.
+            log.info("kinetic debug job %s: kept until its TTL expires", handle.job_id)
+            continue
         try:
             if archive:
                 text = backend.read_logs(handle, 0)[0]
