@@ -32,7 +32,7 @@ def check(op: Any, debug: Any, debug_port: Any, debug_wait: Any) -> DebugSetting
         if op.spot or ":spot" in str(op.accelerator):
             fleeting.insert(0, "spot")
         if fleeting:
-            op.log.warning(
+            log.warning(
                 "task %s: debug=True with %s capacity: the VM may be reclaimed (or start "
                 "late) while a debugger is attached",
                 op.task_id,

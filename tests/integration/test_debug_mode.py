@@ -10,12 +10,14 @@ import inspect
 import json
 import socket
 import threading
+from argparse import Namespace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airflow_provider_kinetic import KineticRunOperator
+from airflow_provider_kinetic.cli.debug import jobs_debug
 from airflow_provider_kinetic.core.spec.debug import READY_NAME
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.exceptions import KineticJobFailed
@@ -80,6 +82,14 @@ def test_a_debugger_attaches_stops_at_a_breakpoint_and_the_task_succeeds(
         assert isinstance(marker, Path), marker
         ready = json.loads(marker.read_text())
         assert (ready["host"], ready["port"]) == ("127.0.0.1", port)
+        # `airflow kinetic jobs debug JOB` on this machine: the address and launch.json.
+        before = "".join(capfd.readouterr())
+        jobs_debug(Namespace(job_id=marker.parent.name, conn_id="kinetic_local", port=None))
+        printed = capfd.readouterr().out
+        assert f"debugpy listens on 127.0.0.1:{port}" in printed
+        launch = json.loads(printed.split("detaching lets it finish):\n", 1)[1])
+        assert launch["configurations"][0]["connect"] == {"host": "127.0.0.1", "port": port}
+        assert launch["configurations"][0]["pathMappings"][0]["remoteRoot"] == ready["code_root"]
         client = DapClient("127.0.0.1", port)
         try:
             line = _line_of(stepped, "the test's breakpoint")
@@ -105,7 +115,7 @@ def test_a_debugger_attaches_stops_at_a_breakpoint_and_the_task_succeeds(
     assert "error" not in out, out.get("error")
     assert out["value"] == 41
     job_id = JobHandle.from_dict(ctx["ti"].xcom["kinetic_job"]).job_id
-    log = "".join(capfd.readouterr())  # the task log: Airflow's logging writes it to stdout
+    log = before + printed + "".join(capfd.readouterr())  # the task log (stdout)
     told = log.split(f"kinetic debug job {job_id} waits up to 1800s (debug_wait)", 1)[1]
     assert f"`airflow kinetic jobs debug {job_id}`" in told.splitlines()[0]
     assert f"127.0.0.1:{port}" in told.splitlines()[0]
