@@ -12,8 +12,10 @@ import pytest
 from airflow.sdk import task
 
 from airflow_provider_kinetic import KineticMapOperator, KineticRunOperator
+from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.jobs import cleanup
 from airflow_provider_kinetic.core.jobs.options import JobOptions
+from airflow_provider_kinetic.core.runtime.images import plan_image
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import LocalStore
 from tests.fixtures import records
@@ -125,3 +127,26 @@ def test_a_debug_job_on_a_cluster_is_left_to_its_ttl(tmp_path) -> None:
     plain = records.handle("job-p", backend="gke")
     cleanup.release(store, backend, [debug, plain])
     assert backend.released == ["job-p"]
+
+
+def _plan(config: KineticConfig, setting: str | None, requirements: list[str], local=False):
+    return plan_image(container_image=setting, requirements=requirements, entry_file=None,
+                      category="gpu", local=local, config=config, debug=True)  # fmt: skip
+
+
+def test_debug_jobs_get_debugpy_in_their_runtime() -> None:
+    gke = KineticConfig(backend="gke", bucket="bkt", project="p", zone="europe-west4-a",
+                        cluster="c1", base_image_repo="us-docker.pkg.dev/p/kinetic")  # fmt: skip
+    prebuilt = _plan(gke, "prebuilt", ["numpy"])
+    assert prebuilt.requirements.lines == ["numpy", "debugpy"]
+    assert prebuilt.needs_requirements_upload  # installed at the pod's start
+    bundled = _plan(gke, "bundled", ["numpy"])
+    assert bundled.requirements.lines == ["numpy", "debugpy"]
+    plain = plan_image(container_image="bundled", requirements=["numpy"], entry_file=None,
+                       category="gpu", local=False, config=gke)  # fmt: skip
+    assert bundled.tag != plain.tag  # a debug image of its own
+    assert _plan(gke, "bundled", ["debugpy==1.8.22"]).requirements.lines == ["debugpy==1.8.22"]
+    assert _plan(gke, "us-docker.pkg.dev/p/r/mine:1", []).requirements.lines == []  # as it is
+    local = KineticConfig(backend="local", root="/tmp")
+    assert _plan(local, None, ["six"], local=True).requirements.lines == ["six", "debugpy"]
+    assert _plan(local, None, [], local=True).requirements.lines == []  # this Python's
