@@ -90,6 +90,10 @@ def test_a_debugger_attaches_stops_at_a_breakpoint_and_the_task_succeeds(
         launch = json.loads(printed.split("detaching lets it finish):\n", 1)[1])
         assert launch["configurations"][0]["connect"] == {"host": "127.0.0.1", "port": port}
         assert launch["configurations"][0]["pathMappings"][0]["remoteRoot"] == ready["code_root"]
+        jobs_debug(Namespace(job_id=marker.parent.name, conn_id="kinetic_local", port=None,
+                             output="json"))  # fmt: skip
+        as_json = json.loads(capfd.readouterr().out)  # one object, alone on stdout
+        assert (as_json["port"], as_json["pod"], as_json["launch"]) == (port, None, launch)
         client = DapClient("127.0.0.1", port)
         try:
             line = _line_of(stepped, "the test's breakpoint")

@@ -125,8 +125,10 @@ def test_a_debug_job_on_a_cluster_is_left_to_its_ttl(tmp_path) -> None:
     store = LocalStore(str(tmp_path))
     debug = records.handle("job-d", backend="gke", debug=True, debug_port=5678)
     plain = records.handle("job-p", backend="gke")
-    cleanup.release(store, backend, [debug, plain])
+    cleanup.after_job(store, backend, [debug, plain], succeeded=True, cleanup="never")
     assert backend.released == ["job-p"]
+    cleanup.release(store, backend, [debug])  # jobs cleanup: released on request
+    assert backend.released == ["job-p", "job-d"]
 
 
 def _plan(config: KineticConfig, setting: str | None, requirements: list[str], local=False):
