@@ -102,6 +102,11 @@ def _wait_ready(
     waiting line goes to ``out`` (None: nothing said)."""
     said = False
     while True:
+        report = backend.status(handle)
+        if report.status.is_terminal:
+            raise CliError(
+                f"debug job {handle.job_id} has ended ({report.describe()}): nothing to attach to"
+            )
         try:
             marker = store.read_bytes(artifact_key(handle.job_id, READY_NAME))
         except ObjectNotFound:
@@ -110,11 +115,6 @@ def _wait_ready(
             with contextlib.suppress(ValueError):
                 return dict(json.loads(marker))
             return {}
-        report = backend.status(handle)
-        if report.status.is_terminal:
-            raise CliError(
-                f"debug job {handle.job_id} has ended ({report.describe()}): nothing to attach to"
-            )
         if not said and out is not None:
             out.write(
                 f"kinetic debug job {handle.job_id} is {report.describe()}: waiting for its "

@@ -105,8 +105,6 @@ def test_jobs_debug_forwards_a_local_port_to_the_pod_through_the_api(
     server, pod_port = _echo_server()
     api.double.pod_ports[(NS, POD)] = {PORT: ("127.0.0.1", pod_port)}
     store = LocalStore(str(tmp_path / "store"))
-    ready = {"host": "127.0.0.1", "port": PORT, "code_root": "/tmp/kinetic-run-x"}
-    store.write_bytes(f"{JOB_ID}/{READY_NAME}", json.dumps(ready).encode())
     handle = records.handle(JOB_ID, "b", "gke", namespace=NS, k8s_name=JOB, debug=True,
                             debug_port=PORT)  # fmt: skip
     backend = GkeBackend(api.double.client_factory())
@@ -121,6 +119,11 @@ def test_jobs_debug_forwards_a_local_port_to_the_pod_through_the_api(
     cli = threading.Thread(target=session, daemon=True)
     cli.start()
     try:
+        # Until the runner's ready marker is there, it waits (the pod runs, debugpy not yet).
+        wait_for("the waiting line", lambda: "waiting for its debugpy server" in out.getvalue())
+        assert "forwarding" not in out.getvalue()
+        ready = {"host": "127.0.0.1", "port": PORT, "code_root": "/tmp/kinetic-run-x"}
+        store.write_bytes(f"{JOB_ID}/{READY_NAME}", json.dumps(ready).encode())
         said = wait_for(
             "the forward's line",
             lambda: re.search(r"forwarding 127\.0\.0\.1:(\d+) -> pod", out.getvalue()) or failed,
@@ -153,11 +156,15 @@ def test_jobs_debug_forwards_a_local_port_to_the_pod_through_the_api(
 
 
 @pytest.mark.k8s_api(threaded=True)
-def test_jobs_debug_refuses_a_job_that_is_not_a_debug_job(
+def test_jobs_debug_refuses_a_job_that_is_not_a_debug_job_or_has_ended(
     api: ThreadedDouble, tmp_path: Path
 ) -> None:
     handle = records.handle(JOB_ID, "b", "gke", namespace=NS, k8s_name=JOB)
     backend = GkeBackend(api.double.client_factory())
     with pytest.raises(CliError, match=f"job {JOB_ID} is not a debug job .*debug=True"):
         debug_session(handle, backend, LocalStore(str(tmp_path)), None, io.StringIO())
+    # A debug job that has ended (here: gone) has nothing to attach to.
+    gone = handle.evolve(debug=True, debug_port=PORT)
+    with pytest.raises(CliError, match=f"debug job {JOB_ID} has ended .*nothing to attach to"):
+        debug_session(gone, backend, LocalStore(str(tmp_path)), None, io.StringIO())
     assert api.sent("GET", "/portforward") == []
