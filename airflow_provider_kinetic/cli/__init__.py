@@ -145,6 +145,21 @@ def get_kinetic_cli_commands() -> list[Any]:
                 read_only=True,
             ),
             action(
+                "debug",
+                "Attach a debugger to a debug job (debug=True): print where its debugpy "
+                "listens (GKE: port-forward to its pod until it ends) and VS Code's launch.json",
+                "debug.jobs_debug",
+                job,
+                Arg(
+                    ("--port",),
+                    help="Local port of the forward on a cluster (default: the job's "
+                    "debug_port; 0: any free port)",
+                    type=int,
+                    default=None,
+                ),
+                read_only=True,
+            ),
+            action(
                 "cancel",
                 "Cancel a job (no later try of its task adopts it)",
                 "jobs.jobs_cancel",

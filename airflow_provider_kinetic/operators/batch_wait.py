@@ -17,13 +17,15 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
+from airflow.providers.common.compat.sdk import AirflowException
+
 from airflow_provider_kinetic.core.batch import finish as batchfinish
 from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.jobs.polling import poll_delays
-from airflow_provider_kinetic.core.jobs.taskrecord import request_cancel
+from airflow_provider_kinetic.core.jobs.taskrecord import DEFERRED, read_record, request_cancel
 from airflow_provider_kinetic.deployment.signing import result_key_for_job
 from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import config_to_json
@@ -118,8 +120,26 @@ def defer(t: BatchTry) -> NoReturn:
 def resumed(t: BatchTry, event: Mapping[str, Any]) -> None:
     """Back from the trigger: the record says SYNC again (the worker watches the
     batch from here), say how it ended (a timeout cancels the running children
-    and fails), then re-read the real status of the active children."""
+    and fails), then re-read the real status of the active children.
+
+    An event of another batch than the one this try's record says it deferred on
+    (a cleared try's trigger that outlived the clear under this try's trigger id:
+    ``operators.job_wait.resumed``) fails the try, never delivers that batch's
+    values: a retry resumes the try's own batch from its record."""
     state, status = t.batch, event["status"]
+    record = read_record(t.store, t.identity, t.secret)
+    if (
+        record is not None
+        and record.try_number == t.identity.get("try_number")
+        and record.mode == DEFERRED
+        and not record.delivered
+        and record.group_id not in (None, state.group_id)
+    ):
+        raise AirflowException(
+            f"kinetic: the trigger's event is batch {state.group_id}'s, not this try's "
+            f"batch {record.group_id} (an earlier try's trigger, still running after a "
+            "clear): its values are not this try's; a retry resumes this try's batch"
+        )
     t.write_record()
     if status == "finished":  # driven to its end by the trigger: collect
         t.op.log.info("batch %s: every child has ended; collecting", state.group_id)

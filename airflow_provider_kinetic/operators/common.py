@@ -29,6 +29,7 @@ from airflow_provider_kinetic.core.jobs.resultcache import CacheSettings
 from airflow_provider_kinetic.core.runtime.context import DEFAULT_MAX_CONTEXT_MB, check_patterns
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, check_image_setting
 from airflow_provider_kinetic.core.runtime.requirements import check_spec as check_requirements
+from airflow_provider_kinetic.core.spec.debug import DebugSettings
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.spec.identity import task_key, ti_identity
 from airflow_provider_kinetic.core.storage import ObjectStore
@@ -184,6 +185,8 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
     op_kwargs: Mapping[str, Any] | None
     #: ``cache=True``'s settings (``core.jobs.resultcache``); None: results not reused.
     cache_settings: CacheSettings | None = None
+    #: ``debug=True``'s settings (``operators.debug``; a map has none: off).
+    debug_settings: DebugSettings = DebugSettings()
 
     # ``python_callable`` is set by subclasses, not taken here: the TaskFlow
     # decorator's apply-defaults hook injects ``op_kwargs`` into any __init__ that
@@ -294,6 +297,8 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
                 checkpoint_restore=self.checkpoint_restore,
                 num_slices=self.slice_count(),
                 max_restarts=gang_restarts(self),
+                debug_port=self.debug_settings.port,
+                debug_wait_s=self.debug_settings.wait_s,
             ),
             volumes=self.rendered_volumes(context),
             capture_env_vars=self.capture_env_vars,

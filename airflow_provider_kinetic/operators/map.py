@@ -29,6 +29,7 @@ from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.links import KineticBatchLink
 from airflow_provider_kinetic.operators import assets, batch_finish, batch_wait, reuse
+from airflow_provider_kinetic.operators import debug as debug_mode
 from airflow_provider_kinetic.operators.batch_try import BatchTry
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
@@ -166,6 +167,7 @@ class KineticMapOperator(KineticOperatorBase):
         cache_ignore: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
+        debug_mode.refuse_on_map(kwargs)  # at parse time, naming why
         super().__init__(
             accelerator=accelerator,
             volumes=volumes,

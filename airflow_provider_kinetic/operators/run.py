@@ -15,22 +15,19 @@ from typing import Any, NoReturn
 
 from airflow.providers.common.compat.sdk import AirflowException
 
-from airflow_provider_kinetic.core.backends.k8s.manifests import to_yaml
-from airflow_provider_kinetic.core.backends.registry import backend_class
 from airflow_provider_kinetic.core.catalog.capacity import DEFAULT_CAPACITY_WAIT_S
 from airflow_provider_kinetic.core.jobs.checkpoint import DEFAULT_SYNC_S, RESTORE_SAME_WORK
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
-from airflow_provider_kinetic.core.jobs.fallback import describe_step
 from airflow_provider_kinetic.core.jobs.retry_on import is_template, parse_retry_on
-from airflow_provider_kinetic.core.jobs.submit import plan_job
 from airflow_provider_kinetic.core.jobs.taskrecord import Step, request_cancel
 from airflow_provider_kinetic.core.keys.publish import NEWEST_LOGICAL_DATE, check_policy
+from airflow_provider_kinetic.core.spec.debug import DEFAULT_DEBUG_PORT, DEFAULT_DEBUG_WAIT_S
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.core.storage import ObjectStore
-from airflow_provider_kinetic.deployment.signing import deployment_secret
 from airflow_provider_kinetic.hooks.kinetic import KineticHook, config_to_json
 from airflow_provider_kinetic.links import KineticJobLink, KineticLogsLink, KineticOutputLink
-from airflow_provider_kinetic.operators import assets, end_task, job_wait, keyio, reuse
+from airflow_provider_kinetic.operators import assets, dry_run, end_task, job_wait, keyio, reuse
+from airflow_provider_kinetic.operators import debug as debug_mode
 from airflow_provider_kinetic.operators.capacity import CAPACITY_TEMPLATE_FIELDS
 from airflow_provider_kinetic.operators.common import (
     DEFAULT_DEFERRABLE,
@@ -129,6 +126,12 @@ class KineticRunOperator(KineticOperatorBase):
         one job; failed jobs are never cached (README "Caching").  Off by default.
     :param cache_version: a string in the cache key: change it to stop reusing results.
     :param cache_ignore: argument names whose values do not count (``["seed"]``).
+    :param debug: run the function under a debugpy server that waits for a debugger
+        (VS Code) before calling it; the task log says how to attach (``airflow kinetic
+        jobs debug JOB``; README "Debugging").  The job's runtime needs ``debugpy``.
+    :param debug_port: the port debugpy listens on, loopback only (default 5678).
+    :param debug_wait: how long the job waits for a debugger before it fails (seconds
+        or a ``timedelta``; default 30 min).  ``execution_timeout`` still applies.
 
     :raises KineticJobFailed: the job failed (the remote exception is its ``__cause__``).
     :raises KineticJobCancelled: the job was cancelled (execution_timeout, trigger errors).
@@ -191,6 +194,9 @@ class KineticRunOperator(KineticOperatorBase):
         cache: bool = False,
         cache_version: str | None = None,
         cache_ignore: list[str] | None = None,
+        debug: bool = False,
+        debug_port: int = DEFAULT_DEBUG_PORT,
+        debug_wait: Any = DEFAULT_DEBUG_WAIT_S,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -229,6 +235,7 @@ class KineticRunOperator(KineticOperatorBase):
             parse_retry_on(retry_on, preemption_retries=preemption_retries)
         self.wait_for_completion = wait_for_completion
         self.cache_settings = reuse.check(self, cache, cache_version, cache_ignore)
+        self.debug_settings = debug_mode.check(self, debug, debug_port, debug_wait)
         self._try: TaskTry | None = None  # this execution segment's try
         assets.setup(
             self,
@@ -269,6 +276,7 @@ class KineticRunOperator(KineticOperatorBase):
             return value
         with reuse.unclaimed_on_error(run):  # waiting identical tasks run their own job
             handle = run.start(earlier, planned)
+            debug_mode.announce(self, handle)
             deadline_ts = deadline(context, self.execution_timeout)
             if self.deferrable:
                 return self._wait_deferred(run, handle, deadline_ts)
@@ -332,33 +340,9 @@ class KineticRunOperator(KineticOperatorBase):
         return run.finish(then.handle, then.report, then.offset)
 
     def dry_run(self) -> dict[str, Any]:
-        """The manifest this operator would submit, printed as YAML; creates nothing.
-
-        Packs the payload (so its SHA-256 is real) and hashes local Data, but uploads
-        nothing and needs no cluster credentials.  Templates are used as they stand.
-        Secrets (the result key) appear as references, never as values.
-        """
-        config = self.hook.get_config()
-        store = config.store()  # a dry run needs no credentials
-        identity = {"dag_id": self.dag_id, "task_id": self.task_id, "run_id": "dry_run"}
-        request = self.build_request(identity, store.uri)
-        image = self.resolve_image(request, config, store, build=False)
-        planned = plan_job(request, config, store, "job-dryrun00", deployment_secret())
-        manifest = backend_class(planned.template.backend).manifest(planned.spec)
-        print("\n".join(self.image_report(image, config)))
-        chain = planned.template.options.capacity
-        for step in range(len(chain)):  # a fallback chain: what each step would send
-            job = (
-                planned
-                if step == 0
-                else plan_job(
-                    request, config, store, f"job-dryrun{step:02d}", deployment_secret(), step
-                )
-            )
-            if len(chain) > 1:
-                print(("---\n" if step else "") + f"# capacity: {describe_step(chain, step)}")
-            print(to_yaml(backend_class(job.template.backend).manifest(job.spec)))
-        return manifest
+        """The manifest this operator would submit, printed as YAML; creates nothing
+        (``operators.dry_run``)."""
+        return dry_run.dry_run(self)
 
     def on_kill(self) -> None:
         """Cancel the job this try started (and only while it is unfinished)."""

@@ -35,6 +35,7 @@ from airflow_provider_kinetic.core.jobs.signing import RESULT_KEY_ENV, sign, sig
 from airflow_provider_kinetic.core.keys.joblocal import job_ended as peers_end
 from airflow_provider_kinetic.core.spec.failure import USER_ERROR_EXIT, USER_PHASES
 from airflow_provider_kinetic.core.storage import store_for_uri
+from airflow_provider_kinetic.runner import debug
 from airflow_provider_kinetic.runner.invocation import host_index, parse_args, slice_fields
 from airflow_provider_kinetic.runner.lws import (
     FINISHED_FILE_ENV,
@@ -144,6 +145,11 @@ def _run(
         resume.begin()  # before any download: the start record and the attempt number
         func, args, kwargs = prepare(ns, workdir, links)
         resume.restore()
+        if debug.wanted() and index == 0:  # debug=True: a debugger attaches first
+            try:
+                debug.wait_for_client(ns.result_gcs.rsplit("/", 1)[0], workdir)
+            except Exception as exc:  # noqa: BLE001 - the job fails naming why
+                raise PhaseError(debug.PHASE, exc) from exc
         log.info(
             "calling %s (attempt %d)", getattr(func, "__qualname__", repr(func)), resume.attempt
         )

@@ -25,6 +25,7 @@ from airflow_provider_kinetic.core.batch import launch as batchlaunch
 from airflow_provider_kinetic.core.batch.plan import plan_batch
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.jobs.options import JobOptions
 from airflow_provider_kinetic.core.jobs.payload import RemoteFunctionError
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.results import collect
@@ -80,9 +81,11 @@ def raise_two_arg(n: int) -> None:
     raise TwoArgError(f"E{n}", "the disk is on fire")
 
 
-def kinetic_runner(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
+def kinetic_runner(
+    args: list[str], tmp: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """kinetic's runner keeps its work dir: give it the test's own temp dir."""
-    env = {**os.environ, "GOOGLE_CLOUD_PROJECT": "test", "TMPDIR": str(tmp)}
+    env = {**os.environ, "GOOGLE_CLOUD_PROJECT": "test", "TMPDIR": str(tmp), **(extra_env or {})}
     return subprocess.run(
         [sys.executable, str(KINETIC / "runner" / "remote_runner.py"), *args],
         env=env,
@@ -156,6 +159,27 @@ def test_kinetic_runner_executes_our_job(fake_gcs, gcs_bucket, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = cloudpickle.loads(store.read_bytes(f"{handle.job_id}/result.pkl"))
     assert result["success"] is True and result["result"] == 21
+
+
+def test_kinetic_runner_ignores_debug_mode(fake_gcs, gcs_bucket, tmp_path):
+    """A debug job's env (port, wait, breakpoint hook) run by kinetic's runner: it runs
+    the function at once (kinetic switches its own debug mode on with KINETIC_DEBUG=1);
+    ours would wait 1 s for a debugger and fail."""
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "f").write_text("x")
+    store = GcsStore(gcs_bucket, client=fake_gcs.client())
+    config = KineticConfig(backend="gke", bucket=gcs_bucket, project="p", zone="z", cluster="c")
+    request = JobRequest(func=count_files, args=(str(tmp_path / "one"),), kwargs={"scale": 2},
+                         options=JobOptions(debug_port=5678, debug_wait_s=1))  # fmt: skip
+    handle, spec = submit_job(request, config, Recording(), store)
+    debug_env = {k: v for k, v in spec.env.items() if "DEBUG" in k or k == "PYTHONBREAKPOINT"}
+    assert set(debug_env) >= {"KINETIC_DEBUG_PORT", "KINETIC_DEBUG_WAIT_S", "PYTHONBREAKPOINT"}
+    assert handle.debug and kinetic_jobhandle_class().from_dict(handle.to_dict()).debug
+    proc = kinetic_runner(spec.args, tmp_path, debug_env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "debugpy" not in proc.stderr.lower()
+    result = cloudpickle.loads(store.read_bytes(f"{handle.job_id}/result.pkl"))
+    assert result["success"] is True and result["result"] == 2
 
 
 def test_kinetic_runner_refuses_a_batch_child_loudly(fake_gcs, gcs_bucket, tmp_path):

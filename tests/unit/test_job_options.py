@@ -165,6 +165,7 @@ def test_every_option_an_operator_takes_reaches_the_request():
         task_id="t", python_callable=len, accelerator="tpu-v5e-4", cpu="2", memory="1Gi",
         capacity=["reservation:r1", "spot"], capacity_wait="1h", priority_class="high",
         max_run_duration="1d", checkpoint_sync_s=5, checkpoint_restore="any",
+        debug=True, debug_port=5679, debug_wait=60,
     )  # fmt: skip
     identity = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 1}
     options = op.build_request(identity, lambda key: f"gs://b/{key}").options

@@ -77,6 +77,9 @@ SPEC_CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "fuse-file": ("tpu-v5litepod-2x2", {"fuse": [FUSE_FILE]}),
     "volumes": ("cpu", {"fuse": [FUSE_DIR, FUSE_FILE, OTHER_BUCKET], "env": {"HF_HOME": "/tmp"}}),
     "multi-host-fuse-spot": ("tpu-v6e-4x4:spot", {"fuse": [FUSE_DIR]}),
+    # debug mode: the debugpy port declared, TTL 7200 s, its env (core/spec/debug.py)
+    "debug": ("gpu:l4", {"debug_port": 5678, "debug_wait_s": 60.0}),
+    "debug-multi-host": ("tpu-v6e-4x4", {"debug_port": 5679}),
 }
 
 

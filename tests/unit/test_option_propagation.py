@@ -263,3 +263,19 @@ def test_without_the_option_the_check_fails(option, tmp_path, conn):
     for spec, payload, acc in both(tmp_path, conn):
         with pytest.raises((KeyError, AssertionError)):
             assert check(spec, payload, acc, False)
+
+
+def test_debug_reaches_a_single_jobs_spec_and_handle_and_a_map_refuses_it(tmp_path, conn):
+    """Debug mode is KineticRunOperator's only (a map's children would each wait for a
+    debugger): its port, wait, TTL and label reach the job's spec and handle."""
+    run = KineticRunOperator(task_id="run", python_callable=work, kinetic_conn_id=conn,
+                             debug=True, debug_port=5681, debug_wait=45)  # fmt: skip
+    spec, _, _ = planned(run)
+    assert (spec.env["KINETIC_DEBUG_PORT"], spec.env["KINETIC_DEBUG_WAIT_S"]) == ("5681", "45")
+    assert spec.container["ports"] == [
+        {"name": "debugpy", "containerPort": 5681, "protocol": "TCP"}
+    ]
+    assert spec.ttl_seconds == 7200 and spec.labels["kinetic-debug"] == "true"
+    assert (_HANDLES[-1].debug, _HANDLES[-1].debug_port) == (True, 5681)
+    with pytest.raises(ValueError, match="KineticMapOperator does not take debug"):
+        KineticMapOperator(task_id="map", python_callable=work, inputs=[1], debug=True)

@@ -105,7 +105,12 @@ def after_job(
     # before the policy may delete them (``core.jobs.usage``).
     for job_id in [entry_id] if entry_id is not None else [h.job_id for h in handles]:
         usage.record_usage(store, job_id)
-    release(store, backend, handles, archive_logs)
+    # A debug job's pod stays for its TTL (two hours): a debugger may still be looking
+    # at it, and its log with it (``jobs cleanup`` releases it sooner).
+    kept_pods = [h for h in handles if h.debug and backend.keeps_logs]
+    for handle in kept_pods:
+        logger.info("kinetic debug job %s: its pod stays until its TTL expires", handle.job_id)
+    release(store, backend, [h for h in handles if h not in kept_pods], archive_logs)
     kept = set(kept_uris)
     removed, left = 0, {"objects": 0, "bytes": 0}
     any_referenced = False

@@ -43,6 +43,11 @@ from airflow_provider_kinetic.core.jobs.checkpoint import (
     validate_restore,
     validate_sync_s,
 )
+from airflow_provider_kinetic.core.spec.debug import (
+    DEFAULT_DEBUG_PORT,
+    DEFAULT_DEBUG_WAIT_S,
+    check_debug,
+)
 
 #: ``work`` metadata: always in the work digest (the digest's options since version 1).
 ALWAYS = "always"
@@ -113,6 +118,10 @@ class JobOptions:
     #: A multi-slice job's restarts of the whole gang in place (JobSet
     #: ``failurePolicy.maxRestarts``): the task's preemption and infra re-submits.
     max_restarts: int = option(0, work=NOT_WORK, pod="max_restarts")
+    #: Debug mode (``core.spec.debug``): the port the runner's debugpy server listens
+    #: on, None: off; and how long it waits for a client before failing the job.
+    debug_port: int | None = option(None, work=NOT_WORK, pod="debug_port")
+    debug_wait_s: float = option(DEFAULT_DEBUG_WAIT_S, work=NOT_WORK, pod="debug_wait_s")
 
     def __post_init__(self) -> None:
         if not isinstance(self.spot, bool):
@@ -147,6 +156,9 @@ class JobOptions:
         restarts = self.max_restarts
         if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
             raise ValueError(f"max_restarts must be a whole number >= 0, got {restarts!r}")
+        port = DEFAULT_DEBUG_PORT if self.debug_port is None else self.debug_port
+        debug = check_debug(self.debug_port is not None, port, self.debug_wait_s)
+        self._set("debug_wait_s", debug.wait_s)
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)  # normalising a frozen record as it is made

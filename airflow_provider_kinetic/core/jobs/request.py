@@ -168,4 +168,5 @@ def plan_for_request(request: JobRequest, config: Any, kind: str) -> ImagePlan:
         local=not backend_class(kind).needs_cluster,
         config=config,
         ceilings=request.by_value_roots or (),
+        debug=request.options.debug_port is not None,
     )

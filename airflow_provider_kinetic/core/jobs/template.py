@@ -211,6 +211,8 @@ class JobTemplate:
             result_key_id=spec.result_key_id,
             capacity=str(self.capacity_step(step)),
             num_slices=self.options.num_slices if self.options.num_slices > 1 else None,
+            debug=self.options.debug_port is not None,
+            debug_port=self.options.debug_port,
             capacity_wait_s=self.options.capacity_wait_s
             if step + 1 < len(self.options.capacity_chain)
             else None,

@@ -41,7 +41,11 @@ from typing import Any
 from airflow_provider_kinetic.core.catalog.accelerators import Accelerator
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.runtime import wheel
-from airflow_provider_kinetic.core.runtime.requirements import Requirements, resolve_requirements
+from airflow_provider_kinetic.core.runtime.requirements import (
+    Requirements,
+    normalise_name,
+    resolve_requirements,
+)
 
 MODES = ("bundled", "prebuilt")
 CATEGORIES = ("cpu", "gpu", "tpu")
@@ -272,6 +276,24 @@ def registry_target(
     return RegistryTarget(project, location, repository)
 
 
+#: What debug mode adds to a job's requirements: its runner's server (``runner/debug.py``).
+DEBUGGER_REQUIREMENT = "debugpy"
+_NAME_RE = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def with_debugger(reqs: Requirements, debug: bool) -> Requirements:
+    """``reqs`` plus ``debugpy`` when ``debug`` and no line names it yet: prebuilt images
+    install it at start, bundled ones are built with it, a local venv gets it.  A custom
+    image is taken as it is (it needs debugpy of its own)."""
+    if not debug:
+        return reqs
+    for line in reqs.installable:
+        m = _NAME_RE.match(line)
+        if m and normalise_name(m.group(1)) == DEBUGGER_REQUIREMENT:
+            return reqs
+    return Requirements([*reqs.lines, DEBUGGER_REQUIREMENT], reqs.source)
+
+
 def plan_image(
     *,
     container_image: str | None,
@@ -283,6 +305,7 @@ def plan_image(
     accelerator: Accelerator | None = None,
     python: str | None = None,
     ceilings: Sequence[str] = (),
+    debug: bool = False,
 ) -> ImagePlan:
     """Resolve the image and requirements of a task's jobs (no I/O beyond reading
     requirement files and this package's files).  Discovery never climbs above
@@ -292,6 +315,7 @@ def plan_image(
     ``category`` alone, for amd64 hosts.  ``container_image``: the operator's option
     (``None``: the connection's); ``config``: a ``KineticConfig`` (``container_image``,
     ``image``, ``base_image_repo``, ``artifact_registry_*``, ``project``/``zone``/``cluster``).
+    ``debug``: debug mode's jobs get ``debugpy`` (:func:`with_debugger`).
     """
     category = accelerator.category if accelerator is not None else category
     if category is None:
@@ -300,6 +324,7 @@ def plan_image(
     explicit = requirements is not None
     if local:  # the job runs on this machine, whatever the accelerator's hosts are
         reqs = resolve_requirements(requirements, entry_file, category, "local", ceilings)
+        reqs = with_debugger(reqs, debug and bool(reqs.installable))  # else: this Python's
         return ImagePlan("local", None, category, requirements=reqs)
     arch = accelerator.arch if accelerator is not None else DEFAULT_ARCH
     label = accelerator.canonical if accelerator is not None else None
@@ -308,6 +333,7 @@ def plan_image(
     setting = setting or config.image or "bundled"
     if setting == "prebuilt":
         reqs = resolve_requirements(requirements, entry_file, category, "prebuilt", ceilings)
+        reqs = with_debugger(reqs, debug)
         repo = (config.base_image_repo or "").rstrip("/")
         if not repo:
             raise ImageConfigError(
@@ -322,6 +348,7 @@ def plan_image(
         )
     if setting == "bundled":
         reqs = resolve_requirements(requirements, entry_file, category, "bundled", ceilings)
+        reqs = with_debugger(reqs, debug)
         target = registry_target(
             config.project,
             config.artifact_registry_location,

@@ -130,6 +130,8 @@ class JobHandle:
     capacity_wait_s: float | None = None
     #: TPU slices the job runs on (a JobSet); None: one slice (every older handle).
     num_slices: int | None = None
+    #: A debug job's debugpy port (``debug`` is then True; ``core.spec.debug``).
+    debug_port: int | None = None
     version: int = HANDLE_VERSION
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
@@ -147,7 +149,7 @@ class JobHandle:
         out["result_auth"] = self.result_auth
         if self.result_key_id is not None:
             out["result_key_id"] = self.result_key_id
-        for key in ("capacity", "capacity_wait_s", "num_slices"):
+        for key in ("capacity", "capacity_wait_s", "num_slices", "debug_port"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         out["version"] = self.version

@@ -16,6 +16,7 @@ from typing import Any
 from airflow_provider_kinetic.core.catalog.accelerators import Accelerator
 from airflow_provider_kinetic.core.catalog.capacity import Capacity, CapacityFields, pod_fields
 from airflow_provider_kinetic.core.data.mounts import FuseMount
+from airflow_provider_kinetic.core.spec import debug as debug_mode
 
 #: kinetic image layout: the runner script sits at this path in the image.
 KINETIC_RUNNER_COMMAND = ["python3", "-u", "/app/remote_runner.py"]
@@ -80,6 +81,9 @@ class SpecInputs:
     num_slices: int = 1
     #: A multi-slice job's whole-gang restarts (JobSet ``failurePolicy.maxRestarts``).
     max_restarts: int = 0
+    #: Debug mode (``core.spec.debug``): the debugpy port (None: off) and its wait.
+    debug_port: int | None = None
+    debug_wait_s: float = debug_mode.DEFAULT_DEBUG_WAIT_S
 
 
 def secret_name(job_id: str) -> str:
@@ -113,6 +117,8 @@ class JobSpec:
     #: how often the JobSet restarts the whole gang after a failure.
     num_slices: int = 1
     max_restarts: int = 0
+    #: Debug mode's port (None: not a debug job; ``core.spec.debug``).
+    debug_port: int | None = None
 
     @property
     def command(self) -> list[str]:
@@ -187,6 +193,7 @@ def build_job_spec(inp: SpecInputs) -> JobSpec:
         "GCS_BUCKET": inp.bucket,
         "KINETIC_OUTPUT_DIR": inp.output_dir,
         **inp.env,
+        **(debug_mode.debug_env(inp.debug_port, inp.debug_wait_s) if inp.debug_port else {}),
     }
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
@@ -202,6 +209,8 @@ def build_job_spec(inp: SpecInputs) -> JobSpec:
             for k in sorted(inp.secrets)
         ],
     }
+    if inp.debug_port:  # declared on the pod, reached by a port-forward: no Service
+        debug_mode.declare_debug_port(container, inp.debug_port)
     resources = _resources(inp)
     if resources:
         container["resources"] = resources
@@ -230,6 +239,7 @@ def build_job_spec(inp: SpecInputs) -> JobSpec:
         "job-id": inp.job_id,
         **identity_labels(inp.identity),
         **{k: label_value(v) for k, v in inp.extra_labels.items()},
+        **({debug_mode.DEBUG_LABEL: "true"} if inp.debug_port else {}),
     }
     return JobSpec(
         job_id=inp.job_id,
@@ -240,11 +250,15 @@ def build_job_spec(inp: SpecInputs) -> JobSpec:
         pod=pod,
         accelerator=inp.accelerator,
         fuse=list(inp.fuse),
-        ttl_seconds=inp.ttl_seconds,
+        # A debug job's pod stays for a look after it ends (kinetic's two hours).
+        ttl_seconds=max(inp.ttl_seconds, debug_mode.DEBUG_TTL_S)
+        if inp.debug_port
+        else inp.ttl_seconds,
         secrets=dict(inp.secrets),
         capacity=capacity,
         num_slices=inp.num_slices,
         max_restarts=inp.max_restarts,
+        debug_port=inp.debug_port,
     )
 
 

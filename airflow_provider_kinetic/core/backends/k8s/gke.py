@@ -236,6 +236,19 @@ class GkeBackend(PlanDriver, StatusReads, OwnedWrites, Backend):
     async def acancel(self, handle: JobHandle) -> None:
         await self._arun(self._cancel_plan(handle))
 
+    def port_forward(self, handle: JobHandle, remote_port: int, local_port: int = 0) -> Any:
+        """A port-forward from ``127.0.0.1:local_port`` to ``remote_port`` of the job's
+        pod (the one its log comes from; debug mode), not yet started; None while the
+        job has no pod."""
+        from airflow_provider_kinetic.core.backends.k8s.portforward import PortForward
+
+        ns, name = self.where(handle)
+        pod = self._run(self._log_pod_plan(ns, name))
+        if pod is None:
+            return None
+        pod_name = (pod.get("metadata") or {}).get("name", "")
+        return PortForward(self._factory, ns, pod_name, remote_port, local_port)
+
     # ---- plans (no I/O) ---------------------------------------------------------
     def where(self, handle: JobHandle) -> tuple[str, str]:
         """(namespace, object name) of the job named by ``handle``."""
