@@ -222,3 +222,28 @@ def test_a_dry_try_plans_without_a_context():
     assert batch.context is None and batch.identity["run_id"] == "dry_run"
     state = batch.plan().state
     assert state.total == 1 and not batch.store.exists(plan_key(state.group_id))
+
+
+def test_an_event_of_another_batch_fails_the_try_and_delivers_nothing(tmp_path, monkeypatch):
+    """A cleared try's batch trigger that outlived the clear under this try's trigger id
+    (``operators.job_wait.resumed``): its event carries that batch's state.  The try
+    fails naming both batches; it never collects the other batch's values."""
+    from airflow.providers.common.compat.sdk import AirflowException
+
+    monkeypatch.setenv("AIRFLOW__KINETIC__DEFER_GRACE_S", "0")
+    release = tmp_path / "release"
+    other = started(open_try(map_operator(python_callable=double, inputs=[5])))
+    batch_wait.wait_sync(other)  # the earlier try's batch, ended
+    op = map_operator(python_callable=held, inputs=[[str(release), 1]], deferrable=True)
+    batch = started(open_try(op))
+    batch.publish()
+    with pytest.raises(TaskDeferred):
+        batch_wait.wait_deferred(batch)  # this try's record: DEFERRED on its own batch
+
+    back = BatchTry.reopen(op, batch.context, other.batch)
+    with pytest.raises(AirflowException, match=f"batch {other.batch.group_id}'s, not this try's"):
+        batch_wait.resumed(back, {"status": "finished"})
+    record = read_record(back.store, back.identity, back.secret)
+    assert record.group_id == batch.batch.group_id and record.mode == DEFERRED
+    assert not record.delivered
+    batch_wait.cancel(BatchTry.reopen(op, batch.context, batch.batch))
