@@ -28,6 +28,9 @@ Prints one table (case, baseline, ours, ratio, goal, pass/fail) for:
 11. (``--only standalone``, not in ``--quick``) deferred 7 s and 20 s jobs under
     ``airflow standalone`` against ``DateTimeSensorAsync`` of the same length: the
     trigger ending the task, and the worker resuming it (``cases_standalone.py``).
+12. (``--only backfill``, not in ``--quick``) a 30-date backfill under ``airflow
+    standalone`` with five dates' data changed, with ``cache=True`` against the same
+    DAG without it, then the same backfill again (``cases_backfill.py``).
 
 Each ratio is kinetic's (or the baseline's) time over ours, best of ``--repeat``
 interleaved runs.  ``--quick`` uses small sizes (the test suite runs it); its ratios
@@ -47,6 +50,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+import cases_backfill  # noqa: E402
 import cases_batch  # noqa: E402
 import cases_batch10k  # noqa: E402
 import cases_broadcast  # noqa: E402
@@ -65,9 +69,9 @@ from table import Row, render  # noqa: E402
 FULL = {"files": 20_000, "size": 4096, "big": 1 << 30, "upload": 2_000, "batch": 1_000,
         "pod_files": 2_000, "pod_big": 2 << 30}  # fmt: skip
 CASES = ["hash", "big", "rehash", "keys", "upload", "batch", "overhead", "transfer", "triggerer",
-         "batch10k", "broadcast", "import", "standalone"]  # fmt: skip
+         "batch10k", "broadcast", "import", "standalone", "backfill"]  # fmt: skip
 #: Cases a run makes only when ``--only`` names them (minutes each, no --quick size).
-ON_REQUEST = {"standalone"}
+ON_REQUEST = {"standalone", "backfill"}
 QUICK = {"files": 2_000, "size": 4096, "big": 64 << 20, "upload": 200, "batch": 20,
          "pod_files": 20, "pod_big": 64 << 20}  # fmt: skip
 FULL["batch10k"], QUICK["batch10k"] = (1_000, 10_000), (8, 24)  # type: ignore[assignment]
@@ -98,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     sizes = QUICK if ns.quick else FULL
     only = set(ns.only or set(CASES) - ON_REQUEST)
-    no_kinetic_side = {"keys", "broadcast", "import", "standalone"}
+    no_kinetic_side = {"keys", "broadcast", "import", "standalone", "backfill"}
     if only - no_kinetic_side and kinetic_ref.kinetic_dir() is None:
         print("keras-kinetic 0.0.4 is not installed: pip install --no-deps keras-kinetic==0.0.4")
         return 2
@@ -167,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.extend(cases_broadcast.broadcast(tmp, *sizes["bcast"], ns.rtt_ms, ns.bcast_mbps))
         if "standalone" in only:
             rows.extend(cases_standalone.deferral(ns.repeat))
+        if "backfill" in only:
+            rows.extend(cases_backfill.backfills())
     title = "airflow-provider-kinetic vs keras-kinetic 0.0.4" + (" (--quick)" if ns.quick else "")
     print(render(rows, title))
     return 0
