@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
+import time
 from dataclasses import dataclass
 
 from airflow_provider_kinetic.core.data.hashing.statcache import StatCache
@@ -44,11 +46,64 @@ class EntryCheck:
         return self.actual == self.expected
 
 
+def marker_path(path: str) -> str:
+    """The completion marker of the local entry dir ``path`` (``.../data-cache/{hash}``
+    -> ``.../data-markers/{hash}``)."""
+    cache_dir, digest = os.path.split(os.path.normpath(path))
+    return os.path.join(os.path.dirname(cache_dir), MARKER_PREFIX.rsplit("/", 1)[1], digest)
+
+
+def _ctimes(path: str) -> list[int] | None:
+    """The ctime of the entry dir and of everything in it; None at a link or special
+    file (not what an upload makes)."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(path):
+        found.append(os.lstat(dirpath).st_ctime_ns)
+        for name in filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            found.append(st.st_ctime_ns)
+        if any(os.path.islink(os.path.join(dirpath, d)) for d in dirnames):
+            return None
+    return found
+
+
+def sealed(path: str) -> bool:
+    """Whether nothing in the entry at ``path`` changed since its marker was written
+    (every ctime strictly before the marker's): then it holds the bytes its upload
+    verified."""
+    try:
+        mark = os.lstat(marker_path(path)).st_ctime_ns
+        ctimes = _ctimes(path)
+    except OSError:
+        return False
+    return ctimes is not None and len(ctimes) > 1 and max(ctimes) < mark
+
+
+def stamp_marker(path: str, deadline_s: float = 2.0) -> None:
+    """After writing the marker of the entry at ``path``: touch it until its ctime is
+    later than every ctime in the entry (the file system's clock ticks coarsely, so
+    the last ``chmod`` and the marker may share a tick); ``sealed`` then holds until
+    something changes.  Gives up quietly at the deadline (readers then hash)."""
+    marker = marker_path(path)
+    ctimes = _ctimes(path)
+    if not ctimes:
+        return
+    newest, end = max(ctimes), time.monotonic() + deadline_s
+    while os.lstat(marker).st_ctime_ns <= newest and time.monotonic() < end:
+        time.sleep(0.002)  # the next tick of the file system's clock
+        os.utime(marker)
+
+
 def check_entry(path: str, expected: str, is_dir: bool) -> EntryCheck:
     """Hash the entry at ``path`` as the Data it holds (a directory, or the one file
-    of a single-file Data) and compare with ``expected``."""
+    of a single-file Data) and compare with ``expected``; an entry ``sealed`` since
+    its marker is sound without reading a byte."""
     if not os.path.isdir(path):
         return EntryCheck(path, expected, "nothing: the entry is missing")
+    if os.path.basename(os.path.normpath(path)) == expected and sealed(path):
+        return EntryCheck(path, expected, expected)
     target = path
     if not is_dir:
         names = sorted(os.listdir(path))
