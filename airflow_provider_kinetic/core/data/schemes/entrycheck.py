@@ -17,6 +17,7 @@ same reason: a source still there is uploaded again before the job starts).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import stat
@@ -26,8 +27,10 @@ from dataclasses import dataclass
 from airflow_provider_kinetic.core.data.hashing.statcache import StatCache
 from airflow_provider_kinetic.core.data.hashing.treehash import content_hash
 from airflow_provider_kinetic.core.data.hashing.treewalk import DataPathError
-from airflow_provider_kinetic.core.data.refs import CACHE_PREFIX, MARKER_PREFIX
+from airflow_provider_kinetic.core.data.manifest import Manifest, ManifestError
+from airflow_provider_kinetic.core.data.refs import CACHE_PREFIX, MARKER_PREFIX, file_key, tree_key
 from airflow_provider_kinetic.core.data.schemes.download import DataHashMismatch, expected_hash
+from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.storage import ObjectStore, file_uri_path, store_for_uri
 
 log = logging.getLogger(__name__)
@@ -139,6 +142,31 @@ def verify_entry(uri: str, is_dir: bool, used: str, seen: set[str] | None = None
     return path
 
 
+def _drop_bad_files(store: ObjectStore, head: str, digest: str) -> None:
+    """The incremental layout: the entry's files are hard links to its file objects,
+    so a corrupt entry file is a corrupt object; every object the entry's manifest
+    names whose bytes are not its name goes too (with the manifest), so the next
+    upload sends it again instead of linking the bad one."""
+    tree = head + tree_key(digest)  # ``head``: the store root's path, under "/"
+    try:
+        manifest = Manifest.decode(store.read_bytes(tree), tree)
+    except (OSError, ManifestError, KineticError):
+        return
+    for sha in manifest.shas():
+        path = file_uri_path(store.uri(head + file_key(sha)))
+        h = hashlib.sha256()
+        try:
+            with open(path, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+        except OSError:
+            continue
+        if h.hexdigest() != sha:
+            log.warning("data file object %s holds other bytes than its name: removed", path)
+            store.delete(head + file_key(sha))
+    store.delete(tree)
+
+
 def remove_entry(store: ObjectStore, key: str) -> str:
     """Remove the bad entry at ``key`` (``.../data-cache/{hash}``): its marker first (no
     submit then takes it for complete), then its files.  Says what was done."""
@@ -146,6 +174,7 @@ def remove_entry(store: ObjectStore, key: str) -> str:
     marker = head + MARKER_PREFIX + digest
     try:
         store.delete(marker)
+        _drop_bad_files(store, head, digest.strip("/"))
         store.delete_prefix(key)
     except OSError as exc:
         log.warning("could not remove the bad data cache entry %s: %s", store.uri(key), exc)
