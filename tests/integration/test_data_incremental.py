@@ -141,6 +141,26 @@ def test_concurrent_uploads_of_the_same_content_send_it_once(
     assert not [k for k in store.list("default/data-trees/") if k.endswith(".claim")]
 
 
+def test_a_claim_left_by_a_killed_uploader_does_not_hold_the_next_upload(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    from airflow_provider_kinetic.core.data import incremental
+
+    tree = tmp_path / "tree"
+    make_tree(tree, 3)
+    data = Data(str(tree))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    claim = {"host": socket.gethostname(), "pid": int(gone.stdout), "at": 2e9}
+    store.write_bytes(incremental.claim_key(data.content_hash()), json.dumps(claim).encode())
+    assert datacache.upload_data(store, data) is True
+    assert not store.exists(incremental.claim_key(data.content_hash()))
+
+
 def test_the_runner_assembles_and_verifies_a_manifest(store: ObjectStore, tmp_path: Path) -> None:
     if store.scheme == "file":
         pytest.skip("a local store's ref names its linked entry dir (test_local_data_view.py)")

@@ -22,8 +22,8 @@ dir (the local runner, volumes, FUSE, kinetic's own runner) reads it as before.
 Concurrency: an upload claims the content hash first
 (``default/data-trees/{hash}.claim``, written if absent); a second upload of the same
 content waits for the first to complete (or for its claim to go) instead of sending
-the same bytes again; a claim older than ``CLAIM_STALE_S`` (a killed uploader) is
-taken over.
+the same bytes again; a claim whose uploader is gone (same host, no such process) or
+older than ``CLAIM_STALE_S`` (another host's killed uploader) is taken over.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from airflow_provider_kinetic.core.data.refs import (
 )
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.storage import ObjectStore, file_uri_path
-from airflow_provider_kinetic.core.storage.base import PreconditionFailed
+from airflow_provider_kinetic.core.storage.base import PreconditionFailed, StoreFullError
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +106,12 @@ def claim(store: ObjectStore, digest: str, complete: Callable[[], bool]) -> bool
         try:
             held = json.loads(store.read_bytes(key))
             age = time.time() - float(held.get("at", 0))
+            dead = held.get("host") == socket.gethostname() and not _alive(int(held["pid"]))
         except Exception:  # noqa: BLE001 - gone meanwhile, or unreadable: look again
-            age = 0.0
-        if age > CLAIM_STALE_S:
-            log.warning("data upload claim %s is %.0f s old: taking it over", key, age)
+            age, dead = 0.0, False
+        if age > CLAIM_STALE_S or dead:
+            why = "its uploader is gone" if dead else f"it is {age:.0f} s old"
+            log.warning("data upload claim %s: %s; taking it over", key, why)
             with contextlib.suppress(Exception):
                 store.delete(key)
             continue
@@ -117,6 +119,18 @@ def claim(store: ObjectStore, digest: str, complete: Callable[[], bool]) -> bool
             log.info("data %s is being uploaded by another task: waiting for it", digest[:12])
             announced = True
         time.sleep(WAIT_POLL_S)  # another upload of the same bytes is in flight
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def release(store: ObjectStore, digest: str) -> None:
@@ -159,15 +173,26 @@ def upload_tree(
             mine = sha not in have and sha not in sending
             sending.add(sha)
         if mine:
-            _send(store, path, sha, buf, label)
+            try:
+                _send(store, path, sha, buf, label)
+            except StoreFullError as exc:
+                raise StoreFullError(
+                    f"uploading {label} (data cache entry {digest}/{rel}): {exc}", exc.errno
+                ) from exc
             with lock:
                 sent[0] += 1
                 sent[1] += size
+                written.append(file_key(sha))
         return ManifestFile(rel, size, sha), kin.digest()
 
     rels = [rel for rel, _ in files]
-    with ThreadPoolExecutor(max_workers=max(1, min(WORKERS, len(rels)))) as pool:
-        done = list(pool.map(one, rels))
+    written: list[str] = []
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(WORKERS, len(rels)))) as pool:
+            done = list(pool.map(one, rels))
+    except StoreFullError:
+        _drop(store, written)  # a full disk keeps nothing no manifest names
+        raise
     kind = b"dir:" if is_dir else b"file:"
     got = hashlib.sha256(kind + b"".join(d for _, d in done)).hexdigest()
     if got != digest:
@@ -181,6 +206,14 @@ def upload_tree(
     store.write_bytes(tree_key(digest), body, content_type="application/json")
     reused = len(rels) - sent[0]
     return manifest, Sent(sent[0], sent[1], reused, len(body))
+
+
+def _drop(store: ObjectStore, keys: list[str]) -> None:
+    for key in keys:
+        try:
+            store.delete(key)
+        except OSError as exc:
+            log.warning("could not remove %s after a failed upload: %s", store.uri(key), exc)
 
 
 def _send(store: ObjectStore, path: str, sha: str, buf: bytes | None, label: str) -> None:
