@@ -135,8 +135,9 @@ def _download_ref(ref: dict[str, Any], target: str) -> str:
 
 
 def _local_view(ref: dict[str, Any], target: str) -> str | None:
-    """Local backend: a ``file://`` cache entry becomes a view of links to its
-    read-only files (``core/data/localview.py``), verified first, instead of a copy;
+    """Local backend: a ``file://`` cache entry is read in place, verified first: the
+    entry itself, or a tree of links to its read-only files where the path must hold
+    more (``core/data/localview.py``), instead of a copy;
     None where a copy is needed (not an entry, or a root job that cannot be kept
     from writing it)."""
     uri = ref["uri"].rstrip("/")
@@ -150,7 +151,10 @@ def _local_view(ref: dict[str, Any], target: str) -> str | None:
         return None
     _verified(ref, f"Data({uri!r})", set())
     localview.seal(entry)
-    return localview.link_tree(entry, target, bool(ref.get("is_dir")))
+    is_dir = bool(ref.get("is_dir"))
+    if not ref.get(EMPTY_DIRS) and not ref.get("mount_path") and localview.read_only_tree(entry):
+        return localview.entry_path(entry, is_dir)  # the entry itself: nothing per job
+    return localview.link_tree(entry, target, is_dir)
 
 
 def _resolve_fuse(ref: dict[str, Any]) -> str:

@@ -39,9 +39,12 @@ def try_to_write(path: str) -> dict[str, Any]:
             tries[name] = type(exc).__name__
     with open(target, "rb") as f:
         seen = f.read()
-    scratch = os.path.join(path, "scratch.txt")  # its own tree: new names are fine
-    with open(scratch, "w") as f:
-        f.write("mine")
+    try:  # nor add a name to the cached tree
+        with open(os.path.join(path, "scratch.txt"), "w") as f:
+            f.write("mine")
+        tries["create"] = "written"
+    except OSError as exc:
+        tries["create"] = type(exc).__name__
     return {"tries": tries, "seen": seen, "ino": os.stat(target).st_ino}
 
 
@@ -64,9 +67,20 @@ def test_a_job_cannot_change_the_cached_bytes_it_reads(
     entry = Path(config.bucket_name, cache_key(data.content_hash()))
     assert (entry / "a.txt").read_bytes() == TRUE_BYTES
     assert out["ino"] == (entry / "a.txt").stat().st_ino  # the entry's own file: no copy
-    assert sorted(os.listdir(entry)) == ["a.txt"]  # the job's scratch file stayed its own
+    assert sorted(os.listdir(entry)) == ["a.txt"]  # nothing was added to the entry
     again = run(config, backend, JobRequest(func=try_to_write, args=(data,)))
     assert again["seen"] == TRUE_BYTES  # the next job sees the true bytes, unchanged
+    # With an empty directory (which the entry does not keep) the job gets a tree of
+    # its own, of links to the entry's files: new names are its own, the bytes are not.
+    (src / "empty").mkdir()
+    linked = run(config, backend, JobRequest(func=try_to_write, args=(Data(str(src)),)))
+    assert linked["tries"]["create"] == "written" and linked["seen"] == TRUE_BYTES
+    assert {k: v for k, v in linked["tries"].items() if k != "create"} == {
+        k: v for k, v in out["tries"].items() if k != "create"
+    }
+    assert linked["ino"] == (entry / "a.txt").stat().st_ino
+    assert (entry / "a.txt").read_bytes() == TRUE_BYTES
+    assert sorted(os.listdir(entry)) == ["a.txt"]
 
 
 def test_a_sweeps_children_read_the_same_bytes_not_copies(

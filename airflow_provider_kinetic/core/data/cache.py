@@ -274,11 +274,10 @@ def _stat(path: str) -> tuple[int, ...] | None:
 
 
 def _make_read_only(path: str) -> None:
-    """Cache entries are immutable; on the local backend FUSE data is served straight
-    from them, so drop write permission (as a read-only mount would)."""
-    for dirpath, _, files in os.walk(path):
-        for name in files:
-            os.chmod(os.path.join(dirpath, name), 0o444)
+    """Cache entries are immutable; on the local backend jobs read them in place (their
+    Data, volumes, FUSE data), so drop write permission from the files and the
+    directories (as a read-only mount would: no file is changed, added or removed)."""
+    incremental.make_read_only(path)
 
 
 def upload_all(store: ObjectStore, items: list[Data], workers: int = 4) -> dict[str, bool]:

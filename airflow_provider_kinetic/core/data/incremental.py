@@ -174,7 +174,7 @@ def upload_tree(
             sending.add(sha)
         if mine:
             try:
-                _send(store, path, sha, buf, label)
+                wrote = _send(store, path, sha, buf, label)
             except StoreFullError as exc:
                 raise StoreFullError(
                     f"uploading {label} (data cache entry {digest}/{rel}): {exc}", exc.errno
@@ -182,7 +182,8 @@ def upload_tree(
             with lock:
                 sent[0] += 1
                 sent[1] += size
-                written.append(file_key(sha))
+                if wrote:  # not another upload's: that one may be using it
+                    written.append(file_key(sha))
         return ManifestFile(rel, size, sha), kin.digest()
 
     rels = [rel for rel, _ in files]
@@ -216,9 +217,10 @@ def _drop(store: ObjectStore, keys: list[str]) -> None:
             log.warning("could not remove %s after a failed upload: %s", store.uri(key), exc)
 
 
-def _send(store: ObjectStore, path: str, sha: str, buf: bytes | None, label: str) -> None:
+def _send(store: ObjectStore, path: str, sha: str, buf: bytes | None, label: str) -> bool:
     """Upload one file content under its SHA-256; a streamed file is read again after
-    its upload and its object removed if the bytes changed meanwhile."""
+    its upload and its object removed if the bytes changed meanwhile.  False when
+    another upload wrote the object first."""
     key = file_key(sha)
     try:
         if buf is not None:
@@ -236,10 +238,21 @@ def _send(store: ObjectStore, path: str, sha: str, buf: bytes | None, label: str
                     "was kept. Let whatever writes the data finish first"
                 )
     except PreconditionFailed:
-        return  # another upload sent the same bytes first
+        return False  # another upload sent the same bytes first
     if store.scheme == "file":
         with contextlib.suppress(OSError):
             os.chmod(file_uri_path(store.uri(key)), 0o444)
+    return True
+
+
+def make_read_only(path: str) -> None:
+    """Files 0444 and directories 0555 below ``path`` (a complete local entry)."""
+    for dirpath, _, files in os.walk(path, topdown=False):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            if os.lstat(full).st_mode & 0o777 != 0o444:  # a chmod moves a shared ctime
+                os.chmod(full, 0o444)
+        os.chmod(dirpath, 0o555)
 
 
 def link_entry(store: ObjectStore, manifest: Manifest) -> int:
@@ -247,6 +260,8 @@ def link_entry(store: ObjectStore, manifest: Manifest) -> int:
     byte stored twice); a copy where a link cannot be made (another file system, a
     link count limit).  Returns how many files were copied."""
     entry = file_uri_path(store.uri(cache_key(manifest.content_hash)))
+    for dirpath, _, _ in os.walk(entry):  # an interrupted upload's, made read-only
+        os.chmod(dirpath, 0o755)
     copied = 0
     for f in manifest.files:
         src = file_uri_path(store.uri(file_key(f.sha256)))
@@ -264,6 +279,8 @@ def link_entry(store: ObjectStore, manifest: Manifest) -> int:
             shutil.copyfile(src, dst)
             os.chmod(dst, 0o444)
             copied += 1
+    if manifest.files:
+        make_read_only(entry)
     if copied:
         log.warning(
             "data cache entry %s: %d file(s) copied, not linked (the store's file objects "

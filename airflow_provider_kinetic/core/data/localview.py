@@ -1,11 +1,15 @@
-"""A local job's Data: a view of the verified, read-only cache entry, never a copy.
+"""A local job's Data: the verified, read-only cache entry itself, never a copy.
 
 On the local backend a ``Data`` argument's cache entry is a directory on the same
 machine.  A job used to get a copy of it in its temp dir (3.5 s for 200 MB, paid by
-every child of a sweep).  Now the job's path is a tree of directories of its own
-whose files are *symbolic links* to the entry's read-only files: no byte is copied,
-every job of a machine reads the same inodes, and the job may still add, remove or
-rename names in its own tree (they are its own directories).
+every child of a sweep).  Now the function gets the entry's own path (``entry_path``),
+as ``Data(fuse=True)`` always has: nothing is made per job, and every job of a machine
+reads the same inodes.  The entry is read-only as a whole (files 0444, directories
+0555, ``read_only_tree``), so the function cannot write, add or remove anything in
+it.  Where the function's path must hold more than the entry (empty directories,
+which the entry does not keep) or sit at a given place (a mount path), the job gets
+a tree of directories of its own whose files are *symbolic links* to the entry's
+files (``link_tree``): its own names, the entry's bytes.
 
 Why links to the entry, not hard links: a hard link changes the inode's ctime,
 which is what proves an entry unchanged since its completion marker
@@ -107,6 +111,29 @@ def seal(entry: str) -> bool:
         raise OSError(ctypes.get_errno(), f"read-only remount of {entry}")
     _sealed.add(entry)
     return True
+
+
+def read_only_tree(entry: str) -> bool:
+    """Whether the job may be handed ``entry`` itself: nothing in it can be written,
+    added or removed by the job (root: the entry is ``seal``ed; anyone else: the
+    entry's files are 0444 and every directory is without write bits, as the upload
+    leaves them)."""
+    if os.geteuid() == 0:
+        return entry in _sealed
+    try:
+        return all(not os.stat(d).st_mode & 0o222 for d, _, _ in os.walk(entry))
+    except OSError:
+        return False
+
+
+def entry_path(entry: str, is_dir: bool) -> str:
+    """The path a function gets for the entry itself: the directory, or its one file."""
+    if is_dir:
+        return entry
+    names = os.listdir(entry)
+    if len(names) != 1:
+        raise FileNotFoundError(f"the cache entry {entry} holds {len(names)} files, not one")
+    return os.path.join(entry, names[0])
 
 
 def link_tree(entry: str, target: str, is_dir: bool) -> str:
