@@ -231,3 +231,18 @@ def test_data_gc_deletes_a_file_object_only_when_no_kept_manifest_names_it(
     assert not store.exists(tree_key(old.content_hash()))
     entry = Path(store.bucket, cache_key(new.content_hash()))
     assert Data(str(entry)).content_hash() == new.content_hash()
+
+
+def test_files_over_the_inline_size_are_streamed_and_checked_after(
+    store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_kinetic.core.data import incremental
+
+    monkeypatch.setattr(incremental, "INLINE_BYTES", 500)  # every file here is "big"
+    tree = tmp_path / "tree"
+    make_tree(tree, 4)
+    data = Data(str(tree))
+    assert datacache.upload_data(store, data) is True
+    manifest = Manifest.decode(store.read_bytes(tree_key(data.content_hash())), "m")
+    for f in manifest.files:
+        assert store.read_bytes(file_key(f.sha256)) == (tree / f.rel).read_bytes()

@@ -44,7 +44,6 @@ from dataclasses import dataclass
 
 from airflow_provider_kinetic.core.data.manifest import Manifest, ManifestFile
 from airflow_provider_kinetic.core.data.refs import (
-    FILES_PREFIX,
     TREES_PREFIX,
     cache_key,
     file_key,
@@ -57,9 +56,11 @@ from airflow_provider_kinetic.core.storage.base import PreconditionFailed, Store
 log = logging.getLogger(__name__)
 
 #: Files up to this size are read into memory once: hashed and uploaded from one buffer.
-INLINE_BYTES = 32 << 20
-#: Concurrent file reads/uploads of one tree.
-WORKERS = 8
+INLINE_BYTES = 8 << 20
+#: Concurrent file reads, existence checks and uploads of one tree: a disk, or a
+#: bucket whose round trips are hidden by more at once.
+WORKERS = {"file": 8}
+BUCKET_WORKERS = 32
 #: A claim older than this is a killed uploader's: taken over.
 CLAIM_STALE_S = 15 * 60.0
 #: How often a waiting upload looks again.
@@ -147,7 +148,6 @@ def upload_tree(
     label: str,
 ) -> tuple[Manifest, Sent]:
     """Send the file contents the store lacks and write the manifest of ``digest``."""
-    have = {k.rsplit("/", 1)[-1] for k in store.list(FILES_PREFIX + "/")}
     sending: set[str] = set()
     lock = threading.Lock()
     sent = [0, 0]
@@ -170,9 +170,11 @@ def upload_tree(
         sha = raw.hexdigest()
         size = len(buf) if buf is not None else size
         with lock:
-            mine = sha not in have and sha not in sending
+            mine = sha not in sending
             sending.add(sha)
-        if mine:
+        # One existence check per distinct content (not a listing of every object:
+        # what this costs follows the tree, not the bucket).
+        if mine and not store.exists(file_key(sha)):
             try:
                 wrote = _send(store, path, sha, buf, label)
             except StoreFullError as exc:
@@ -189,7 +191,8 @@ def upload_tree(
     rels = [rel for rel, _ in files]
     written: list[str] = []
     try:
-        with ThreadPoolExecutor(max_workers=max(1, min(WORKERS, len(rels)))) as pool:
+        workers = WORKERS.get(store.scheme, BUCKET_WORKERS)
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(rels)))) as pool:
             done = list(pool.map(one, rels))
     except StoreFullError:
         _drop(store, written)  # a full disk keeps nothing no manifest names
