@@ -17,8 +17,7 @@ from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.refs import cache_key
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from tests.fixtures.batch_drive import drive
-from tests.fixtures.local_jobs import backend, config  # noqa: F401 - fixtures
-from tests.integration.test_local_data_verified import run
+from tests.fixtures.local_jobs import backend, config, run  # noqa: F401 - fixtures
 
 TRUE_BYTES = b"the cached bytes"
 
