@@ -17,7 +17,7 @@ from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.refs import cache_key
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from tests.fixtures.batch_drive import drive
-from tests.fixtures.local_jobs import backend, config, run  # noqa: F401 - fixtures
+from tests.fixtures.local_jobs import run
 
 TRUE_BYTES = b"the cached bytes"
 
@@ -52,8 +52,8 @@ def inode_of(x: int, table: str) -> tuple[int, int]:
 
 
 def test_a_job_cannot_change_the_cached_bytes_it_reads(
-    config: KineticConfig,  # noqa: F811
-    backend: LocalBackend,  # noqa: F811
+    config: KineticConfig,
+    backend: LocalBackend,
     tmp_path: Path,
 ) -> None:
     src = tmp_path / "src"
@@ -83,8 +83,8 @@ def test_a_job_cannot_change_the_cached_bytes_it_reads(
 
 
 def test_a_sweeps_children_read_the_same_bytes_not_copies(
-    config: KineticConfig,  # noqa: F811
-    backend: LocalBackend,  # noqa: F811
+    config: KineticConfig,
+    backend: LocalBackend,
     tmp_path: Path,
 ) -> None:
     table = tmp_path / "table"
