@@ -1,5 +1,11 @@
 """kinetic's content-addressed data cache on any ObjectStore.
 
+Two layouts (``refs.layout_for``: the connection's ``data_layout``).  ``files``, the
+default, is incremental (``incremental.py``: one object per distinct file content and
+a manifest per tree; on a local store the per-tree entry dir below is kept too, as
+hard links, and its marker written last); ``kinetic`` is kinetic 0.0.4's per-tree
+layout, described here.
+
 Layout: ``default/data-cache/{hash}/...`` holds the content and the empty marker
 ``default/data-markers/{hash}`` is written *last*, so a marker means "complete": a
 present marker is a hit and nothing is uploaded; an interrupted upload leaves no
