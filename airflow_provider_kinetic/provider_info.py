@@ -243,6 +243,13 @@ FORM: dict[str, tuple[str, str, str, str]] = {
         '{"host": "https://1.2.3.4", "ca_data": "..."}',
         "Skip the GKE lookup: the API server and its CA.",
     ),
+    "data_layout": (
+        "Data layout",
+        _S,
+        "files",
+        "files: Data stored per file (uploads follow what changed); kinetic: kinetic "
+        "0.0.4's per-tree entries, for jobs run by kinetic's own runner.",
+    ),
     "use_internal_ip": ("Use internal IP", _B, "false", "Reach the cluster's private endpoint."),
     "use_dns_endpoint": ("Use DNS endpoint", _B, "false", "Reach the cluster's DNS endpoint."),
     "image_pull_grace_s": (

@@ -25,10 +25,15 @@ Prints one table (case, baseline, ours, ratio, goal, pass/fail) for:
    the store (bytes from the store, time; 1,000 pods on paper): ``cases_broadcast.py``.
 10. what a local DAG file adds to Airflow's own import when it imports the provider
     (``cases_import.py``).
+12. (``--only incremental sweep``, not in a default run) incremental Data
+    (``cases_incremental.py``): re-uploading a 2,000-file ~195 MiB
+    tree with one file changed (bytes sent and bucket growth, counted at the store,
+    against kinetic's full re-upload), and a local sweep of 8 children over a 200 MB
+    Data tree (seconds per child on its Data, against the copy each child made before).
 11. (``--only standalone``, not in ``--quick``) deferred 7 s and 20 s jobs under
     ``airflow standalone`` against ``DateTimeSensorAsync`` of the same length: the
     trigger ending the task, and the worker resuming it (``cases_standalone.py``).
-12. (``--only backfill``, not in ``--quick``) a 30-date backfill under ``airflow
+13. (``--only backfill``, not in ``--quick``) a 30-date backfill under ``airflow
     standalone`` with five dates' data changed, with ``cache=True`` against the same
     DAG without it, then the same backfill again (``cases_backfill.py``).
 
@@ -56,6 +61,7 @@ import cases_batch10k  # noqa: E402
 import cases_broadcast  # noqa: E402
 import cases_hash  # noqa: E402
 import cases_import  # noqa: E402
+import cases_incremental  # noqa: E402
 import cases_keys  # noqa: E402
 import cases_overhead  # noqa: E402
 import cases_polls  # noqa: E402
@@ -69,15 +75,19 @@ from table import Row, render  # noqa: E402
 FULL = {"files": 20_000, "size": 4096, "big": 1 << 30, "upload": 2_000, "batch": 1_000,
         "pod_files": 2_000, "pod_big": 2 << 30}  # fmt: skip
 CASES = ["hash", "big", "rehash", "keys", "upload", "batch", "overhead", "transfer", "triggerer",
-         "batch10k", "broadcast", "import", "standalone", "backfill"]  # fmt: skip
+         "batch10k", "broadcast", "import", "incremental", "sweep", "standalone",
+         "backfill"]  # fmt: skip
 #: Cases a run makes only when ``--only`` names them (minutes each, no --quick size).
-ON_REQUEST = {"standalone", "backfill"}
+ON_REQUEST = {"standalone", "incremental", "sweep", "backfill"}
 QUICK = {"files": 2_000, "size": 4096, "big": 64 << 20, "upload": 200, "batch": 20,
          "pod_files": 20, "pod_big": 64 << 20}  # fmt: skip
 FULL["batch10k"], QUICK["batch10k"] = (1_000, 10_000), (8, 24)  # type: ignore[assignment]
 #: broadcast: one big key, many files (count, size), children, fanout
 FULL["bcast"] = (1 << 30, 2_000, 512 << 10, 16, 4)  # type: ignore[assignment]
 QUICK["bcast"] = (4 << 20, 40, 64 << 10, 4, 2)  # type: ignore[assignment]
+#: incremental Data: (files, bytes each) of the re-uploaded tree and of the sweep's tree
+FULL["inc"], QUICK["inc"] = (2_000, 100 << 10), (100, 4 << 10)  # type: ignore[assignment]
+FULL["sweep"], QUICK["sweep"] = (2_000, 100_000), (50, 4_000)  # type: ignore[assignment]
 #: deferred jobs in one triggerer (shared reads), and per-job polling (before) for comparison
 TRIGGERER = {"full": ((10, 100, 1_000), (10, 100)), "quick": ((10, 50), (10,))}
 
@@ -120,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["KINETIC_LOCAL_SLOTS"] = str(tmp / "slots")
         n, size = sizes["files"], sizes["size"]
         tree = tmp / "tree"
-        written = cases_hash.make_tree(tree, n, size)
-        print(f"tree: {n:,} files x {size // 1024} KiB", flush=True)
+        if only & {"hash", "rehash", "keys"}:  # the hashing cases' tree
+            written = cases_hash.make_tree(tree, n, size)
+            print(f"tree: {n:,} files x {size // 1024} KiB", flush=True)
         if "hash" in only:
             rows.append(cases_hash.first_hash(tree, n, ns.repeat, tmp))
         if "big" in only:
@@ -169,6 +180,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.extend(cases_triggerer.triggerer(*TRIGGERER["quick" if ns.quick else "full"]))
         if "broadcast" in only:
             rows.extend(cases_broadcast.broadcast(tmp, *sizes["bcast"], ns.rtt_ms, ns.bcast_mbps))
+        if "incremental" in only:
+            rows.extend(cases_incremental.incremental(tmp, *sizes["inc"]))
+            print("incremental upload done", flush=True)
+        if "sweep" in only:
+            rows.extend(cases_incremental.sweep(tmp, *sizes["sweep"]))
+            print("sweep done", flush=True)
         if "standalone" in only:
             rows.extend(cases_standalone.deferral(ns.repeat))
         if "backfill" in only:

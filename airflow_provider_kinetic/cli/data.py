@@ -18,12 +18,14 @@ from airflow_provider_kinetic.cli.common import command, output_format
 from airflow_provider_kinetic.cli.output import emit, human_age, human_bytes
 from airflow_provider_kinetic.core.backends.local import venv as local_venv
 from airflow_provider_kinetic.core.backends.local.backend import LocalBackend
+from airflow_provider_kinetic.core.data.refs import FILES_PREFIX
 from airflow_provider_kinetic.core.jobs.cleanup import FAILED_RETENTION_DAYS
 from airflow_provider_kinetic.core.jobs.holds import DATA, Candidate, Ref, decide, held_by_text
 from airflow_provider_kinetic.core.keys import gc as keys_gc
 from airflow_provider_kinetic.core.keys.keystore import KeyStore
 from airflow_provider_kinetic.core.storage import ObjectStore
 from airflow_provider_kinetic.core.storage._keys import PARTS_PREFIX
+from airflow_provider_kinetic.core.storage.stat import stat_objects
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 
 #: Parts younger than this may belong to an upload still composing them, whatever
@@ -79,6 +81,27 @@ def _venv_row(entry: local_venv.VenvEntry, now: float, action: str | None = None
     return _aged_row(
         entry.digest, "venv", True, age, entry.files, entry.bytes, action, path=entry.path
     )
+
+
+def _collect_files(store: ObjectStore, age: float, now: float, dry_run: bool) -> list[dict]:
+    """The incremental layout's file objects (``default/data-files/{sha256}``): each is
+    held by every manifest that names it, so one is deleted only once no manifest left
+    names it (after the entries above went) and it is older than ``age`` and an hour
+    (an upload in flight writes its files before its manifest)."""
+    named = inventory.named_files(store)
+    if named is None:  # an unreadable manifest: what it names is unknown
+        return []
+    rows = []
+    for key, (size, mtime) in stat_objects(store, FILES_PREFIX + "/").items():
+        sha, old = key.rsplit("/", 1)[-1], max(0.0, now - mtime)
+        if sha in named or old <= max(age, PARTS_MIN_AGE_S):
+            continue
+        if not dry_run:
+            store.delete(key)
+        rows.append(
+            _aged_row(sha, "file", True, old, 1, size, "would delete" if dry_run else "deleted")
+        )
+    return rows
 
 
 def _parts_row(parts: inventory.LeftParts, now: float, action: str) -> dict:
@@ -157,6 +180,7 @@ def data_gc(args: Namespace) -> None:
         else:
             inventory.remove_entry(store, entry)
             rows.append(_cache_row(entry, now, "deleted"))
+    rows += _collect_files(store, age, now, args.dry_run)
     for parts in inventory.left_parts(store):  # a killed client's uncomposed upload
         if parts.age(now) <= max(age, PARTS_MIN_AGE_S):
             continue  # maybe an upload in progress

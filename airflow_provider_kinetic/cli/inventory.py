@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from airflow_provider_kinetic.core.data.cache import CACHE_PREFIX, MARKER_PREFIX
+from airflow_provider_kinetic.core.data.manifest import Manifest, ManifestError
+from airflow_provider_kinetic.core.data.refs import TREES_PREFIX, tree_key
 from airflow_provider_kinetic.core.durations import duration_s
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.signing import ResultAuthError, unseal
@@ -225,6 +227,13 @@ def cache_entries(store: ObjectStore) -> list[CacheEntry]:
         files_bytes = sizes.setdefault(digest, [0, 0])
         files_bytes[0] += 1
         files_bytes[1] += size
+    # The incremental layout on a bucket: the manifest is written last (no marker);
+    # on a local store the marker still is (the entry dir is linked first).
+    for digest, manifest, mtime in _manifests(store):
+        if store.scheme != "file":
+            markers.setdefault(digest, mtime)
+        if digest not in sizes and manifest is not None:
+            sizes[digest] = [len(manifest.files), manifest.total_bytes]
     entries = [
         CacheEntry(
             content_hash=digest,
@@ -243,6 +252,33 @@ def cache_entries(store: ObjectStore) -> list[CacheEntry]:
     return entries
 
 
+def _manifests(store: ObjectStore) -> list[tuple[str, Manifest | None, float]]:
+    """Every tree manifest: (content hash, the manifest or None when unreadable, its
+    mtime)."""
+    found = []
+    for key, (_, mtime) in stat_objects(store, TREES_PREFIX + "/").items():
+        if not key.endswith(".json"):
+            continue  # an upload's claim
+        digest = key[len(TREES_PREFIX) + 1 :].removesuffix(".json")
+        try:
+            manifest: Manifest | None = Manifest.decode(store.read_bytes(key), key)
+        except (ObjectNotFound, ManifestError):
+            manifest = None
+        found.append((digest, manifest, mtime))
+    return found
+
+
+def named_files(store: ObjectStore) -> set[str] | None:
+    """The file objects (SHA-256) every manifest in the store names: their holders.
+    None when a manifest cannot be read (then no file object may be deleted)."""
+    named: set[str] = set()
+    for _, manifest, _ in _manifests(store):
+        if manifest is None:
+            return None
+        named |= manifest.shas()
+    return named
+
+
 def gc_candidates(entries: Iterable[CacheEntry], older_than_s: float, now: float) -> list:
     """Complete entries whose marker is older than ``older_than_s``.  Entries without
     a marker are never collected: one may be an upload in progress."""
@@ -257,6 +293,7 @@ def remove_entry(store: ObjectStore, entry: CacheEntry) -> int:
         return int(_delete_object(store, f"{CONTEXT_CACHE}/{entry.content_hash}.zip"))
     marker = f"{MARKER_PREFIX}/{entry.content_hash}"
     deleted = int(_delete_object(store, marker))
+    deleted += int(_delete_object(store, tree_key(entry.content_hash)))
     deleted += store.delete_prefix(f"{CACHE_PREFIX}/{entry.content_hash}")
     if store.exists(marker):
         # A submit re-uploaded the entry while we deleted it: drop its marker too, so

@@ -182,12 +182,21 @@ class KineticConfig:
     #: Default ``capacity=`` of tasks that give none (``core.capacity``): one kind or a
     #: list of steps; None: on-demand.
     capacity: str | list[str] | None = None
+    #: How local Data is stored: ``files`` (per-file objects and a manifest: uploads
+    #: and store growth follow what changed) or ``kinetic`` (kinetic 0.0.4's per-tree
+    #: entries, for jobs run by kinetic's own runner on a bucket).
+    data_layout: str = "files"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _CHECKED.get():  # ``rebuilt``: checked when it was first made
             return
         self._check_images()
+        if self.data_layout not in ("files", "kinetic"):
+            raise KineticConfigError(
+                f"data_layout={self.data_layout!r} is not one of 'files' (incremental, the "
+                "default) or 'kinetic' (kinetic 0.0.4's per-tree entries)"
+            )
         # Raises for an unknown kind, listing the registered ones.
         cls = registry.backend_class(registry.store_kind(self.backend))
         cls.validate_config(self)
@@ -253,7 +262,9 @@ class KineticConfig:
         return registry.resolve_kind(self.backend, accelerator, num_slices=num_slices)
 
     def store(self) -> ObjectStore:
-        return registry.backend_class(registry.store_kind(self.backend)).store_for(self)
+        store = registry.backend_class(registry.store_kind(self.backend)).store_for(self)
+        store.data_layout = self.data_layout
+        return store
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

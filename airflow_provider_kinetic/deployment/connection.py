@@ -60,6 +60,7 @@ _EXTRA_FIELDS = (
     "service_account",
     "runner_command",
     "capacity",
+    "data_layout",
 )
 
 

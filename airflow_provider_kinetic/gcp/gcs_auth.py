@@ -57,4 +57,6 @@ def store_for(config: KineticConfig) -> ObjectStore:
         return store
     from airflow_provider_kinetic.core.storage.gcs import GcsStore
 
-    return GcsStore(store.bucket, client=client, project=config.project)
+    authed = GcsStore(store.bucket, client=client, project=config.project)
+    authed.data_layout = config.data_layout
+    return authed

@@ -128,10 +128,33 @@ def _download_ref(ref: dict[str, Any], target: str) -> str:
     cast = databroadcast.wanted(ref)  # KineticMapOperator(broadcast=True): a tree
     if cast is not None:
         return databroadcast.get_data(ref, target, *cast)
-    path = scheme_for(ref["uri"]).materialise(ref, target)
+    path = _local_view(ref, target) or scheme_for(ref["uri"]).materialise(ref, target)
     if ref.get("is_dir"):
         create_empty_dirs(ref, path)
     return path
+
+
+def _local_view(ref: dict[str, Any], target: str) -> str | None:
+    """Local backend: a ``file://`` cache entry is read in place, verified first: the
+    entry itself, or a tree of links to its read-only files where the path must hold
+    more (``core/data/localview.py``), instead of a copy;
+    None where a copy is needed (not an entry, or a root job that cannot be kept
+    from writing it)."""
+    uri = ref["uri"].rstrip("/")
+    if os.environ.get(LOCAL_MOUNTS_ENV) != "1" or not uri.startswith("file://"):
+        return None
+    from airflow_provider_kinetic.core.data import localview
+    from airflow_provider_kinetic.core.data.schemes.download import expected_hash
+
+    entry = file_uri_path(uri)
+    if expected_hash(uri) is None or not os.path.isdir(entry) or localview.needs_copy():
+        return None
+    _verified(ref, f"Data({uri!r})", set())
+    localview.seal(entry)
+    is_dir = bool(ref.get("is_dir"))
+    if not ref.get(EMPTY_DIRS) and not ref.get("mount_path") and localview.read_only_tree(entry):
+        return localview.entry_path(entry, is_dir)  # the entry itself: nothing per job
+    return localview.link_tree(entry, target, is_dir)
 
 
 def _resolve_fuse(ref: dict[str, Any]) -> str:
@@ -205,7 +228,7 @@ def resolve_refs(
             return KEEP
         if ref.get("fuse") and ref.get("mount_path"):
             if _is_entry(ref):  # the cache entry itself (local backend): verified first
-                _verified(ref, f"Data({ref['uri']!r}, fuse=True)", verified)
+                _seal(_verified(ref, f"Data({ref['uri']!r}, fuse=True)", verified))
             return _resolve_fuse(ref)
         key = _ref_key(ref)
         if key not in cache:
@@ -236,6 +259,14 @@ def _verified(ref: dict[str, Any], used: str, verified: set[str]) -> str:
     return verify_entry(ref["uri"], bool(ref.get("is_dir")), used, verified)
 
 
+def _seal(entry: str) -> str:
+    """A cache entry read in place, made read-only for a root job where it can be."""
+    from airflow_provider_kinetic.core.data import localview
+
+    localview.seal(entry)
+    return entry
+
+
 def _mount_volume(
     ref: dict[str, Any], workdir: str, n: int, links: list[tuple[str, str]], verified: set[str]
 ) -> None:
@@ -255,7 +286,7 @@ def _mount_volume(
 
     source = scheme_for(ref["uri"]).local_source(ref)
     if source is not None:  # the read-only cache entry itself
-        source = _verified(ref, f"the volume at {mount}", verified)
+        source = _seal(_verified(ref, f"the volume at {mount}", verified))
     else:
         source = os.path.join(workdir, "volumes", str(n))
         _download_ref(ref, source)
@@ -309,6 +340,12 @@ def prepare(
         if out and "://" not in out:  # a local path (local backend): there before the call
             os.makedirs(out, exist_ok=True)
         phase = "data resolve"
+        if os.environ.get(LOCAL_MOUNTS_ENV) == "1" and (
+            payload.get("volumes") or payload.get("has_data_refs", True)
+        ):  # before any thread: a root job's read-only view needs its own namespace
+            from airflow_provider_kinetic.core.data import localview
+
+            localview.needs_copy()
         cache: dict[str, str] = {}
         verified: set[str] = set()  # cache entries read in place, checked once each
         for n, ref in enumerate(payload.get("volumes") or []):

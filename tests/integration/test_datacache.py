@@ -1,5 +1,6 @@
-"""kinetic's data cache on both stores: a marker means "complete", it is written last,
-a hit uploads nothing, and an interrupted upload is redone."""
+"""kinetic's data cache (its per-tree layout) on both stores: a marker means
+"complete", it is written last, a hit uploads nothing, and an interrupted upload is
+redone."""
 
 from __future__ import annotations
 
@@ -18,6 +19,14 @@ from airflow_provider_kinetic.core.data.schemes.download import (
     download_from_store,
 )
 from airflow_provider_kinetic.core.storage import LocalStore, ObjectStore
+
+
+@pytest.fixture
+def store(store: ObjectStore) -> ObjectStore:
+    """kinetic 0.0.4's per-tree layout (``data_layout="kinetic"``), which this module
+    pins down; the incremental layout: test_data_incremental.py."""
+    store.data_layout = "kinetic"
+    return store
 
 
 def snapshot(store: ObjectStore) -> dict[str, Any]:

@@ -143,7 +143,11 @@ def test_kinetic_runner_executes_our_job(fake_gcs, gcs_bucket, tmp_path):
         (tmp_path / "d" / f"f{i}").write_text(str(i))
     store = GcsStore(gcs_bucket, client=fake_gcs.client())
     backend = Recording()
-    config = KineticConfig(backend="gke", bucket=gcs_bucket, project="p", zone="z", cluster="c")
+    config = KineticConfig(
+        backend="gke", bucket=gcs_bucket, project="p", zone="z", cluster="c",
+        data_layout="kinetic",  # kinetic's runner reads per-tree entries only
+    )  # fmt: skip
+    store.data_layout = config.data_layout
     handle, spec = submit_job(
         JobRequest(func=count_files, args=(Data(str(tmp_path / "d")),), kwargs={"scale": 7}),
         config,
@@ -244,6 +248,7 @@ def test_kinetic_runner_reads_our_composite_upload(fake_gcs, gcs_bucket, tmp_pat
     (src / "big.bin").write_bytes(os.urandom(3 << 20))
     (src / "small.txt").write_text("small")
     store = GcsStore(gcs_bucket, client=fake_gcs.client(), chunked_min_bytes=1 << 20)
+    store.data_layout = "kinetic"  # kinetic's runner reads per-tree entries only
     config = KineticConfig(backend="gke", bucket=gcs_bucket, project="p", zone="z", cluster="c")
     handle, spec = submit_job(
         JobRequest(func=file_digests, args=(Data(str(src)),)), config, Recording(), store

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,11 +19,11 @@ from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data.refs import cache_key, marker_key
 from airflow_provider_kinetic.core.jobs.finish import failure_of
 from airflow_provider_kinetic.core.jobs.request import JobRequest
-from airflow_provider_kinetic.core.jobs.results import collect
 from airflow_provider_kinetic.core.jobs.submit import submit_job
 from airflow_provider_kinetic.core.spec.failure import FailureClass
-from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
-from tests.fixtures.waiting import ended, wait_for
+from airflow_provider_kinetic.core.spec.handles import JobStatus
+from tests.fixtures.local_jobs import finish, run
+from tests.fixtures.waiting import wait_for
 
 TRUE_BYTES = b"the bytes the function must see"
 
@@ -61,21 +60,6 @@ def flip(path: Path) -> None:
     data[4] ^= 0x01
     path.write_bytes(bytes(data))
     path.chmod(0o444)
-
-
-def run(config: KineticConfig, backend: LocalBackend, request: JobRequest) -> Any:
-    handle, _ = submit_job(request, config, backend)
-    report = finish(backend, handle)
-    assert report.status is JobStatus.SUCCEEDED, backend.read_logs(handle)[0]
-    return collect(config.store(), handle.job_id, report.status)
-
-
-def finish(backend: LocalBackend, handle: JobHandle) -> StatusReport:
-    return wait_for(
-        f"job {handle.job_id} to end",
-        lambda: ended(backend.status(handle)),
-        detail=lambda: backend.read_logs(handle)[0],
-    )
 
 
 @pytest.fixture

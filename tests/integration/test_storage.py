@@ -338,7 +338,9 @@ def copy(src, dst, length=0):
     return real(src, dst, length)
 
 shutil.copyfileobj = copy
-print("UPLOADED" if datacache.upload_data(LocalStore(sys.argv[1]), Data(sys.argv[2])) else "HIT")
+store = LocalStore(sys.argv[1])
+store.data_layout = "kinetic"  # the per-tree upload's copies (incremental: its own tests)
+print("UPLOADED" if datacache.upload_data(store, Data(sys.argv[2])) else "HIT")
 """
 
 

@@ -62,7 +62,9 @@ def make_data(root: Path, big: int = 300_000) -> Path:
 
 
 def uploaded_ref(store: GcsStore, data: Data) -> dict:
-    datacache.upload_data(store, data)
+    """Uploaded as a per-tree entry (kinetic's layout: what these transfers read by
+    prefix; a manifest's assembly: test_data_incremental.py)."""
+    datacache.upload_data(store, data, layout="kinetic")
     return make_data_ref(
         store.uri(cache_key(data.content_hash())), data.is_dir, empty_dirs=data.empty_dirs()
     )

@@ -332,3 +332,10 @@ def test_the_operator_fails_before_any_upload(monkeypatch, tmp_path):
     with pytest.raises(KineticConfigError, match="'imgae' \\(did you mean 'image'\\?\\)"):
         op.execute({})
     assert not (tmp_path / "r").exists()
+
+
+def test_a_bad_data_layout_is_refused_naming_the_choices(tmp_path):
+    with pytest.raises(KineticConfigError, match=r"data_layout='tree' is not one of 'files'"):
+        KineticConfig(backend="local", root=str(tmp_path), data_layout="tree")
+    store = KineticConfig(backend="local", root=str(tmp_path), data_layout="kinetic").store()
+    assert store.data_layout == "kinetic"

@@ -123,6 +123,6 @@ def test_providers_manager_sees_every_component_and_the_form():
         "airflow_provider_kinetic.sensors.batch",
     ]
     assert "airflow_provider_kinetic.triggers.batch" in seen["triggers"]
-    assert "extra__kinetic__gcp_conn_id" in seen["widgets"] and len(seen["widgets"]) == 24
+    assert "extra__kinetic__gcp_conn_id" in seen["widgets"] and len(seen["widgets"]) == 25
     assert seen["backend"] == ["local", "gke", "pathways", "jobset", "auto", None]
     assert seen["placeholder"] == "my-project-kn-my-cluster-jobs"

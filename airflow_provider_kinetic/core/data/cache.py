@@ -1,5 +1,11 @@
 """kinetic's content-addressed data cache on any ObjectStore.
 
+Two layouts (``refs.layout_for``: the connection's ``data_layout``).  ``files``, the
+default, is incremental (``incremental.py``: one object per distinct file content and
+a manifest per tree; on a local store the per-tree entry dir below is kept too, as
+hard links, and its marker written last); ``kinetic`` is kinetic 0.0.4's per-tree
+layout, described here.
+
 Layout: ``default/data-cache/{hash}/...`` holds the content and the empty marker
 ``default/data-markers/{hash}`` is written *last*, so a marker means "complete": a
 present marker is a hit and nothing is uploaded; an interrupted upload leaves no
@@ -31,16 +37,20 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from airflow_provider_kinetic.core import metrics
+from airflow_provider_kinetic.core.data import incremental
+from airflow_provider_kinetic.core.data.incremental import DataChangedDuringUpload
 from airflow_provider_kinetic.core.data.refs import (
     CACHE_PREFIX,
     EMPTY_TREE_HASH,
+    FILES_LAYOUT,
     MARKER_PREFIX,
     cache_key,
+    layout_for,
     marker_key,
+    tree_key,
 )
 from airflow_provider_kinetic.core.data.schemes import entrycheck
 from airflow_provider_kinetic.core.data.value import Data
-from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.storage import ObjectStore, file_uri_path
 from airflow_provider_kinetic.core.storage.base import FileDigests, StoreFullError
 
@@ -49,6 +59,7 @@ __all__ = [
     "MARKER_PREFIX",
     "DataChangedDuringUpload",
     "cache_key",
+    "layout_for",
     "marker_key",
     "upload_all",
     "upload_data",
@@ -59,11 +70,6 @@ log = logging.getLogger(__name__)
 LARGE_DATA_BYTES = 10 * 1024**3
 
 
-class DataChangedDuringUpload(KineticError, RuntimeError):
-    """The bytes an upload sent do not hash to the entry's name: a file of the Data
-    changed between its hashing and its upload.  No marker is written."""
-
-
 def _human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -72,18 +78,31 @@ def _human(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-def upload_data(store: ObjectStore, data: Data) -> bool:
+def complete_key(store: ObjectStore, digest: str, layout: str) -> str:
+    """The object whose presence says the content is complete: the marker, except
+    for the incremental layout on a bucket, whose manifest is written last."""
+    if layout == FILES_LAYOUT and store.scheme != "file":
+        return tree_key(digest)
+    return marker_key(digest)
+
+
+def upload_data(store: ObjectStore, data: Data, layout: str | None = None) -> bool:
     """Ensure ``data``'s content is in the cache; returns True when it uploaded.
 
-    A hit (marker present) uploads nothing and returns False; on a local store only
-    once the entry is verified (``_entry_sound``).
+    A hit (marker, or a bucket's manifest, present) uploads nothing and returns False;
+    on a local store only once the entry is verified (``_entry_sound``).  ``layout``:
+    ``files`` (incremental) or ``kinetic`` (per tree); default ``layout_for``.
     """
     digest = data.content_hash()
-    if store.exists(marker_key(digest)) and _entry_sound(store, data, digest):
+    layout = layout_for(store, data.fuse, layout)
+    done = complete_key(store, digest, layout)
+    if store.exists(done) and _entry_sound(store, data, digest):
         log.info("data cache hit for %s (%s): nothing to upload", data.path, digest[:12])
         metrics.incr("kinetic.data.cache_hits")
         return False
     metrics.incr("kinetic.data.cache_misses")
+    if layout == FILES_LAYOUT:
+        return _upload_incremental(store, data, digest, done)
     prefix = cache_key(digest)
     root, files = data.hashed_files()
     total = sum(size for _, size in files)
@@ -115,11 +134,43 @@ def upload_data(store: ObjectStore, data: Data) -> bool:
         if store.scheme == "file":
             _make_read_only(file_uri_path(store.uri(prefix)))
         store.write_bytes(marker_key(digest), b"")
+        if store.scheme == "file":  # readers trust it unchanged since (entrycheck.sealed)
+            entrycheck.stamp_marker(file_uri_path(store.uri(prefix)))
     except StoreFullError:
         _drop_unmarked(store, digest)
         raise
     metrics.incr("kinetic.data.uploaded_bytes", total)
     metrics.incr("kinetic.data.uploaded_files", len(files))
+    return True
+
+
+def _upload_incremental(store: ObjectStore, data: Data, digest: str, done: str) -> bool:
+    """The ``files`` layout (``incremental.py``): only the file contents the store
+    lacks are sent; on a local store the entry dir is then linked to them and the
+    marker written last.  A concurrent upload of the same content is waited for."""
+    if not incremental.claim(store, digest, lambda: store.exists(done)):
+        log.info("data %s (%s) was uploaded by another task meanwhile", data.path, digest[:12])
+        return False
+    try:
+        root, files = data.hashed_files()
+        manifest, sent = incremental.upload_tree(store, digest, root, files, data.is_dir, data.path)
+        if store.scheme == "file":
+            incremental.link_entry(store, manifest)
+            store.write_bytes(marker_key(digest), b"")
+            entrycheck.stamp_marker(file_uri_path(store.uri(cache_key(digest))))
+    finally:
+        incremental.release(store, digest)
+    log.info(
+        "uploaded %s (%s): %d of %d file(s) sent, %s; %d already stored",
+        data.path,
+        digest[:12],
+        sent.files,
+        len(files),
+        _human(sent.bytes),
+        sent.reused,
+    )
+    metrics.incr("kinetic.data.uploaded_bytes", sent.bytes)
+    metrics.incr("kinetic.data.uploaded_files", sent.files)
     return True
 
 
@@ -229,11 +280,10 @@ def _stat(path: str) -> tuple[int, ...] | None:
 
 
 def _make_read_only(path: str) -> None:
-    """Cache entries are immutable; on the local backend FUSE data is served straight
-    from them, so drop write permission (as a read-only mount would)."""
-    for dirpath, _, files in os.walk(path):
-        for name in files:
-            os.chmod(os.path.join(dirpath, name), 0o444)
+    """Cache entries are immutable; on the local backend jobs read them in place (their
+    Data, volumes, FUSE data), so drop write permission from the files and the
+    directories (as a read-only mount would: no file is changed, added or removed)."""
+    incremental.make_read_only(path)
 
 
 def upload_all(store: ObjectStore, items: list[Data], workers: int = 4) -> dict[str, bool]:

@@ -18,6 +18,13 @@ __all__ = [
     "CACHE_PREFIX",
     "EMPTY_DIRS",
     "EMPTY_TREE_HASH",
+    "FILES_PREFIX",
+    "TREES_PREFIX",
+    "entry_key",
+    "file_key",
+    "layout_for",
+    "tree_hash",
+    "tree_key",
     "KEEP",
     "MARKER_PREFIX",
     "cache_hash",
@@ -35,6 +42,15 @@ KEEP = object()
 #: points at its cache entry.
 CACHE_PREFIX = "default/data-cache"
 MARKER_PREFIX = "default/data-markers"
+#: The incremental layout (``core/data/incremental.py``): one object per distinct file
+#: content, named by the SHA-256 of its bytes, shared by every tree and version that
+#: holds those bytes; and per content hash a manifest naming each file's object.
+FILES_PREFIX = "default/data-files"
+TREES_PREFIX = "default/data-trees"
+#: ``data_layout`` connection values: ours (incremental) and kinetic's per-tree one.
+FILES_LAYOUT = "files"
+KINETIC_LAYOUT = "kinetic"
+DATA_LAYOUTS = (FILES_LAYOUT, KINETIC_LAYOUT)
 #: Our additive ref key (kinetic's runner ignores it): a directory Data's empty
 #: directories, ``["a/b", ...]`` relative to it.  Empty directories do not change
 #: kinetic's hash, so trees that differ only in them share one cache entry, which
@@ -52,11 +68,52 @@ def marker_key(content_hash: str) -> str:
     return f"{MARKER_PREFIX}/{content_hash}"
 
 
+def file_key(sha256_hex: str) -> str:
+    """One file's content object (the SHA-256 of its bytes alone)."""
+    return f"{FILES_PREFIX}/{sha256_hex}"
+
+
+def tree_key(content_hash: str) -> str:
+    """The manifest of a content hash (incremental layout)."""
+    return f"{TREES_PREFIX}/{content_hash}.json"
+
+
+def layout_for(store: Any, fuse: bool, layout: str | None = None) -> str:
+    """The layout a local Data is stored in: ``layout`` when given, else the store's
+    (``ObjectStore.data_layout``, from the connection); on a bucket a ``fuse=True``
+    Data is always kinetic's per-tree entry (a FUSE mount needs the tree as a prefix).
+    A local store keeps a per-tree entry dir in both (hard links in ``files``)."""
+    if layout is not None:
+        return layout
+    if getattr(store, "scheme", "file") != "file" and fuse:
+        return KINETIC_LAYOUT
+    return getattr(store, "data_layout", FILES_LAYOUT)
+
+
+def entry_key(store: Any, content_hash: str, fuse: bool) -> str:
+    """The key a local Data's ref names: the manifest for the incremental layout on a
+    bucket, else the per-tree cache entry (kinetic's)."""
+    if getattr(store, "scheme", "file") != "file" and layout_for(store, fuse) == FILES_LAYOUT:
+        return tree_key(content_hash)
+    return cache_key(content_hash)
+
+
+def tree_hash(uri: str) -> str | None:
+    """The content hash a manifest URI or key names, else None."""
+    head, sep, tail = uri.rpartition(f"{TREES_PREFIX}/")
+    digest = tail.removesuffix(".json")
+    if not sep or not tail.endswith(".json") or len(digest) != 64:
+        return None
+    return digest if all(c in "0123456789abcdef" for c in digest) else None
+
+
 def cache_hash(uri: str) -> str | None:
-    """The content hash of a ref URI that names a data-cache entry (a local Data or a
-    ``kinetic://`` key), else None: what a job holds, for ``data gc``."""
+    """The content hash of a ref URI that names a data-cache entry or a manifest (a
+    local Data or a ``kinetic://`` key), else None: what a job holds, for ``data gc``."""
     head, sep, tail = uri.rstrip("/").rpartition(f"{CACHE_PREFIX}/")
-    return tail if sep and tail and "/" not in tail else None
+    if sep and tail and "/" not in tail:
+        return tail
+    return tree_hash(uri)
 
 
 def make_data_ref(

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_kinetic.core.data.cache import upload_data
-from airflow_provider_kinetic.core.data.refs import marker_key
+from airflow_provider_kinetic.core.data.refs import KINETIC_LAYOUT, marker_key
 from airflow_provider_kinetic.core.data.value import Data
 from airflow_provider_kinetic.core.durations import duration_s
 from airflow_provider_kinetic.core.errors import KineticError
@@ -72,6 +72,12 @@ def parse_ttl(ttl: object) -> float | None:
     if seconds is None or seconds <= 0:
         raise KeyNameError(f"ttl {ttl!r} is not valid: {TTL_FORM}, greater than 0")
     return seconds
+
+
+def key_layout(store: ObjectStore) -> str | None:
+    """Keys' versions are per-tree cache entries (read by prefix: fetch, peers,
+    broadcast); a local store has one in either layout, a bucket only in kinetic's."""
+    return None if store.scheme == "file" else KINETIC_LAYOUT
 
 
 class KeyStore:
@@ -176,7 +182,7 @@ class KeyStore:
             raise KeyNameError(f"put src {path!r} does not exist: give a file or a directory")
         data = Data(os.path.abspath(path))
         digest = data.content_hash()  # refuses FIFOs, sockets, devices, naming them
-        uploaded = upload_data(self.store, data)
+        uploaded = upload_data(self.store, data, key_layout(self.store))
         root, files = data.hashed_files()
         is_dir = data.is_dir
         record = Version(
@@ -209,7 +215,7 @@ class KeyStore:
         self._update(key, change, record)
         if not self.store.exists(marker_key(digest)):  # gc raced us: make it whole again
             log.warning("key %s: content %s was collected meanwhile; uploading again", key, digest)
-            upload_data(self.store, Data(os.path.abspath(path)))
+            upload_data(self.store, Data(os.path.abspath(path)), key_layout(self.store))
         row = record.row(key)
         row["uploaded"] = uploaded
         if aside:

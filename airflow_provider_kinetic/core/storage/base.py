@@ -84,6 +84,9 @@ class ObjectStore(abc.ABC):
     scheme: str
     #: Bucket name (GCS) or absolute root directory (local).
     bucket: str
+    #: How local Data is stored (``core/data/refs.py``: ``files`` incremental, or
+    #: ``kinetic`` per tree); set from the connection's ``data_layout``.
+    data_layout: str = "files"
 
     @abc.abstractmethod
     def uri(self, key: str = "") -> str:

@@ -373,13 +373,20 @@ class LocalStore(ObjectStore):
         base = dir_prefix(prefix)
         if not base:
             raise ValueError("delete_prefix needs a non-empty prefix")
+        top = self._path(base.rstrip("/"))
+        ours = local_confine.inside(os.path.realpath(top), os.path.realpath(self.bucket))
+        if ours and os.path.isdir(top) and not os.path.islink(top):
+            # A data-cache entry's directories are read-only: writable again to be emptied.
+            for dirpath, _, _ in os.walk(top):
+                with contextlib.suppress(OSError):
+                    if not os.access(dirpath, os.W_OK):
+                        os.chmod(dirpath, 0o755)
         count = 0
         for key in self.list(base):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path(key))
                 count += 1
-        top = self._path(base.rstrip("/"))
-        if not local_confine.inside(os.path.realpath(top), os.path.realpath(self.bucket)):
+        if not ours:
             return count  # a link out of the root: its target's directories are not ours
         for dirpath, dirs, files in os.walk(top, topdown=False):
             for name in dirs + files:  # what is left: links not listed, temp files

@@ -17,14 +17,17 @@ reuses a partial dir.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import secrets
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from airflow_provider_kinetic.core.data.hashing.treehash import content_hash
-from airflow_provider_kinetic.core.data.refs import CACHE_PREFIX, MARKER_PREFIX
+from airflow_provider_kinetic.core.data.manifest import Manifest, ManifestFile
+from airflow_provider_kinetic.core.data.refs import CACHE_PREFIX, MARKER_PREFIX, file_key, tree_hash
 from airflow_provider_kinetic.core.data.schemes.base import create_empty_dirs
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.storage import ObjectStore, store_for_uri
@@ -53,6 +56,11 @@ def download_from_store(ref: dict[str, Any], target: str, store: ObjectStore | N
     store = store or default
     target = os.path.abspath(target)
     tmp = _partial_dir(target)
+    if tree_hash(key) is not None:  # the incremental layout: a manifest
+        try:
+            return _download_tree(ref, store, key, tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     # A cache entry is hashed after the download: its files' digests are taken as
     # their bytes arrive (relpath as the hash will name it: the basename of a lone
     # file, the path below the entry otherwise), so only what a store could not hash
@@ -79,6 +87,69 @@ def download_from_store(ref: dict[str, Any], target: str, store: ObjectStore | N
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("downloaded %d file(s) of %s to %s, verified", len(names), ref["uri"], target)
     return path
+
+
+def _download_tree(ref: dict[str, Any], store: ObjectStore, key: str, tmp: str, target: str) -> str:
+    """Assemble a manifest's tree in ``tmp`` from its file objects, each checked against
+    its name (the SHA-256 of its bytes) as it is read, then the whole against
+    kinetic's content hash, from the same reads; ``tmp`` becomes ``target``.  A bad
+    or missing object makes the manifest go (``_unmark``): the next submit uploads
+    what is missing."""
+    expected = tree_hash(key) or ""
+    manifest = Manifest.decode(store.read_bytes(key), store.uri(key))
+    if manifest.content_hash != expected:
+        raise DataHashMismatch(f"data manifest {store.uri(key)} names {manifest.content_hash}")
+    lone = not ref.get("is_dir")
+    known: dict[str, tuple[bytes, bytes]] = {}
+
+    def fetch(f: ManifestFile) -> None:
+        path = os.path.join(tmp, *f.rel.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            store.download_file(file_key(f.sha256), path, f.size)
+        except Exception as exc:  # noqa: BLE001 - named below; the manifest goes
+            raise DataHashMismatch(
+                f"data {ref['uri']}: file object {store.uri(file_key(f.sha256))} ({f.rel}) "
+                f"could not be read ({type(exc).__name__}: {exc}); not used; "
+                f"{_unmark(store, key, expected)}"
+            ) from exc
+        prefix = (f.rel.rsplit("/", 1)[-1] if lone else f.rel).encode() + b"\0"
+        raw, kin = hashlib.sha256(), hashlib.sha256(prefix)
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                raw.update(chunk)
+                kin.update(chunk)
+        if raw.hexdigest() != f.sha256:
+            with contextlib.suppress(Exception):
+                store.delete(file_key(f.sha256))  # its bytes are not its name
+            raise DataHashMismatch(
+                f"data {ref['uri']}: file object {store.uri(file_key(f.sha256))} ({f.rel}) "
+                f"holds other bytes than its name; removed; {_unmark(store, key, expected)}"
+            )
+        known[path] = (prefix, kin.digest())
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(manifest.files)))) as pool:
+        list(pool.map(fetch, manifest.files))
+    os.makedirs(tmp, exist_ok=True)
+
+    def lookup(path: str, prefix: bytes, _sig: Any) -> bytes | None:
+        got = known.get(path)
+        return got[1] if got is not None and got[0] == prefix else None
+
+    if lone and len(manifest.files) == 1:
+        name = manifest.files[0].rel
+        got = content_hash(os.path.join(tmp, name), ref["uri"], None, lookup).hexdigest
+    else:
+        create_empty_dirs(ref, tmp)
+        got = content_hash(tmp, ref["uri"], None, lookup).hexdigest
+    if got != expected:
+        raise DataHashMismatch(
+            f"data {ref['uri']}: the assembled files hash to {got}, not to the manifest's "
+            f"name {expected}; not used; {_unmark(store, key, expected)}"
+        )
+    _publish(tmp, target)
+    log.info("assembled %d file(s) of %s at %s, verified", len(manifest.files), ref["uri"], target)
+    return os.path.join(target, manifest.files[0].rel) if lone and manifest.files else target
 
 
 def expected_hash(key: str) -> str | None:
@@ -111,6 +182,9 @@ def _check_hash(
 
 
 def _marker_of(key: str) -> str:
+    """What says the entry at ``key`` is complete: its marker, or the manifest itself."""
+    if tree_hash(key) is not None:
+        return key
     head, _, digest = key.rstrip("/").rpartition(CACHE_PREFIX)
     return head + MARKER_PREFIX + digest
 

@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from airflow_provider_kinetic.core.data.mounts import FuseMount
-from airflow_provider_kinetic.core.data.refs import EMPTY_DIRS, EMPTY_TREE_HASH, cache_key
+from airflow_provider_kinetic.core.data.refs import EMPTY_DIRS, EMPTY_TREE_HASH, entry_key
 from airflow_provider_kinetic.core.data.schemes.base import (
     Data,
     DataScheme,
@@ -52,7 +52,7 @@ class LocalPathScheme(DataScheme):
         tree with the same hash, which empty directories do not change); the Data's own
         empty directories travel in the ref (``empty_dirs``) and the runner makes them."""
         digest = data.content_hash()
-        uri, is_dir = store.uri(cache_key(digest)), self.is_dir(data)
+        uri, is_dir = store.uri(entry_key(store, digest, data.fuse)), self.is_dir(data)
         empty = data.empty_dirs() if is_dir else []
         if not data.fuse:
             return plain_ref(data, uri, is_dir, mount, empty), None
