@@ -25,14 +25,14 @@ Prints one table (case, baseline, ours, ratio, goal, pass/fail) for:
    the store (bytes from the store, time; 1,000 pods on paper): ``cases_broadcast.py``.
 10. what a local DAG file adds to Airflow's own import when it imports the provider
     (``cases_import.py``).
+11. (``--only standalone``, not in ``--quick``) deferred 7 s and 20 s jobs under
+    ``airflow standalone`` against ``DateTimeSensorAsync`` of the same length: the
+    trigger ending the task, and the worker resuming it (``cases_standalone.py``).
 12. (``--only incremental sweep``, not in a default run) incremental Data
     (``cases_incremental.py``): re-uploading a 2,000-file ~195 MiB
     tree with one file changed (bytes sent and bucket growth, counted at the store,
     against kinetic's full re-upload), and a local sweep of 8 children over a 200 MB
     Data tree (seconds per child on its Data, against the copy each child made before).
-11. (``--only standalone``, not in ``--quick``) deferred 7 s and 20 s jobs under
-    ``airflow standalone`` against ``DateTimeSensorAsync`` of the same length: the
-    trigger ending the task, and the worker resuming it (``cases_standalone.py``).
 13. (``--only backfill``, not in ``--quick``) a 30-date backfill under ``airflow
     standalone`` with five dates' data changed, with ``cache=True`` against the same
     DAG without it, then the same backfill again (``cases_backfill.py``).
