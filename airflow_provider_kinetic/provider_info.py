@@ -101,6 +101,14 @@ CONFIG = {
         "float",
         "5.0",
     ),
+    "trigger_ends_tasks": _option(
+        "A deferred task whose job succeeded, with nothing left for a worker to do (no "
+        "asset events, output_key, cache, multiple_outputs, OpenLineage or deployment "
+        "XCom backend), is ended by its trigger with the job's value and no settle "
+        "hold. False: every deferred task resumes on a worker after its job.",
+        "boolean",
+        "True",
+    ),
     "trigger_queue": _option(
         "The triggerer queue Kinetic tasks' triggers run in (Airflow 3.2+ with [triggerer] "
         "queues_enabled = True; start a triggerer with --queues NAME for it); empty: the "

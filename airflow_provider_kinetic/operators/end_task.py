@@ -15,7 +15,6 @@ from typing import Any
 from airflow.providers.common.compat.sdk import conf
 
 from airflow_provider_kinetic.triggers.end_task import EndTask
-from airflow_provider_kinetic.triggers.userkill import TRIGGERER_CALLS_ON_KILL
 
 #: ``[core] xcom_backend`` values that are Airflow's own (3.1 to 3.3).
 DEFAULT_XCOM_BACKENDS = frozenset(
@@ -27,17 +26,16 @@ DEFAULT_XCOM_BACKENDS = frozenset(
 )
 
 
-#: Whether a trigger may end its task on this Airflow: 3.3+ (its triggerer calls a
-#: trigger's ``on_kill``).  On 3.1 two fresh-clone CI runs each failed a DAG run whose
-#: task a trigger ended (under load; not reproduced here, not yet root-caused), so a
-#: worker finishes every task there, as before.
-TRIGGER_ENDS_TASKS = TRIGGERER_CALLS_ON_KILL
+def trigger_ends_tasks() -> bool:
+    """``[kinetic] trigger_ends_tasks`` (True): a deployment's way back to every task
+    resuming on a worker after its job."""
+    return conf.getboolean("kinetic", "trigger_ends_tasks", fallback=True)
 
 
 def worker_needed(op: Any) -> str | None:
     """What must run on a worker after ``op``'s job, or None."""
-    if not TRIGGER_ENDS_TASKS:
-        return "this Airflow (a trigger ends its task on Airflow 3.3+)"
+    if not trigger_ends_tasks():
+        return "[kinetic] trigger_ends_tasks = False"
     if op.outlets:
         return "its asset events (output_asset, outlets)"
     if getattr(op, "output_key", None):

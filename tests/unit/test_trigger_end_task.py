@@ -309,17 +309,15 @@ def test_json_native():
 
 @pytest.fixture
 def ends_tasks(monkeypatch) -> None:
-    """As on Airflow 3.3+, where a trigger may end its task."""
-    from airflow_provider_kinetic.operators import end_task
-
-    monkeypatch.setattr(end_task, "TRIGGER_ENDS_TASKS", True)
+    """``[kinetic] trigger_ends_tasks`` as it is by default."""
+    monkeypatch.delenv("AIRFLOW__KINETIC__TRIGGER_ENDS_TASKS", raising=False)
 
 
-def test_on_airflow_3_1_a_worker_finishes_every_task(monkeypatch):
-    from airflow_provider_kinetic.operators import end_task
-
-    monkeypatch.setattr(end_task, "TRIGGER_ENDS_TASKS", False)
-    assert "Airflow 3.3+" in (worker_needed(_op()) or "")
+def test_a_deployment_can_send_every_task_back_to_a_worker(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__KINETIC__TRIGGER_ENDS_TASKS", "False")
+    assert worker_needed(_op()) == "[kinetic] trigger_ends_tasks = False"
+    monkeypatch.setenv("AIRFLOW__KINETIC__TRIGGER_ENDS_TASKS", "True")
+    assert worker_needed(_op()) is None
 
 
 def _op(**fields: Any) -> SimpleNamespace:
