@@ -52,6 +52,7 @@ from airflow_provider_kinetic.core.data.refs import (
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.storage import ObjectStore, file_uri_path
 from airflow_provider_kinetic.core.storage.base import PreconditionFailed, StoreFullError
+from airflow_provider_kinetic.core.storage.local_disk import writer_alive
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def claim(store: ObjectStore, digest: str, complete: Callable[[], bool]) -> bool
         try:
             held = json.loads(store.read_bytes(key))
             age = time.time() - float(held.get("at", 0))
-            dead = held.get("host") == socket.gethostname() and not _alive(int(held["pid"]))
+            dead = held.get("host") == socket.gethostname() and not writer_alive(int(held["pid"]))
         except Exception:  # noqa: BLE001 - gone meanwhile, or unreadable: look again
             age, dead = 0.0, False
         if age > CLAIM_STALE_S or dead:
@@ -120,18 +121,6 @@ def claim(store: ObjectStore, digest: str, complete: Callable[[], bool]) -> bool
             log.info("data %s is being uploaded by another task: waiting for it", digest[:12])
             announced = True
         time.sleep(WAIT_POLL_S)  # another upload of the same bytes is in flight
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def release(store: ObjectStore, digest: str) -> None:

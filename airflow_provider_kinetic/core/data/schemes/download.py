@@ -32,6 +32,7 @@ from airflow_provider_kinetic.core.data.schemes.base import create_empty_dirs
 from airflow_provider_kinetic.core.errors import KineticError
 from airflow_provider_kinetic.core.storage import ObjectStore, store_for_uri
 from airflow_provider_kinetic.core.storage.base import FileDigests
+from airflow_provider_kinetic.core.storage.local_disk import writer_alive
 from airflow_provider_kinetic.core.storage.stat import stat_objects
 
 log = logging.getLogger(__name__)
@@ -231,16 +232,6 @@ def _changed_after_marker(store: ObjectStore, key: str) -> list[str]:
     return sorted(k[len(base) :] for k, (_, t) in objects.items() if t > sealed[1])
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _sweep(parent: str, stem: str) -> None:
     """Remove partial dirs of ``stem`` left by processes that are gone (killed
     mid-download): never read, only deleted."""
@@ -249,7 +240,7 @@ def _sweep(parent: str, stem: str) -> None:
             if not entry.startswith(stem):
                 continue
             pid = entry[len(stem) :].split("-", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not writer_alive(int(pid)):
                 log.info("removing %s, a download cut short", os.path.join(parent, entry))
                 shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
 
