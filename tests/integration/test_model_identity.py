@@ -18,7 +18,10 @@ value is delivered, and no later try adopts or collects it; the job cancelled (`
 cancel``); its supervisor SIGKILLed alone (the runner must die with it; the job reads
 FAILED); a new version of
 the code; new bytes in the Data file; ``jobs cleanup`` (the retention form, and
-``--older-than 0s``); ``data gc --older-than 0s``; a ``store put`` of a key.
+``--older-than 0s``); ``data gc --older-than 0s``; a ``store put`` of a key; time
+passing beyond every retention (the retention days set to 0 for ``jobs cleanup`` and
+``data gc``: every ended job's history entry and a failed job's artifacts go, a
+running job's entry, payload and Data stay).
 
 After every step: (1) every delivered value is the current code's for the current
 input; (2) the function ran exactly as often as the model says (an unchanged retry
@@ -157,6 +160,15 @@ SEQUENCES = {
         ("change_code", {"version": 2}),
         ("deferred_try", {"restart": True}),
         ("full_try", {"same": False}),
+    ],
+    "retention": [
+        ("dying_try", {"after_end": False}),
+        ("kill_supervisor", {}),
+        ("full_try", {"same": False}),
+        ("dying_try", {"after_end": False}),
+        ("retention_passes", {}),
+        ("full_try", {"same": False}),
+        ("retention_passes", {}),
     ],
     "supervisor_killed": [
         ("dying_try", {"after_end": False}),
