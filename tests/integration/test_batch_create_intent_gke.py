@@ -30,7 +30,7 @@ from airflow_provider_kinetic.core.batch import launchrecord
 from airflow_provider_kinetic.core.batch import outcomes as batchoutcomes
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.batch.plan import plan_batch
-from airflow_provider_kinetic.core.batch.state import FAILED, BatchState
+from airflow_provider_kinetic.core.batch.state import FAILED, SUCCEEDED, BatchState
 from airflow_provider_kinetic.core.jobs.request import JobRequest
 from airflow_provider_kinetic.core.jobs.signing import ResultKey
 from airflow_provider_kinetic.core.spec.handles import (
@@ -42,6 +42,7 @@ from airflow_provider_kinetic.core.spec.handles import (
 from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.triggers.batch_drive import BatchDriver
+from tests.fixtures.ended_jobs import put_result
 from tests.integration.test_gke_dags import (  # noqa: F401 - fixtures
     JOBS,
     connections,
@@ -238,3 +239,73 @@ def test_an_input_that_moved_on_is_followed_not_failed(
     driver.step(again, _poll(driver, again))
     assert list(again.active) == [0] and again.done == {}
     assert _creates(api) == 2  # launch 2 adopted, never created again
+
+
+def _older_save(saved: BatchState) -> BatchState:
+    """``saved`` as a version before create intents saved it: no ``intended`` on the
+    wire (nor ``pre_intent``, which this version adds)."""
+    wire = saved.to_dict()
+    wire.pop("intended")
+    wire.pop("pre_intent", None)
+    return BatchState.from_dict(wire)
+
+
+def _succeed_and_delete(api: Any, backend: Any, handle: Any, store: Any) -> None:
+    """Its pod wrote its result (signed, as a runner signs it), the Job succeeded and
+    was deleted (the older driver folded it in, then died before it saved)."""
+    put_result(store, handle, 7)
+    path = f"{JOBS}/{handle.k8s_name or backend.object_name(handle.job_id)}"
+    done = {"type": "Complete", "status": "True"}
+    api.patch_status(path, {"succeeded": 1, "conditions": [done]})
+
+    async def delete(d: Any) -> None:
+        resp = await d.delete(path)
+        assert resp.status in (200, 202), await resp.text()
+
+    api.call(delete)
+    assert api.read(path) is None
+
+
+@pytest.mark.parametrize("child", ["running", "succeeded and deleted", "never created"])
+def test_an_older_drivers_children_are_probed_not_created_again(
+    connections,  # noqa: F811 - the fixture
+    api,
+    child: str,
+) -> None:
+    """A batch an older version drove: its launch record holds no create intents and
+    its saved state none either.  A driver of this version that resumes it probes each
+    launch no record names, by its derived job id, before it creates it: a child there
+    and proven its own is adopted, one that ended is known by its result, and only one
+    the older driver never created is created (once)."""
+    state, saved, config, store, backend = _batch()
+    job_id = batchlaunch.child_job_id(state.group_id, 0, 1)
+    if child != "never created":
+        # The older driver: it created the child without recording an intent, and
+        # died before it saved (its last save still has the input queued).
+        batchlaunch.launch(state, config, backend, store, deployment_secret())
+        (handle,) = state.active.values()
+        assert handle.job_id == job_id and _creates(api) == 1
+        if child == "succeeded and deleted":
+            _succeed_and_delete(api, backend, handle, store)
+    assert launchrecord.LaunchRecord.read(store, state.group_id).intended == {}
+
+    driver = _restarted(config, store)
+    again = driver.resume(_older_save(saved))
+    assert again.pre_intent and again.queue == [0]
+    driver.step(again, {})
+    assert again.jobs[0] == job_id and list(again.active) == [0]
+    assert _creates(api) == 1  # adopted, or (never created) created now: once
+    reports = _poll(driver, again)
+    driver.step(again, reports)
+    assert _creates(api) == 1
+    if child == "succeeded and deleted":
+        assert reports[job_id].status is JobStatus.NOT_FOUND
+        assert again.done == {0: SUCCEEDED}  # its result, not a second run
+        values, failures = batchoutcomes.gather(
+            again, store, result_key=lambda job: ResultKey.for_job(deployment_secret(), job)
+        )
+        assert failures == {} and values == [7], (values, failures)
+    else:
+        assert again.done == {} and again.attempts[0] == 1
+    # Later relaunch waves of this driver are its own: recorded, never probed again.
+    assert launchrecord.LaunchRecord.read(store, again.group_id).intended == {0: 1}

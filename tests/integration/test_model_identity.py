@@ -9,10 +9,19 @@ file the test rewrites (its ``VERSION`` constant: the code) and reads a ``Data``
 
 Steps: a try that runs to its end (a retry under the same try number or the next);
 a try whose worker dies once its job is submitted (the job held running) or once its
-job ended (nothing delivered); the job cancelled (``jobs cancel``); its supervisor
-SIGKILLed alone (the runner must die with it; the job reads FAILED); a new version of
+job ended (nothing delivered); a deferrable try whose trigger sees the job end and
+whose task resumes with the value, its trigger first restarted (cancelled while the
+job runs, made again from its serialised kwargs: the same job, the value delivered
+once) or not; the running try marked failed by a user, as a worker's task
+(``on_kill``) or a deferred one (the trigger's ``on_kill``): its job is cancelled, no
+value is delivered, and no later try adopts or collects it; the job cancelled (``jobs
+cancel``); its supervisor SIGKILLed alone (the runner must die with it; the job reads
+FAILED); a new version of
 the code; new bytes in the Data file; ``jobs cleanup`` (the retention form, and
-``--older-than 0s``); ``data gc --older-than 0s``; a ``store put`` of a key.
+``--older-than 0s``); ``data gc --older-than 0s``; a ``store put`` of a key; time
+passing beyond every retention (the retention days set to 0 for ``jobs cleanup`` and
+``data gc``: every ended job's history entry and a failed job's artifacts go, a
+running job's entry, payload and Data stay).
 
 After every step: (1) every delivered value is the current code's for the current
 input; (2) the function ran exactly as often as the model says (an unchanged retry
@@ -72,11 +81,18 @@ settings.register_profile(
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "kinetic-bounded")
 
 
+def prepare(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The machine's conn (the machine sets it; undone at the end) and deferrable
+    tries that defer at once (their jobs are held running)."""
+    set_local_conn(monkeypatch, tmp_path / "unset", CONN)
+    monkeypatch.setenv("AIRFLOW__KINETIC__DEFER_GRACE_S", "0")
+
+
 @pytest.mark.timeout(900 if PROFILE == "kinetic-bounded" else 0)
 def test_the_model_holds(
     airflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    set_local_conn(monkeypatch, tmp_path / "unset", CONN)  # undone at the end
+    prepare(monkeypatch, tmp_path)
     set_hypothesis_home_dir(tmp_path / "hypothesis")  # its caches: not in the checkout
     try:
         run_state_machine_as_test(
@@ -130,6 +146,30 @@ SEQUENCES = {
         ("full_try", {"same": False}),
     ],
     "keys": [("put_key", {})] * 4 + [("full_try", {"same": False}), ("data_gc", {})],
+    "marked_failed": [
+        ("mark_failed", {"deferred": False}),
+        ("full_try", {"same": False}),
+    ],
+    "marked_failed_deferred": [
+        ("dying_try", {"after_end": False}),
+        ("mark_failed", {"deferred": True}),
+        ("deferred_try", {"restart": False}),
+    ],
+    "trigger_restart": [
+        ("deferred_try", {"restart": True}),
+        ("change_code", {"version": 2}),
+        ("deferred_try", {"restart": True}),
+        ("full_try", {"same": False}),
+    ],
+    "retention": [
+        ("dying_try", {"after_end": False}),
+        ("kill_supervisor", {}),
+        ("full_try", {"same": False}),
+        ("dying_try", {"after_end": False}),
+        ("retention_passes", {}),
+        ("full_try", {"same": False}),
+        ("retention_passes", {}),
+    ],
     "supervisor_killed": [
         ("dying_try", {"after_end": False}),
         ("kill_supervisor", {}),
@@ -142,7 +182,7 @@ SEQUENCES = {
 def test_a_sequence_holds(
     name: str, airflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    set_local_conn(monkeypatch, tmp_path / "unset", CONN)
+    prepare(monkeypatch, tmp_path)
     machine = IdentityMachine(tmp_path)
     try:
         machine.start()
@@ -159,7 +199,7 @@ def test_a_superseded_ended_job_says_how_it_ended(
     """The minimal sequence the state machine found: a worker dies after its job
     succeeded; the code changes; the next try runs the new work.  The old job's entry
     must say it ended (SUCCEEDED), not SUBMITTED as if it still ran."""
-    set_local_conn(monkeypatch, tmp_path / "unset", CONN)
+    prepare(monkeypatch, tmp_path)
     machine = IdentityMachine(tmp_path)
     try:
         machine.start()

@@ -169,22 +169,39 @@ def intend(state: BatchState, store: ObjectStore) -> None:
     them is created: one write of the batch's launch record (:class:`LaunchRecord`)
     for a whole wave (at the start, every input; later, the inputs queued again), not
     an object per child.  Merged with what the record holds (a driver before this one
-    may have intended more); the launches it adds are this process's own."""
+    may have intended more); the launches it adds are this process's own, except in a
+    batch an older version drove (``BatchState.pre_intent``): its driver created
+    children without recording an intent, so a launch of an input the record names
+    none of is not known to be uncreated, and is probed before its create
+    (:func:`probe_child`: adopted if its object is there and proven its own, or it
+    left a result; created only if it is missing)."""
     record = LaunchRecord.read(store, state.group_id)
     before = dict(record.intended)
     for i, n in state.intended.items():
         before[i] = max(n, before.get(i, 0))
     record.intended = dict(before)
     own: set[tuple[int, int]] = set()
+    unsure: list[int] = []
     for index in state.queue:
         launch_no = state.launches.get(index, 0) + 1
         if before.get(index, 0) < launch_no:
             record.intended[index] = launch_no
-            own.add((index, launch_no))
+            if state.pre_intent and index not in before:
+                unsure.append(index)
+            else:
+                own.add((index, launch_no))
             if launch_no > 1:
                 record.carried[index] = {k: getattr(state, k).get(index, 0) for k in CARRIED}
-    if own or record.intended != before:
+    if record.intended != before:
         record.write(store, state.group_id)
+    if unsure:
+        log.warning(
+            "batch %s was driven by a version that recorded no create intents: "
+            "%d inputs (%s) are probed on the cluster before they are created",
+            state.group_id,
+            len(unsure),
+            ", ".join(map(str, unsure[:10])) + (", ..." if len(unsure) > 10 else ""),
+        )
     state.intended = record.intended
     state.own_intents |= own
 

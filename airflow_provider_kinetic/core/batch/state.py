@@ -48,6 +48,11 @@ class BatchState:
     #: The highest launch of each input whose create intent the batch's launch record
     #: holds (``core.batch.launchrecord.intend``): written before any of them is created.
     intended: dict[int, int] = field(default_factory=dict)
+    #: Saved by a version before create intents (its wire form has no ``intended``):
+    #: its driver created children and recorded no intent, so a probing driver probes
+    #: each launch of an input the launch record names none of before it creates it
+    #: (``core.batch.launchrecord.intend``).  Kept on the wire once known.
+    pre_intent: bool = False
     #: Launches this process recorded the intent of itself: created by no one before,
     #: so never probed (not on the wire: a driver made from a save probes them all).
     own_intents: set[tuple[int, int]] = field(
@@ -157,5 +162,6 @@ class BatchState:
         }
         for name in cls._INT_KEYED[1:]:
             kwargs[name] = {int(k): v for k, v in value.get(name, {}).items()}
+        kwargs["pre_intent"] = bool(value.get("pre_intent", "intended" not in value))
         kwargs["extra"] = {k: v for k, v in value.items() if k not in known}
         return cls(**kwargs)
