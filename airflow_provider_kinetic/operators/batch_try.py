@@ -47,6 +47,7 @@ from airflow_provider_kinetic.core.batch.resume import (
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.config import KineticConfig
 from airflow_provider_kinetic.core.data import Data
+from airflow_provider_kinetic.core.data.refs import KINETIC_LAYOUT
 from airflow_provider_kinetic.core.jobs.retry_on import input_policy
 from airflow_provider_kinetic.core.jobs.signing import Keyring, ResultAuthError
 from airflow_provider_kinetic.core.jobs.taskrecord import (
@@ -178,6 +179,8 @@ class BatchTry:
         self.image_plan = op.resolve_image(
             request, self.config, self.store, build=self.context is not None
         )
+        if op.broadcast is not None:  # the tree reads an entry by prefix, as FUSE does
+            self.store.data_layout = KINETIC_LAYOUT
         state, objects, local = plan_batch(
             request,
             inputs,

@@ -79,7 +79,7 @@ def _run_and_check(s: Standalone) -> None:
     state = s.wait_for(f"run {RUN_ID} to finish", finished, RUN_DEADLINE_S)
     tis = {ti["task_id"]: ti for ti in s.json(run_path + "/taskInstances")["task_instances"]}
     states = {task_id: ti["state"] for task_id, ti in tis.items()}
-    assert state == "success", states
+    assert state == "success", (states, _failed_tasks(s, DAG_ID, RUN_ID))
     assert states == {"make_dataset": "success", "train": "success", "check_outputs": "success"}
 
     def xcom(task_id: str, key: str) -> Any:
