@@ -12,7 +12,7 @@ here renders HTML or knows about HTTP.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_provider_kinetic.cli.joblist import JobStatuses, TaskFilter, child_rows, history_rows
@@ -102,7 +102,8 @@ def task_view(conn_id: str, dag_id: str, run_id: str, task_id: str, map_index: i
     statuses = JobStatuses(KineticHook(conn_id))
     store = statuses.store
     match = TaskFilter(run_id=run_id, task_id=task_id, map_index=map_index)
-    rows = history_rows(statuses, history.Filter(dag_id=dag_id), match)
+    messages: dict[str, str] = {}  # a live job's status message: why it waits
+    rows = history_rows(statuses, history.Filter(dag_id=dag_id), match, messages)
     view = TaskView(dag_id, run_id, task_id, map_index)
     if not rows:
         return view
@@ -114,6 +115,8 @@ def task_view(conn_id: str, dag_id: str, run_id: str, task_id: str, map_index: i
             view.earlier.append((row.get("try_number"), history_row(row, store)))
             continue
         job = TaskJob(history_row(row, store), row.get("try_number"), row.get("logical_date"))
+        if row["job_id"] in messages:
+            job.row.report = replace(job.row.report, message=messages[row["job_id"]])
         job.state, job.reason = job.row.report.status.value, job.row.report.reason
         entry = history.read(store, row["job_id"])
         live = entry is not None and entry.get("state") not in history.ENDED

@@ -43,6 +43,8 @@ TAB_SCRIPT = """
               offset=d.offset;done=d.terminal;
               if(logEl.dataset.stateOf){
                 show(document.getElementById(logEl.dataset.stateOf),d.state,d.reason);}
+              const why=document.getElementById('why-'+logEl.dataset.jobId);
+              if(why){why.textContent=d.state==='PENDING'?(d.message||''):'';}
               const p=document.getElementById('progress');
               if(p&&d.progress&&p.dataset.jobId===logEl.dataset.jobId){
                 const bar=p.querySelector('progress');
@@ -136,7 +138,17 @@ def _facts(job: TaskJob) -> str:
         facts.insert(1, ("Children", escape(str(job.total or len(job.children)))))
     if not row.batch:
         facts.insert(1, ("Progress", progress_html(job.progress, job.row.handle.job_id)))
+        facts.insert(1, ("Waiting", _why(row)))
     return "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
+
+
+def _why(row: JobRow) -> str:
+    """Why a waiting job waits: its status line's message (a queue position, the
+    scheduler's and autoscaler's word, a flex-start request's state); the log feed
+    keeps it current, and empties it once the job runs."""
+    pending = row.report.status.value == "PENDING"
+    text = row.report.message if pending else ""
+    return f"<span id='why-{escape(row.job_id)}' class='why'>{escape(text or '')}</span>"
 
 
 def _state_span(row: JobRow, state: str, reason: str | None) -> str:

@@ -49,7 +49,8 @@ LOG_SCRIPT = """
         if(d.text){logEl.append(document.createTextNode(d.text));
                    logEl.scrollTop=logEl.scrollHeight;}
         offset=d.offset;
-        stateEl.textContent=d.state+(d.reason?' ('+d.reason+')':'');
+        stateEl.textContent=d.state+(d.reason?' ('+d.reason+')':'')
+          +(d.state==='PENDING'&&d.message?': '+d.message:'');
         stateEl.className='state '+d.state;
         const p=document.getElementById('progress');
         if(p&&d.progress){const bar=p.querySelector('progress');

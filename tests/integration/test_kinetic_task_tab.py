@@ -194,3 +194,42 @@ def test_tab_of_a_running_job_offers_cancel_only_to_whom_may(
         release.touch()
         job = attach(job_id, conn_id=conn)
         wait_for(f"{job_id} to end", lambda: ended(job.status()))
+
+
+def test_tab_of_a_queued_job_says_why_it_waits(conn, clients, tmp_path: Path, monkeypatch):
+    """A job waiting for a local slot (``local_max_jobs=1``, held by another task's
+    job): the tab's Waiting line and its log feed say its place and who holds the slot
+    (on GKE the same line carries the queue position, the autoscaler's word and the
+    flex-start request's state: ``test_why_pending_gke``)."""
+    from html import escape
+
+    from airflow_provider_kinetic.core.backends.local.slots import SLOTS_ENV
+
+    _, viewer, _ = clients
+    monkeypatch.setenv("AIRFLOW__KINETIC__LOCAL_MAX_JOBS", "1")
+    monkeypatch.setenv(SLOTS_ENV, str(tmp_path / "slots"))  # this test's own slots
+    release = tmp_path / "release"
+    ids = []
+    for task in ("holds", "queued"):
+        op = KineticRunOperator(task_id=task, python_callable=reports_then_waits,
+                                op_args=[str(release)], kinetic_conn_id=conn,
+                                wait_for_completion=False)  # fmt: skip
+        ids.append(op.execute({"ti": FakeTI(task_id=task), "logical_date": _date()})["job_id"])
+    jobs = [attach(job_id, conn_id=conn) for job_id in ids]
+    try:
+        want = f"queued: 0 jobs ahead (local_max_jobs=1); position 1 of 1; slot held by {ids[0]}"
+        wait_for("the second job queued", lambda: jobs[1].status().message == want,
+                 detail=lambda: jobs[1].status())  # fmt: skip
+        page = _tab(viewer, conn, "manual__1", "queued", "-1")
+        assert f"<tr><th>Waiting</th><td><span id='why-{ids[1]}' class='why'>" in page
+        assert f"class='why'>{escape(want)}</span>" in page
+        feed = viewer.get(f"/kinetic/api/jobs/{ids[1]}/log", params={"conn_id": conn})
+        assert feed.status_code == 200, feed.text  # what the tab's script updates it from
+        assert (feed.json()["state"], feed.json()["message"]) == ("PENDING", want)
+        holder = _tab(viewer, conn, "manual__1", "holds", "-1")
+        assert f"<span id='why-{ids[0]}' class='why'>" in holder  # running: no wait to say
+        assert f"class='why'>{escape(want)}" not in holder
+    finally:
+        release.touch()
+        for job in jobs:
+            wait_for(f"{job.job_id} to end", lambda job=job: ended(job.status()))
