@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend
 from airflow_provider_kinetic.core.backends.k8s.manifests import job_manifest
-from airflow_provider_kinetic.core.backends.k8s.pending import Seen, provreq_state
+from airflow_provider_kinetic.core.backends.k8s.pending import Seen, provreq_state, shared
 from airflow_provider_kinetic.core.backends.k8s.queues import QueuePositions
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from tests.fixtures.k8s_double import K8sDouble, to_json
@@ -171,3 +171,19 @@ def test_each_condition_reads_as_the_table_says() -> None:
     assert provreq_state(revoked) == "flex-start request r: capacity revoked (preempted)"
     expired = provreq("r", "w", cond("Provisioned"), cond("BookingExpired"))
     assert provreq_state(expired) == "flex-start request r: booking expired"
+
+
+async def test_backends_made_per_request_share_one_read_a_minute(api: K8sDouble) -> None:
+    """The Kinetic pages make a backend per status read; the deployment layer gives
+    each the process's reads of its cluster (``pending.shared``), so polling a waiting
+    job every second still lists its namespace's events once a minute."""
+    handle, pod = await add_unschedulable_job(api, "job-0000u003")
+    await add_event(api, pod, "NotTriggerScaleUp", "pod didn't trigger scale-up:", at_s=5)
+    key = ("proj", "zone", "c1", id(api))  # this test's own cluster
+    lines = set()
+    for _ in range(3):
+        backend = GkeBackend(api.client_factory())
+        backend._why_seen = shared(key)
+        lines.add((await asyncio.to_thread(backend.status, handle)).message)
+    assert len(lines) == 1 and lines.pop().endswith("no scale-up (pod didn't trigger scale-up:)")
+    assert len(api.sent("GET", EVENTS)) == 1

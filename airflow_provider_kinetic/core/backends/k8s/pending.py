@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -217,6 +217,17 @@ class Seen:
         found = _items((yield provreq_call(namespace)))
         self._seen[key] = (self.clock(), found)
         return found
+
+
+#: One :class:`Seen` per cluster and credentials in this process (:func:`shared`).
+_SHARED: dict[Hashable, Seen] = {}
+
+
+def shared(key: Hashable) -> Seen:
+    """The process's :class:`Seen` for ``key`` (a cluster and the credentials that read
+    it): the backends made per request (the Kinetic pages read a job's status at each
+    poll, each with a backend of its own) then share one read per namespace a minute."""
+    return _SHARED.setdefault(key, Seen())
 
 
 def _items(reply: Any) -> list[dict[str, Any]]:
