@@ -117,6 +117,13 @@ def test_tab_of_a_map_task_shows_its_batch_children_logs_and_files(conn, clients
     assert [(c["child"], c["state"]) for c in body["children"]] == [
         (0, "SUCCEEDED"), (1, "SUCCEEDED"), (2, "SUCCEEDED"),
     ]  # fmt: skip
+    # Its progress: every child done (no ETA left to give, no child running a step).
+    done = "3/3 children done (100%)"
+    assert body["progress"] == {"done": 3, "total": 3, "fraction": 1.0, "eta_s": None,
+                                "text": done}  # fmt: skip
+    assert [c["step"] for c in body["children"]] == [None, None, None]
+    assert "<progress max='1' value='1.0000'></progress> " in page
+    assert f"<span class='progress-text'>{done}</span>" in page
     files = f"/kinetic/batches/{section}/files"
     assert "name=1%2Fpart-1.txt'>1/part-1.txt</a>" in page
     file = viewer.get(files, params={"conn_id": conn, "name": "1/part-1.txt"})
