@@ -64,6 +64,8 @@ class TaskJob:
     progress: Progress | None = None
     #: A batch's progress (:func:`batch_summary`).
     batch_progress: Summary | None = None
+    #: TPU slices of a multi-slice job (a JobSet; its history entry's ``num_slices``).
+    slices: int | None = None
 
 
 @dataclass
@@ -131,6 +133,7 @@ def task_view(conn_id: str, dag_id: str, run_id: str, task_id: str, map_index: i
         job.files, job.files_truncated = _files(store, row.get("output_dir"))
         if not job.row.batch:
             job.progress = read_progress(store, row["job_id"])
+            job.slices = (entry or {}).get("num_slices")
         if job.row.batch:
             children = child_rows(statuses, row)
             job.children = children[:CHILDREN_LIMIT]

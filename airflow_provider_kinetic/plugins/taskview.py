@@ -139,6 +139,8 @@ def _facts(job: TaskJob) -> str:
         ("End", escape(row.ended)),
         ("Output dir", f"<code>{escape(row.handle.output_dir or '')}</code>"),
     ]
+    if job.slices and job.slices > 1:  # a multi-slice job (a JobSet): how many slices
+        facts.insert(4, ("Slices", escape(str(job.slices))))
     if row.batch:
         facts.insert(1, ("Children", escape(str(job.total or len(job.children)))))
         facts.insert(2, ("Progress", _batch_progress(job.batch_progress)))

@@ -240,6 +240,7 @@ def job_page(info: JobDetail, base: str, conn_id: str, *, can_cancel: bool = Fal
         ),
         ("Progress", progress_html(None, row.job_id)),  # filled by the log feed
         ("Accelerator", escape(row.handle.accelerator)),
+        *([("Slices", escape(str(slices)))] if (slices := row.handle.num_slices or 1) > 1 else []),
         ("Backend", escape(row.handle.backend)),
         ("Function", escape(row.handle.func_name)),
         ("DAG / run / task", escape(_task(row))),

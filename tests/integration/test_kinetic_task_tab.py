@@ -240,3 +240,27 @@ def test_tab_of_a_queued_job_says_why_it_waits(conn, clients, tmp_path: Path, mo
         release.touch()
         for job in jobs:
             wait_for(f"{job.job_id} to end", lambda job=job: ended(job.status()))
+
+
+def test_tab_of_a_multi_slice_job_shows_its_slices(conn, clients, tmp_path: Path):
+    """A JobSet job (``num_slices=4``, issue 43) as its history entry records it: the
+    tab names its slices beside its accelerator; a single-slice job has no such row."""
+    from airflow_provider_kinetic.core.jobs import history
+
+    _, viewer, _ = clients
+    store = LocalStore(str(tmp_path / "kinetic"))
+    identity = {"dag_id": "d", "task_id": "train", "run_id": "manual__1", "map_index": -1,
+                "try_number": 1}  # fmt: skip
+    history.submitted(store, "job-5ce5ce01", identity, backend="jobset", func="train",
+                      accelerator="tpu-v5p-2x2x4", output_dir=None, num_slices=4)  # fmt: skip
+    history.update(store, "job-5ce5ce01", "SUCCEEDED")
+    page = _tab(viewer, conn, "manual__1", "train", "-1")
+    assert (
+        "<tr><th>Accelerator</th><td>tpu-v5p-2x2x4</td></tr><tr><th>Slices</th><td>4</td></tr>"
+    ) in page
+    assert "<tr><th>Backend</th><td>jobset</td></tr>" in page
+    one = {**identity, "task_id": "one"}  # a single-slice job: no Slices row
+    history.submitted(store, "job-5ce5ce02", one, backend="gke", func="train",
+                      accelerator="tpu-v5p-2x2x4", output_dir=None)  # fmt: skip
+    single = _tab(viewer, conn, "manual__1", "one", "-1")
+    assert "<td>tpu-v5p-2x2x4</td>" in single and "<th>Slices</th>" not in single
