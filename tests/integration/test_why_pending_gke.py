@@ -13,8 +13,14 @@ from typing import Any
 
 from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend
 from airflow_provider_kinetic.core.backends.k8s.manifests import job_manifest
-from airflow_provider_kinetic.core.backends.k8s.pending import Seen, provreq_state, shared
+from airflow_provider_kinetic.core.backends.k8s.pending import (
+    CONSUME_ANNOTATION,
+    Seen,
+    provreq_state,
+    shared,
+)
 from airflow_provider_kinetic.core.backends.k8s.queues import QueuePositions
+from airflow_provider_kinetic.core.catalog.capacity_gke import QUEUE_LABEL
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from tests.fixtures.k8s_double import K8sDouble, to_json
 from tests.fixtures.triggerer import add_queued_job, paths, spec_for
@@ -29,15 +35,23 @@ def ago(seconds: float) -> str:
     return (datetime.now(UTC) - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def add_unschedulable_job(api: K8sDouble, job_id: str) -> tuple[JobHandle, str]:
-    """A Job whose pod the scheduler cannot place (PodScheduled False, Unschedulable)."""
+async def add_unschedulable_job(
+    api: K8sDouble, job_id: str, queue: str | None = None, request: str | None = None
+) -> tuple[JobHandle, str]:
+    """A Job whose pod the scheduler cannot place (PodScheduled False, Unschedulable);
+    with ``queue``, admitted from that Kueue queue, its pod consuming ``request``."""
     spec = spec_for(job_id)
-    await api.create(f"/apis/batch/v1/namespaces/{NS}/jobs", to_json(job_manifest(spec)))
+    body = to_json(job_manifest(spec))
+    if queue:
+        body["metadata"].setdefault("labels", {})[QUEUE_LABEL] = queue
+    await api.create(f"/apis/batch/v1/namespaces/{NS}/jobs", body)
     pod = f"{spec.name}-p"
     labels = spec.pod_template({"job-name": spec.name})["metadata"]["labels"]
+    annotations = {CONSUME_ANNOTATION: request} if request else {}
     await api.create(
         f"/api/v1/namespaces/{NS}/pods",
-        {"metadata": {"name": pod, "labels": labels, "creationTimestamp": ago(30)},
+        {"metadata": {"name": pod, "labels": labels, "annotations": annotations,
+                      "creationTimestamp": ago(30)},
          "spec": {"containers": [{"name": "kinetic-worker", "image": "img"}]}},
     )  # fmt: skip
     condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
@@ -143,6 +157,23 @@ async def test_a_queued_job_says_its_flex_start_requests_state(api: K8sDouble) -
         "waiting for admission: position 2 of 2 in queue team-a; "
         f"flex-start request {name}: failed (CapacityNotAvailable: no v6e capacity in "
         "us-east5 before deadline)"
+    )
+
+
+async def test_an_admitted_pod_names_the_request_it_consumes(api: K8sDouble) -> None:
+    """Admitted (the Job unsuspended), its pod waits for the nodes its request
+    provisioned: the scheduler's reason, the autoscaler's word and the request, in
+    one line; the request found by the pod's annotation, not by its Workload's name."""
+    name = "job-kinetic-job-0000p001-ab12c-dws-prov-1"
+    await api.create(PROVREQS, provreq(name, "some-workload", cond("Provisioned")))
+    handle, pod = await add_unschedulable_job(api, "job-0000p001", "team-a", name)
+    up = "pod triggered scale-up: [{gke-c1-v6e-flex 0->2 (max: 2)}]"
+    await add_event(api, pod, "TriggeredScaleUp", up, at_s=3)
+    report = await asyncio.to_thread(GkeBackend(api.client_factory()).status, handle)
+    assert report.describe() == (
+        f"PENDING (Unschedulable): {UNFIT} (no node with free accelerators: check the node "
+        f"pool, its size and quota); cluster autoscaler: scale-up triggered ({up}); "
+        f"flex-start request {name}: provisioned, nodes starting"
     )
 
 
