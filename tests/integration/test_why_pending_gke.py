@@ -12,7 +12,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.k8s.gke import GkeBackend
-from airflow_provider_kinetic.core.backends.k8s.manifests import job_manifest
+from airflow_provider_kinetic.core.backends.k8s.jobset import JobSetBackend
+from airflow_provider_kinetic.core.backends.k8s.manifests import job_manifest, jobset_manifest
 from airflow_provider_kinetic.core.backends.k8s.pending import (
     CONSUME_ANNOTATION,
     Seen,
@@ -24,6 +25,7 @@ from airflow_provider_kinetic.core.catalog.capacity_gke import QUEUE_LABEL
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus
 from tests.fixtures.k8s_double import K8sDouble, to_json
 from tests.fixtures.triggerer import add_queued_job, paths, spec_for
+from tests.integration.test_gke_backend import make_spec
 
 NS = "default"
 EVENTS = f"/api/v1/namespaces/{NS}/events"
@@ -218,3 +220,24 @@ async def test_backends_made_per_request_share_one_read_a_minute(api: K8sDouble)
         lines.add((await asyncio.to_thread(backend.status, handle)).message)
     assert len(lines) == 1 and lines.pop().endswith("no scale-up (pod didn't trigger scale-up:)")
     assert len(api.sent("GET", EVENTS)) == 1
+
+
+async def test_a_queued_jobset_says_its_place_and_its_request(api: K8sDouble) -> None:
+    """A multi-slice job (a JobSet) behind a queue: Kueue's Workload is named after the
+    JobSet (``jobset-NAME-xxxxx``), and the visibility API names the JobSet as owner."""
+    spec = make_spec("tpu-v5p-2x2x2", job_id="job-0000s001", num_slices=2)
+    body = to_json(jobset_manifest(spec))
+    body["metadata"].setdefault("labels", {})[QUEUE_LABEL] = "team-a"
+    body["spec"]["suspend"] = True
+    await api.create(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets", body)
+    name = body["metadata"]["name"]
+    api.pending_workloads[(NS, "team-a")] = [name]
+    request = f"jobset-{name}-9e8d7-dws-prov-1"
+    await api.create(PROVREQS, provreq(request, f"jobset-{name}-9e8d7", cond("Accepted")))
+    handle = JobHandle(job_id="job-0000s001", backend="jobset", bucket_name="b",
+                       namespace=NS, k8s_name=name)  # fmt: skip
+    report = await asyncio.to_thread(JobSetBackend(api.client_factory()).status, handle)
+    assert report.describe() == (
+        "PENDING (NotAdmitted): waiting for admission: position 1 of 1 in queue team-a; "
+        f"flex-start request {request}: accepted, waiting for capacity"
+    )
