@@ -289,10 +289,12 @@ def history_rows(
     statuses: JobStatuses,
     keep: history.Filter,
     match: Callable[[Mapping[str, Any]], bool] | None = None,
+    messages: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Every job the store's history knows (and older jobs known only by their
     ``handle.json``), newest first; a job whose entry has not ended shows what its
-    backend says now.  ``keep.state`` is applied to that live state; ``match`` (a
+    backend says now (its status line's message into ``messages``, by job id: why a
+    waiting job waits).  ``keep.state`` is applied to that live state; ``match`` (a
     :class:`TaskFilter`) before any backend is asked."""
     store = statuses.store
     index = inventory.task_index(store, deployment_secret())
@@ -312,6 +314,8 @@ def history_rows(
             report = statuses(handle)
             if report is not None:
                 row["state"], row["reason"] = report.status.value, report.reason
+                if messages is not None and report.message:
+                    messages[row["job_id"]] = report.message
             if report is not None and report.status.is_terminal and not row["ended_at"]:
                 # Nobody waiting recorded its end: its last write to the store is it.
                 row["ended_at"] = inventory.last_write(store, row["job_id"])

@@ -51,8 +51,17 @@ def backend_for(config: KineticConfig, kind: str | None = None) -> Backend:
             backend.max_jobs = local_max_jobs()
             backend.inherit_env = local_inherit_env()
         return backend
+    from airflow_provider_kinetic.core.backends.k8s import pending as k8s_pending
+    from airflow_provider_kinetic.core.backends.k8s import queues as k8s_queues
+
     backend = cls.from_config(config, cluster_client_factory(config, kind))
     backend.retry_policy = k8s_retry_policy()
+    # Why a job waits is read at most once a minute per namespace of a cluster, however
+    # many backends this process makes for it (a page poll makes one per read).
+    seen_by = (config.project, config.zone, config.cluster, str(config.endpoint),
+               config.gcp_conn_id, str(config.impersonation_chain))  # fmt: skip
+    backend._why_seen = k8s_pending.shared(seen_by)
+    backend._queue_positions = k8s_queues.shared(seen_by)
     # Objects are created with an owner token of the deployment secret, and only
     # objects that carry it are adopted or deleted (core/backends/k8s/ownership.py).
     backend.owner_secret = deployment_secret()

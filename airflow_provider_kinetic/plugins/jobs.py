@@ -351,6 +351,7 @@ def log_chunk(job: AttachedJob, offset: int) -> dict[str, object]:
         "offset": next_offset,
         "state": report.status.value,
         "reason": report.reason or "",
+        "message": report.message or "",  # a waiting job's one line says why it waits
         "terminal": report.status.is_terminal,
         "progress": last.to_xcom() if last is not None else None,
     }

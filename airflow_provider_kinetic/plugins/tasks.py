@@ -12,10 +12,12 @@ here renders HTML or knows about HTTP.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_provider_kinetic.cli.joblist import JobStatuses, TaskFilter, child_rows, history_rows
+from airflow_provider_kinetic.core.batch.progress import Summary, summary
 from airflow_provider_kinetic.core.jobs import history
 from airflow_provider_kinetic.core.jobs.progress import Progress, read_progress
 from airflow_provider_kinetic.core.jobs.usage import summary_line
@@ -35,6 +37,8 @@ from airflow_provider_kinetic.plugins.jobs import (
 #: Children a batch's tab lists (every row costs nothing more than its manifest
 #: entry, but a page of 10,000 rows helps nobody).
 CHILDREN_LIMIT = 1000
+#: A child's states that count as done in a batch's progress (it will not run again).
+CHILD_DONE = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 
 
 @dataclass
@@ -58,6 +62,10 @@ class TaskJob:
     #: What a job's function last reported (``core.jobs.progress``; None: nothing, or
     #: its dir already cleaned up after it succeeded: the XCom keeps it).
     progress: Progress | None = None
+    #: A batch's progress (:func:`batch_summary`).
+    batch_progress: Summary | None = None
+    #: TPU slices of a multi-slice job (a JobSet; its history entry's ``num_slices``).
+    slices: int | None = None
 
 
 @dataclass
@@ -102,7 +110,8 @@ def task_view(conn_id: str, dag_id: str, run_id: str, task_id: str, map_index: i
     statuses = JobStatuses(KineticHook(conn_id))
     store = statuses.store
     match = TaskFilter(run_id=run_id, task_id=task_id, map_index=map_index)
-    rows = history_rows(statuses, history.Filter(dag_id=dag_id), match)
+    messages: dict[str, str] = {}  # a live job's status message: why it waits
+    rows = history_rows(statuses, history.Filter(dag_id=dag_id), match, messages)
     view = TaskView(dag_id, run_id, task_id, map_index)
     if not rows:
         return view
@@ -114,6 +123,8 @@ def task_view(conn_id: str, dag_id: str, run_id: str, task_id: str, map_index: i
             view.earlier.append((row.get("try_number"), history_row(row, store)))
             continue
         job = TaskJob(history_row(row, store), row.get("try_number"), row.get("logical_date"))
+        if row["job_id"] in messages:
+            job.row.report = replace(job.row.report, message=messages[row["job_id"]])
         job.state, job.reason = job.row.report.status.value, job.row.report.reason
         entry = history.read(store, row["job_id"])
         live = entry is not None and entry.get("state") not in history.ENDED
@@ -122,12 +133,14 @@ def task_view(conn_id: str, dag_id: str, run_id: str, task_id: str, map_index: i
         job.files, job.files_truncated = _files(store, row.get("output_dir"))
         if not job.row.batch:
             job.progress = read_progress(store, row["job_id"])
+            job.slices = (entry or {}).get("num_slices")
         if job.row.batch:
             children = child_rows(statuses, row)
             job.children = children[:CHILDREN_LIMIT]
             job.children_truncated = len(children) > CHILDREN_LIMIT
             job.total = (entry or {}).get("total")
             job.state, job.reason = batch_state(entry or {}, children)
+            job.batch_progress = batch_summary(store, entry or {}, children)
         view.jobs.append(job)
     return view
 
@@ -144,18 +157,37 @@ def batch_state(entry: dict[str, Any], children: list[dict[str, Any]]) -> tuple[
     return state, entry.get("reason")
 
 
+def batch_summary(
+    store: ObjectStore, entry: dict[str, Any], children: list[dict[str, Any]]
+) -> Summary:
+    """A batch's progress (``core.batch.progress``): children done of total, an ETA
+    from those finished since it was submitted, each running child's step."""
+    done = sum(1 for c in children if c.get("state") in CHILD_DONE)
+    running = {int(c["child"]): str(c["job_id"]) for c in children if c.get("state") == "RUNNING"}
+    submitted = history.iso_epoch(entry.get("submitted_at"))
+    elapsed = None if submitted is None else time.time() - submitted
+    total = int(entry.get("total") or len(children))
+    return summary(store, total, done, running, elapsed)
+
+
 def children_feed(conn_id: str, entry: dict[str, Any]) -> dict[str, Any]:
-    """The tab's refresh of one batch: its state and its children's (JSON)."""
+    """The tab's refresh of one batch: its state, progress and its children's (JSON)."""
     statuses = JobStatuses(KineticHook(conn_id))
     row = {**entry, "kind": "batch"}
     children = child_rows(statuses, row)[:CHILDREN_LIMIT]
     state, reason = batch_state(entry, children)
+    progress = batch_summary(statuses.store, entry, children)
     return {
         "state": state,
         "reason": reason or "",
         "terminal": state in history.ENDED,
+        "progress": progress.to_json(),
         "children": [
-            {key: child.get(key) for key in ("child", "job_id", "state", "reason", "attempts")}
+            {
+                **{key: child.get(key) for key in ("child", "job_id", "state", "reason")},
+                "attempts": child.get("attempts"),
+                "step": progress.steps.get(int(child["child"])),
+            }
             for child in children
         ],
     }

@@ -14,6 +14,7 @@ import urllib.parse
 from html import escape
 from typing import Any
 
+from airflow_provider_kinetic.core.batch.progress import Summary
 from airflow_provider_kinetic.plugins.jobs import JobRow
 from airflow_provider_kinetic.plugins.tasks import TaskJob, TaskView
 from airflow_provider_kinetic.plugins.views import (
@@ -43,6 +44,8 @@ TAB_SCRIPT = """
               offset=d.offset;done=d.terminal;
               if(logEl.dataset.stateOf){
                 show(document.getElementById(logEl.dataset.stateOf),d.state,d.reason);}
+              const why=document.getElementById('why-'+logEl.dataset.jobId);
+              if(why){why.textContent=d.state==='PENDING'?(d.message||''):'';}
               const p=document.getElementById('progress');
               if(p&&d.progress&&p.dataset.jobId===logEl.dataset.jobId){
                 const bar=p.querySelector('progress');
@@ -60,12 +63,16 @@ TAB_SCRIPT = """
       let done=false;
       try{const d=await getJson(batch.dataset.childrenUrl);
         if(d){show(batch.querySelector('.batch-state'),d.state,d.reason);done=d.terminal;
+          const bp=batch.querySelector('.batch-progress');
+          if(bp&&d.progress){bp.querySelector('progress').value=d.progress.fraction;
+            bp.querySelector('.progress-text').textContent=d.progress.text;}
           for(const c of d.children){
             const row=body.querySelector("tr[data-child='"+c.child+"']");
             if(!row){body.dataset.stale='true';continue;}
             row.dataset.jobId=c.job_id;
             show(row.querySelector('.state'),c.state,c.reason);
             row.querySelector('.attempts').textContent=c.attempts==null?'':String(c.attempts);
+            row.querySelector('.step').textContent=c.step||'';
             if(['SUCCEEDED','FAILED','CANCELLED','NOT_FOUND','PREEMPTED'].includes(c.state)){
               const b=row.querySelector('button.cancel');if(b){b.remove();}}
           }
@@ -132,11 +139,35 @@ def _facts(job: TaskJob) -> str:
         ("End", escape(row.ended)),
         ("Output dir", f"<code>{escape(row.handle.output_dir or '')}</code>"),
     ]
+    if job.slices and job.slices > 1:  # a multi-slice job (a JobSet): how many slices
+        facts.insert(4, ("Slices", escape(str(job.slices))))
     if row.batch:
         facts.insert(1, ("Children", escape(str(job.total or len(job.children)))))
+        facts.insert(2, ("Progress", _batch_progress(job.batch_progress)))
     if not row.batch:
         facts.insert(1, ("Progress", progress_html(job.progress, job.row.handle.job_id)))
+        facts.insert(1, ("Waiting", _why(row)))
     return "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
+
+
+def _batch_progress(summary: Summary | None) -> str:
+    """A batch's bar and line (``3/6 children done (50%), ETA 4 min; child 3 step
+    ...``), refreshed with its children."""
+    value = f"{summary.fraction:.4f}" if summary is not None else "0"
+    text = summary.describe() if summary is not None else ""
+    return (
+        f"<span class='batch-progress'><progress max='1' value='{value}'></progress> "
+        f"<span class='progress-text'>{escape(text)}</span></span>"
+    )
+
+
+def _why(row: JobRow) -> str:
+    """Why a waiting job waits: its status line's message (a queue position, the
+    scheduler's and autoscaler's word, a flex-start request's state); the log feed
+    keeps it current, and empties it once the job runs."""
+    pending = row.report.status.value == "PENDING"
+    text = row.report.message if pending else ""
+    return f"<span id='why-{escape(row.job_id)}' class='why'>{escape(text or '')}</span>"
 
 
 def _state_span(row: JobRow, state: str, reason: str | None) -> str:
@@ -162,6 +193,7 @@ def _selected_child(job: TaskJob, child: int | None) -> dict[str, Any] | None:
 def _children(base: str, conn_id: str, view_url: str, job: TaskJob, can_cancel: bool) -> str:
     rows = []
     group = job.row.job_id
+    steps = job.batch_progress.steps if job.batch_progress is not None else {}
     for c in job.children:
         job_id, index = str(c["job_id"]), int(c["child"])
         state = (
@@ -180,12 +212,13 @@ def _children(base: str, conn_id: str, view_url: str, job: TaskJob, can_cancel: 
             f"<tr data-child='{index}' data-job-id='{escape(job_id)}'><td>{index}</td>"
             f"<td><a href='{escape(page_url)}'>{escape(job_id)}</a></td><td>{state}</td>"
             f"<td class='attempts'>{escape(str(c.get('attempts') or ''))}</td>"
+            f"<td class='step'>{escape(steps.get(index, ''))}</td>"
             f"<td><a class='log-link' href='{escape(log)}'>log</a></td><td>{cancel}</td></tr>"
         )
     more = "<p>(more children not shown)</p>" if job.children_truncated else ""
     return (
         "<h3>Children</h3><table class='children'><thead><tr><th>Child</th><th>Job</th>"
-        "<th>State</th><th>Attempts</th><th>Log</th><th></th></tr></thead>"
+        "<th>State</th><th>Attempts</th><th>Step</th><th>Log</th><th></th></tr></thead>"
         f"<tbody class='children'>{''.join(rows)}</tbody></table>{more}"
     )
 

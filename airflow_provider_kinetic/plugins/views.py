@@ -49,7 +49,8 @@ LOG_SCRIPT = """
         if(d.text){logEl.append(document.createTextNode(d.text));
                    logEl.scrollTop=logEl.scrollHeight;}
         offset=d.offset;
-        stateEl.textContent=d.state+(d.reason?' ('+d.reason+')':'');
+        stateEl.textContent=d.state+(d.reason?' ('+d.reason+')':'')
+          +(d.state==='PENDING'&&d.message?': '+d.message:'');
         stateEl.className='state '+d.state;
         const p=document.getElementById('progress');
         if(p&&d.progress){const bar=p.querySelector('progress');
@@ -239,6 +240,7 @@ def job_page(info: JobDetail, base: str, conn_id: str, *, can_cancel: bool = Fal
         ),
         ("Progress", progress_html(None, row.job_id)),  # filled by the log feed
         ("Accelerator", escape(row.handle.accelerator)),
+        *([("Slices", escape(str(slices)))] if (slices := row.handle.num_slices or 1) > 1 else []),
         ("Backend", escape(row.handle.backend)),
         ("Function", escape(row.handle.func_name)),
         ("DAG / run / task", escape(_task(row))),

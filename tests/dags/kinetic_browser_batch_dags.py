@@ -1,6 +1,7 @@
 """The map task the browser tests open on its task instance's Kinetic tab
 (tests/integration/test_browser.py): three children that log a numbered line a
-second for a while, so the tab is seen with children running and their logs live."""
+second for a while (each a progress step), so the tab is seen with children running,
+their logs live and the batch's progress."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from airflow_provider_kinetic import KineticMapOperator
 
 
 def tick(i: int, seconds: int = 25) -> int:
-    """Log ``seconds`` numbered lines, one a second."""
+    """Log ``seconds`` numbered lines, one a second, each a reported step."""
     import time
+
+    from airflow_provider_kinetic import progress
 
     for j in range(seconds):
         print(f"batch child {i} line {j}", flush=True)
+        progress.update(j + 1, total=seconds)
         time.sleep(1)
     return i
 

@@ -317,6 +317,11 @@ def test_the_kinetic_tab_of_a_map_task_shows_children_and_live_logs(server, page
     expect(frame.locator(".batch-state")).to_have_text(re.compile(r"^RUNNING"))
     expect(frame.locator("#log")).to_contain_text("batch child 0 line 1")
     expect(frame.locator("#log")).to_contain_text("batch child 0 line 3")  # it grows
+    # The batch's progress: children done of total and each running child's step, as
+    # the task log's batch line says it, refreshed with the children.
+    running = re.compile(r"^0/3 children done \(0%\); child 0 step \d+/25 \(\d+%\)")
+    expect(frame.locator(".batch-progress .progress-text")).to_have_text(running)
+    expect(frame.locator("tr[data-child='1'] .step")).to_have_text(re.compile(r"^step \d+/25 "))
     shot(page, "kinetic-tab-running")
 
     frame.locator("tr[data-child='1'] a.log-link").click()
@@ -326,6 +331,8 @@ def test_the_kinetic_tab_of_a_map_task_shows_children_and_live_logs(server, page
         state = frame.locator(f"tr[data-child='{index}'] .state")
         expect(state).to_have_text("SUCCEEDED", timeout=RUN_DEADLINE_S * 1000)
     expect(frame.locator(".batch-state")).to_have_text(re.compile(r"^SUCCEEDED"))
+    expect(frame.locator(".batch-progress .progress-text")).to_have_text("3/3 children done (100%)")
+    expect(frame.locator(".batch-progress progress")).to_have_js_property("value", 1)
     expect(frame.locator("#log")).to_have_attribute("data-complete", "true")
     assert server.wait_finished(BATCH_DAG, BATCH_RUN) == "success"
     shot(page, "kinetic-tab-done")

@@ -117,6 +117,13 @@ def test_tab_of_a_map_task_shows_its_batch_children_logs_and_files(conn, clients
     assert [(c["child"], c["state"]) for c in body["children"]] == [
         (0, "SUCCEEDED"), (1, "SUCCEEDED"), (2, "SUCCEEDED"),
     ]  # fmt: skip
+    # Its progress: every child done (no ETA left to give, no child running a step).
+    done = "3/3 children done (100%)"
+    assert body["progress"] == {"done": 3, "total": 3, "fraction": 1.0, "eta_s": None,
+                                "text": done}  # fmt: skip
+    assert [c["step"] for c in body["children"]] == [None, None, None]
+    assert "<progress max='1' value='1.0000'></progress> " in page
+    assert f"<span class='progress-text'>{done}</span>" in page
     files = f"/kinetic/batches/{section}/files"
     assert "name=1%2Fpart-1.txt'>1/part-1.txt</a>" in page
     file = viewer.get(files, params={"conn_id": conn, "name": "1/part-1.txt"})
@@ -194,3 +201,66 @@ def test_tab_of_a_running_job_offers_cancel_only_to_whom_may(
         release.touch()
         job = attach(job_id, conn_id=conn)
         wait_for(f"{job_id} to end", lambda: ended(job.status()))
+
+
+def test_tab_of_a_queued_job_says_why_it_waits(conn, clients, tmp_path: Path, monkeypatch):
+    """A job waiting for a local slot (``local_max_jobs=1``, held by another task's
+    job): the tab's Waiting line and its log feed say its place and who holds the slot
+    (on GKE the same line carries the queue position, the autoscaler's word and the
+    flex-start request's state: ``test_why_pending_gke``)."""
+    from html import escape
+
+    from airflow_provider_kinetic.core.backends.local.slots import SLOTS_ENV
+
+    _, viewer, _ = clients
+    monkeypatch.setenv("AIRFLOW__KINETIC__LOCAL_MAX_JOBS", "1")
+    monkeypatch.setenv(SLOTS_ENV, str(tmp_path / "slots"))  # this test's own slots
+    release = tmp_path / "release"
+    ids = []
+    for task in ("holds", "queued"):
+        op = KineticRunOperator(task_id=task, python_callable=reports_then_waits,
+                                op_args=[str(release)], kinetic_conn_id=conn,
+                                wait_for_completion=False)  # fmt: skip
+        ids.append(op.execute({"ti": FakeTI(task_id=task), "logical_date": _date()})["job_id"])
+    jobs = [attach(job_id, conn_id=conn) for job_id in ids]
+    try:
+        want = f"queued: 0 jobs ahead (local_max_jobs=1); position 1 of 1; slot held by {ids[0]}"
+        wait_for("the second job queued", lambda: jobs[1].status().message == want,
+                 detail=lambda: jobs[1].status())  # fmt: skip
+        page = _tab(viewer, conn, "manual__1", "queued", "-1")
+        assert f"<tr><th>Waiting</th><td><span id='why-{ids[1]}' class='why'>" in page
+        assert f"class='why'>{escape(want)}</span>" in page
+        feed = viewer.get(f"/kinetic/api/jobs/{ids[1]}/log", params={"conn_id": conn})
+        assert feed.status_code == 200, feed.text  # what the tab's script updates it from
+        assert (feed.json()["state"], feed.json()["message"]) == ("PENDING", want)
+        holder = _tab(viewer, conn, "manual__1", "holds", "-1")
+        assert f"<span id='why-{ids[0]}' class='why'>" in holder  # running: no wait to say
+        assert f"class='why'>{escape(want)}" not in holder
+    finally:
+        release.touch()
+        for job in jobs:
+            wait_for(f"{job.job_id} to end", lambda job=job: ended(job.status()))
+
+
+def test_tab_of_a_multi_slice_job_shows_its_slices(conn, clients, tmp_path: Path):
+    """A JobSet job (``num_slices=4``, issue 43) as its history entry records it: the
+    tab names its slices beside its accelerator; a single-slice job has no such row."""
+    from airflow_provider_kinetic.core.jobs import history
+
+    _, viewer, _ = clients
+    store = LocalStore(str(tmp_path / "kinetic"))
+    identity = {"dag_id": "d", "task_id": "train", "run_id": "manual__1", "map_index": -1,
+                "try_number": 1}  # fmt: skip
+    history.submitted(store, "job-5ce5ce01", identity, backend="jobset", func="train",
+                      accelerator="tpu-v5p-2x2x4", output_dir=None, num_slices=4)  # fmt: skip
+    history.update(store, "job-5ce5ce01", "SUCCEEDED")
+    page = _tab(viewer, conn, "manual__1", "train", "-1")
+    assert (
+        "<tr><th>Accelerator</th><td>tpu-v5p-2x2x4</td></tr><tr><th>Slices</th><td>4</td></tr>"
+    ) in page
+    assert "<tr><th>Backend</th><td>jobset</td></tr>" in page
+    one = {**identity, "task_id": "one"}  # a single-slice job: no Slices row
+    history.submitted(store, "job-5ce5ce02", one, backend="gke", func="train",
+                      accelerator="tpu-v5p-2x2x4", output_dir=None)  # fmt: skip
+    single = _tab(viewer, conn, "manual__1", "one", "-1")
+    assert "<td>tpu-v5p-2x2x4</td>" in single and "<th>Slices</th>" not in single

@@ -212,6 +212,17 @@ async def test_queued_jobs_say_their_kueue_position_from_one_visibility_read(
     handles = [await add_queued_job(api, f"job-q{i:03d}") for i in range(3)]
     names = [job_name(h.job_id) for h in handles]
     api.pending_workloads[("default", "team-a")] = ["kinetic-job-first", *names]
+    workload = f"job-{names[0]}-0c0c0"  # Kueue's name for the first Job's Workload
+    request = {
+        "metadata": {"name": f"{workload}-dws-1", "ownerReferences": [
+            {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload", "name": workload,
+             "uid": "w"}]},
+        "spec": {"provisioningClassName": "queued-provisioning.gke.io", "podSets": []},
+        "status": {"conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
+                                   "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+    }  # fmt: skip
+    await api.create("/apis/autoscaling.x-k8s.io/v1/namespaces/default/provisioningrequests",
+                     request)  # fmt: skip
     api.forget_requests()
     backend = backend_for(api)
     for h in handles:
@@ -225,9 +236,13 @@ async def test_queued_jobs_say_their_kueue_position_from_one_visibility_read(
     assert [e["status"] for e in events] == ["SUCCEEDED"] * 3
     for i, (h, s) in enumerate(zip(handles, said, strict=True)):
         line = f"kinetic job {h.job_id}: PENDING (NotAdmitted): waiting for admission: "
-        assert line + f"position {i + 2} of 4 in queue team-a" in s.lines, s.lines
-    reads = [r for r in by_code_under_test(api.requests) if "pendingworkloads" in r.url.path]
-    assert len(reads) == 1  # one for the three jobs and every poll within the minute
+        line += f"position {i + 2} of 4 in queue team-a"
+        if i == 0:  # its flex-start ProvisioningRequest, in the same line
+            line += f"; flex-start request {workload}-dws-1: accepted, waiting for capacity"
+        assert line in s.lines, s.lines
+    for what in ("pendingworkloads", "provisioningrequests"):
+        reads = [r for r in by_code_under_test(api.requests) if what in r.url.path]
+        assert len(reads) == 1, what  # one for the three jobs and every poll in the minute
     assert lists(api) == (7, 7)  # the shared lists as before: t = 0, 5, ..., 30
 
 

@@ -200,3 +200,19 @@ def test_a_batch_line_counts_children_and_names_each_running_childs_step(tmp_pat
     state.done.update(dict.fromkeys(range(4), "SUCCEEDED"))
     state.active.clear()
     assert watch.line(state, store) == "6/6 children done (100%)"
+
+
+def test_a_batch_seen_from_outside_gets_its_eta_from_finished_children(tmp_path) -> None:
+    """The Kinetic tab has no process that watched the batch: the ETA is the rate of
+    children finished since it was submitted; none finished (or all): no ETA."""
+    from airflow_provider_kinetic.core.batch.progress import summary
+    from airflow_provider_kinetic.core.storage import LocalStore
+
+    store = LocalStore(str(tmp_path))
+    seen = summary(store, total=6, done=2, running={2: "job-none"}, elapsed_s=240.0)
+    assert seen.eta_s == 480.0  # 4 left at 2 per 240 s
+    assert seen.describe() == "2/6 children done (33%), ETA 8 min"  # job-none: no report
+    assert seen.to_json()["fraction"] == 2 / 6
+    assert summary(store, 6, 0, {}, 240.0).eta_s is None
+    assert summary(store, 6, 6, {}, 240.0).describe() == "6/6 children done (100%)"
+    assert summary(store, 6, 2, {}, None).eta_s is None  # no submission time known

@@ -63,6 +63,12 @@ def test_console_urls_come_from_the_backend_class():
     assert "/kubernetes/job/z/c/default/kinetic-job-1/" in job_url(gke)
     lws = gke.evolve(backend="pathways")
     assert "/leaderworkerset/" in job_url(lws)
+    # A JobSet: the page of the headless Service named like it, as xpk links one.
+    slices = gke.evolve(backend="jobset", k8s_name="kinetic-slices-job-1")
+    assert job_url(slices) == (
+        "https://console.cloud.google.com/kubernetes/service/z/c/default/kinetic-slices-job-1"
+        "/details?project=p"
+    )
     assert job_url(records.handle("job-2", "/r")) == "/kinetic/jobs/job-2"  # no web console
 
 

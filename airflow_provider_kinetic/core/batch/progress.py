@@ -69,17 +69,61 @@ class BatchProgress:
         return (state.total - done) * took / ended
 
     def line(self, state: BatchState, store: ObjectStore) -> str:
-        done, total = len(state.done), state.total
+        running = {i: state.active[i].job_id for i in state.active}
+        steps = child_steps(store, running)
+        return Summary(len(state.done), state.total, self.eta_s(state), steps).describe()
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A batch's progress: ``done`` of ``total`` children ended, the ETA (seconds;
+    None: unknown) and each running child's reported step, by input index."""
+
+    done: int
+    total: int
+    eta_s: float | None
+    steps: dict[int, str]
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total > 0 else 0.0
+
+    def describe(self) -> str:
+        """``3/6 children done (50%), ETA 4 min; child 3 step 120/1,000 (12%)``."""
+        done, total = self.done, self.total
         text = f"{done}/{total} children done ({100 * done // max(total, 1)}%)"
-        eta = self.eta_s(state)
-        if eta is not None:
-            text += f", ETA {duration_text(eta)}"
-        steps = []
-        for index in sorted(state.active)[:CHILDREN_SHOWN]:
-            try:
-                last = read_progress(store, state.active[index].job_id)
-            except Exception:  # noqa: BLE001 - progress never fails the batch's wait
-                last = None
-            if last is not None:
-                steps.append(f"child {index} {last.step_text()}")
+        if self.eta_s is not None:
+            text += f", ETA {duration_text(self.eta_s)}"
+        steps = [f"child {i} {step}" for i, step in sorted(self.steps.items())]
         return text + ("; " + ", ".join(steps) if steps else "")
+
+    def to_json(self) -> dict[str, object]:
+        """What the Kinetic tab's children feed carries (its bar and text)."""
+        return {"done": self.done, "total": self.total, "fraction": self.fraction,
+                "eta_s": self.eta_s, "text": self.describe()}  # fmt: skip
+
+
+def child_steps(store: ObjectStore, running: dict[int, str]) -> dict[int, str]:
+    """The step each running child (input index -> job id) last reported, for the
+    first :data:`CHILDREN_SHOWN` (one store read each); children silent so far left out."""
+    steps = {}
+    for index in sorted(running)[:CHILDREN_SHOWN]:
+        try:
+            last = read_progress(store, running[index])
+        except Exception:  # noqa: BLE001 - progress never fails a batch's wait or page
+            last = None
+        if last is not None:
+            steps[index] = last.step_text()
+    return steps
+
+
+def summary(
+    store: ObjectStore, total: int, done: int, running: dict[int, str], elapsed_s: float | None
+) -> Summary:
+    """A batch's progress seen from outside its task (the Kinetic tab: no process that
+    watched it): the ETA from the children that finished since the batch was
+    submitted ``elapsed_s`` ago, at the rate they finished."""
+    eta = None
+    if elapsed_s and elapsed_s > 0 and 0 < done < total:
+        eta = (total - done) * elapsed_s / done
+    return Summary(done, total, eta, child_steps(store, running))

@@ -42,7 +42,12 @@ class JobSetBackend(GkeBackend):
     name = "jobset"
     auto_candidate = False
     runs_slices = True
-    console_kind = "jobset"
+    #: The console has no page of a JobSet's own that we could confirm: Google's xpk,
+    #: which runs multi-slice TPU training as JobSets, links a workload to the page of
+    #: the headless Service JobSet makes under the JobSet's name ("Follow your workload
+    #: here: .../kubernetes/service/{location}/{cluster}/default/{workload}/details",
+    #: AI-Hypercomputer/xpk src/xpk/commands/workload.py), so the link does the same.
+    console_kind = "service"
     owned_kind = "JobSet"
 
     @classmethod

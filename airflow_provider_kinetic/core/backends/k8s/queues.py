@@ -26,7 +26,7 @@ report stays as it was, and the queue is not asked again before the refresh.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -111,6 +111,16 @@ class QueuePositions:
             found = {}
         self._seen[key] = (self.clock(), found)
         return found
+
+
+#: One :class:`QueuePositions` per cluster and credentials in this process (:func:`shared`).
+_SHARED: dict[Hashable, QueuePositions] = {}
+
+
+def shared(key: Hashable) -> QueuePositions:
+    """The process's :class:`QueuePositions` for ``key`` (a cluster and the credentials
+    that read it), for backends made per request (the Kinetic pages)."""
+    return _SHARED.setdefault(key, QueuePositions())
 
 
 def fold(report: StatusReport, position: QueuePosition | None) -> StatusReport:

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.k8s import capacity as k8s_capacity
+from airflow_provider_kinetic.core.backends.k8s import pending as k8s_pending
 from airflow_provider_kinetic.core.backends.k8s import queues as k8s_queues
 from airflow_provider_kinetic.core.backends.k8s import status as k8s_status
 from airflow_provider_kinetic.core.backends.k8s.api import (
@@ -53,6 +54,7 @@ class StatusReads:
 
     limits: k8s_status.Limits
     where: Any  # (handle) -> (namespace, object name), the backend's
+    owned_kind: str  # the kind of the job's object (Kueue names its Workload after it)
 
     def _status_plan(self, handle: JobHandle) -> Plan[StatusReport]:
         """One job on its own: its object, its pods, and events only where they can
@@ -66,24 +68,47 @@ class StatusReads:
         report = self._report(handle, owner, pods, now=now)
         target = self._events_target(handle, owner, pods, report, now)
         if target is None:
-            return (yield from self._queued_plan(ns, owner, report))
+            return (yield from self._why_plan(ns, owner, pods, report))
         events = yield from self._events_plan(ns, target)
         report = self._report(handle, owner, pods, events, now=now)
-        return (yield from self._queued_plan(ns, owner, report))
+        return (yield from self._why_plan(ns, owner, pods, report, events))
 
-    def _queued_plan(
-        self, ns: str, owner: dict[str, Any], report: StatusReport
+    def _why_plan(
+        self,
+        ns: str,
+        owner: dict[str, Any],
+        pods: list[dict[str, Any]],
+        report: StatusReport,
+        events: list[dict[str, Any]] | None = None,
     ) -> Plan[StatusReport]:
-        """A job waiting for Kueue's admission: its position in its local queue
-        (``k8s/queues.py``: one visibility read per queue per minute per backend)."""
-        queue = _labels(owner).get(QUEUE_LABEL)
-        if report.reason != k8s_status.REASON_NOT_ADMITTED or not queue:
+        """Why a job still waits, in its one line: its place in its Kueue queue
+        (``k8s/queues.py``), its pod's scheduling and autoscaler events, and its
+        flex-start ProvisioningRequest's state (``k8s/pending.py``); each read at most
+        once a minute per queue or namespace per backend."""
+        if report.status is not JobStatus.PENDING:
             return report
-        positions = self.__dict__.get("_queue_positions")
-        if positions is None:
-            positions = self.__dict__["_queue_positions"] = k8s_queues.QueuePositions()
-        found = yield from positions.plan(ns, queue)
-        return k8s_queues.fold(report, found.get(owner["metadata"]["name"]))
+        queue = _labels(owner).get(QUEUE_LABEL)
+        name = owner["metadata"]["name"]
+        if report.reason == k8s_status.REASON_NOT_ADMITTED and queue:
+            positions = self.__dict__.get("_queue_positions")
+            if positions is None:
+                positions = self.__dict__["_queue_positions"] = k8s_queues.QueuePositions()
+            found = yield from positions.plan(ns, queue)
+            report = k8s_queues.fold(report, found.get(name))
+        waiting = (k8s_status.REASON_NOT_ADMITTED, k8s_status.REASON_UNSCHEDULABLE)
+        if report.reason not in waiting:
+            return report
+        seen = self.__dict__.get("_why_seen")
+        if seen is None:
+            seen = self.__dict__["_why_seen"] = k8s_pending.Seen()
+        pod = k8s_status.select_pod(pods)
+        if report.reason == k8s_status.REASON_UNSCHEDULABLE and events is None:
+            events = yield from seen.events(ns)
+        request = None
+        if queue:  # Kueue makes the ProvisioningRequest of a queued-provisioning queue
+            requests = yield from seen.requests(ns)
+            request = k8s_pending.request_of(requests, self.owned_kind, name, pods)
+        return k8s_pending.fold(report, pod, events, request)
 
     # The three hooks a kind of object overrides (pathways.py: LeaderWorkerSets); the
     # single read above and the listed reads below are written once, on them.
@@ -188,7 +213,7 @@ class StatusReads:
             report = self._report(handle, owners[name], mine, now=now)
             target = self._events_target(handle, owners[name], mine, report, now)
             if target is None:
-                report = yield from self._queued_plan(ns, owners[name], report)
+                report = yield from self._why_plan(ns, owners[name], mine, report)
                 result[handle.job_id] = Listed(report, self._log_pod_of(name, mine), True)
             else:
                 waiting.append((handle, name, mine, target))
@@ -199,7 +224,7 @@ class StatusReads:
                 names = {name, target} | {p["metadata"]["name"] for p in mine}
                 own = [e for e in events if (e.get("involvedObject") or {}).get("name") in names]
                 report = self._report(handle, owners[name], mine, own, now=now)
-                report = yield from self._queued_plan(ns, owners[name], report)
+                report = yield from self._why_plan(ns, owners[name], mine, report, own)
                 result[handle.job_id] = Listed(report, self._log_pod_of(name, mine), True)
         return result
 
