@@ -16,8 +16,7 @@ for 12.9 s, stalling every other trigger).
 
 On a cluster its status and log reads come from the triggerer's shared reader
 (``triggers.reads``): one list per namespace per interval for every deferred job,
-live log reads granted from one budget, so a thousand deferred jobs cost the API
-server about what ten do.
+live log reads granted from one budget (a thousand deferred jobs cost about ten).
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from airflow.triggers.base import BaseTaskEndEvent, BaseTrigger, TriggerEvent
 
 from airflow_provider_kinetic.core.jobs.polling import StoreOutage
+from airflow_provider_kinetic.core.logat import info_at, timed_lines
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 from airflow_provider_kinetic.triggers.logplace import LogPlace, through_cancels
 from airflow_provider_kinetic.triggers.settle import deferred_here, hold, not_before_from
@@ -162,8 +162,8 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         )
 
     async def _show_logs(self, reads: OwnReads, final: bool = False) -> bool:
-        """The next chunk of the job's log into the task log (each line once: the
-        offset moves on); whether there was one.  ``final``: the job has ended and
+        """The next chunk of the job's log into the task log (each line once, at its
+        time where known); whether there was one.  ``final``: the job has ended and
         its log is being drained (a shared reader rations only live reads)."""
         if not self.stream_logs:
             return False
@@ -172,8 +172,8 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             return False
         text, offset = await reads.read_logs(self.log_offset, cap, final)
         moved, self.log_offset = offset != self.log_offset, offset
-        async for line in yielding(text.splitlines()):
-            self.log.info("[%s] %s", self._job.job_id, line)
+        async for line, ns in yielding(timed_lines(text)):
+            info_at(self.log, ns, "[%s] %s", self._job.job_id, line)  # at the job's time
         if moved and self._place.due(offset):
             await asyncio.to_thread(self._place.save, offset)
         return moved
