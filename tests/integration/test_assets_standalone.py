@@ -181,4 +181,8 @@ def _report_end_steps(s: Standalone, run_ids: list[str]) -> None:
         if ended:
             steps.append((run_id, (at(entries[-1]) - at(ended[-1])).total_seconds()))
     print("output_key task, job end -> task end (s):", steps)
+    job_lines = [
+        (e["timestamp"], e["event"][:70]) for e in entries if "] [kinetic-runner]" in e["event"]
+    ]
+    print("the last run's job lines, at the job's times:", job_lines)
     assert len(steps) == len(run_ids), "a training run's log never said its job SUCCEEDED"
