@@ -26,6 +26,7 @@ from airflow_provider_kinetic.core.batch import manifest as batchmanifest
 from airflow_provider_kinetic.core.batch import run as batchrun
 from airflow_provider_kinetic.core.jobs.polling import poll_delays
 from airflow_provider_kinetic.core.jobs.taskrecord import DEFERRED, read_record, request_cancel
+from airflow_provider_kinetic.core.logat import info_at
 from airflow_provider_kinetic.deployment.signing import result_key_for_job
 from airflow_provider_kinetic.exceptions import KineticJobCancelled
 from airflow_provider_kinetic.hooks.kinetic import config_to_json
@@ -176,7 +177,7 @@ def poll(t: BatchTry) -> None:
         state,
         backend,
         reports,
-        lambda i, line: child_line(t, i, line),
+        lambda i, line, ns: child_line(t, i, line, ns),
         t.op.child_log_bytes_per_poll,
     )
     auth = state.template.result_auth
@@ -191,5 +192,6 @@ def poll(t: BatchTry) -> None:
     batchlogs.forget_finished(state)
 
 
-def child_line(t: BatchTry, index: int, line: str) -> None:
-    t.op.log.info("[child %d] %s", index, line)
+def child_line(t: BatchTry, index: int, line: str, ns: int | None = None) -> None:
+    """A child's log line, at the time the child wrote it where known."""
+    info_at(t.op.log, ns, "[child %d] %s", index, line)

@@ -26,6 +26,7 @@ from airflow_provider_kinetic.core.jobs.options import JobOptions
 from airflow_provider_kinetic.core.jobs.pack import DEFAULT_MAX_PAYLOAD_MB
 from airflow_provider_kinetic.core.jobs.request import JobRequest, capture_env, plan_for_request
 from airflow_provider_kinetic.core.jobs.resultcache import CacheSettings
+from airflow_provider_kinetic.core.logat import info_at, timed_lines
 from airflow_provider_kinetic.core.runtime.context import DEFAULT_MAX_CONTEXT_MB, check_patterns
 from airflow_provider_kinetic.core.runtime.images import ImagePlan, check_image_setting
 from airflow_provider_kinetic.core.runtime.requirements import check_spec as check_requirements
@@ -369,8 +370,9 @@ class KineticOperatorBase(KineticTaskLineage, BaseOperator):
 
 
 def show_job_logs(backend: Backend, handle: JobHandle, offset: int, log: Any) -> int:
-    """The job's log from ``offset`` into the task log; the new offset."""
+    """The job's log from ``offset`` into the task log, each line at the time the job
+    wrote it where the backend knows it (``core.logat``); the new offset."""
     text, new_offset = backend.read_logs(handle, offset)
-    for line in text.splitlines():
-        log.info("[%s] %s", handle.job_id, line)
+    for line, ns in timed_lines(text):
+        info_at(log, ns, "[%s] %s", handle.job_id, line)
     return new_offset

@@ -31,6 +31,7 @@ from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.jobs.cleanup import DEFAULT_POLICY
 from airflow_provider_kinetic.core.jobs.cleanup import policy as cleanup_policy
 from airflow_provider_kinetic.core.jobs.resultref import result_ref_uris
+from airflow_provider_kinetic.core.logat import info_at
 from airflow_provider_kinetic.core.spec.handles import parse_rendered
 from airflow_provider_kinetic.deployment.signing import (
     deployment_secret,
@@ -148,8 +149,8 @@ class KineticBatchSensor(KineticBatchSensorLineage, BaseSensorOperator):
             return False
         return self._finish(state, store, backend)
 
-    def _child_line(self, index: int, line: str) -> None:
-        self.log.info("[child %d] %s", index, line)
+    def _child_line(self, index: int, line: str, ns: int | None) -> None:
+        info_at(self.log, ns, "[child %d] %s", index, line)
 
     def _finish(self, state: BatchState, store: Any, backend: Backend) -> bool | PokeReturnValue:
         """Every child is done: the results in input order, or KineticBatchFailed

@@ -29,6 +29,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_kinetic.core.batch import logs as batchlogs
 from airflow_provider_kinetic.core.batch.state import BatchState
 from airflow_provider_kinetic.core.jobs.polling import StoreOutage, poll_delays
+from airflow_provider_kinetic.core.logat import info_at
 from airflow_provider_kinetic.core.spec.handles import JobHandle
 from airflow_provider_kinetic.triggers.batch_drive import BatchDriver, finished_event
 from airflow_provider_kinetic.triggers.job import in_sdk_thread, yielding
@@ -361,20 +362,20 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
         the event carries back (finished children are drained by the operator)."""
         if not self.log_bytes_per_poll:
             return
-        lines: list[tuple[int, str]] = []
+        lines: list[tuple[int, str, int | None]] = []
         capped = _CappedReads(backend, self.log_bytes_per_poll)
         await batchlogs.ashow(
             self._batch,
             capped,  # type: ignore[arg-type]  # ashow only reads logs through it
             reports,
-            lambda index, line: lines.append((index, line)),
+            lambda index, line, ns: lines.append((index, line, ns)),
             self.log_bytes_per_poll,
             drain=self.drive,
         )
         if not self.drive:  # a driven batch's offsets are in ``_batch`` already
             self.state = {**self.state, **batchlogs.wire(self._batch)}
-        async for index, line in yielding(lines):
-            self.log.info("[child %d] %s", index, line)
+        async for index, line, ns in yielding(lines):
+            info_at(self.log, ns, "[child %d] %s", index, line)
 
     async def on_kill(self) -> None:
         """Airflow 3.3+: user mark-failed/clear cancels every active child."""

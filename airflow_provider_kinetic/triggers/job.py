@@ -16,8 +16,7 @@ for 12.9 s, stalling every other trigger).
 
 On a cluster its status and log reads come from the triggerer's shared reader
 (``triggers.reads``): one list per namespace per interval for every deferred job,
-live log reads granted from one budget, so a thousand deferred jobs cost the API
-server about what ten do.
+live log reads granted from one budget (a thousand deferred jobs cost about ten).
 """
 
 from __future__ import annotations
@@ -30,7 +29,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from airflow.triggers.base import BaseTaskEndEvent, BaseTrigger, TriggerEvent
 
 from airflow_provider_kinetic.core.jobs.polling import StoreOutage
+from airflow_provider_kinetic.core.logat import info_at, timed_lines
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
+from airflow_provider_kinetic.triggers.logplace import LogPlace, through_cancels
 from airflow_provider_kinetic.triggers.settle import deferred_here, hold, not_before_from
 from airflow_provider_kinetic.triggers.userkill import CancelOnUserKill
 
@@ -78,8 +79,9 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             (echoed in the event, which is all the operator gets back in dag.test).
         stream_logs: write the job's new log lines into the task log at every poll
             (the trigger's log is served with the task log), so a long job's output
-            shows while the task is deferred; ``log_offset`` is where to continue,
-            and the event returns the final offset so nothing is shown twice.
+            shows while the task is deferred; ``log_offset`` is where to continue
+            (or the deferral's saved place after a triggerer restart:
+            ``triggers.logplace``), and the event returns the final offset.
         log_bytes_per_poll: at most this much of the log is shown per poll (a
             finished job's log is shown in full, in chunks of this size).
         not_before: epoch seconds before which no event is sent (``triggers.settle``);
@@ -113,6 +115,7 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         self.attempt = attempt
         self.stream_logs = stream_logs
         self.log_offset = log_offset
+        self._place = LogPlace(self._store, handle["job_id"], self.not_before, log_offset, self)
         self.log_bytes_per_poll = log_bytes_per_poll
         self.handle = handle
         self._job = JobHandle.from_dict(handle)
@@ -159,8 +162,8 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
         )
 
     async def _show_logs(self, reads: OwnReads, final: bool = False) -> bool:
-        """The next chunk of the job's log into the task log (each line once: the
-        offset moves on); whether there was one.  ``final``: the job has ended and
+        """The next chunk of the job's log into the task log (each line once, at its
+        time where known); whether there was one.  ``final``: the job has ended and
         its log is being drained (a shared reader rations only live reads)."""
         if not self.stream_logs:
             return False
@@ -169,8 +172,10 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             return False
         text, offset = await reads.read_logs(self.log_offset, cap, final)
         moved, self.log_offset = offset != self.log_offset, offset
-        async for line in yielding(text.splitlines()):
-            self.log.info("[%s] %s", self._job.job_id, line)
+        async for line, ns in yielding(timed_lines(text)):
+            info_at(self.log, ns, "[%s] %s", self._job.job_id, line)  # at the job's time
+        if moved and self._place.due(offset):
+            await asyncio.to_thread(self._place.save, offset)
         return moved
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -190,9 +195,15 @@ class KineticJobTrigger(CancelOnUserKill, BaseTrigger):
             backend = await asyncio.to_thread(self._backend)
             event = await self._ended_before()
             if event is None:
+                if self.stream_logs:
+                    self.log_offset = await asyncio.to_thread(self._place.resume, self.log_offset)
                 warm = self._warm()  # the Task SDK's channel, while the job runs
                 async with reads_for(backend, self._job, self.config, self.poll_interval) as r:
-                    event = await self._poll(r, StoreOutage(store_outage_window_s()))
+                    try:
+                        event = await self._poll(r, StoreOutage(store_outage_window_s()))
+                    except asyncio.CancelledError:  # the triggerer stops it: keep its place
+                        await through_cancels(asyncio.to_thread(self._place.save, self.log_offset))
+                        raise
                 if warm is not None:
                     await warm  # one call at a time through the channel
                 if self._final is not None and self._final.status is JobStatus.SUCCEEDED:

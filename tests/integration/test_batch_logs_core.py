@@ -54,7 +54,7 @@ def talk_then_wait(i: int, release: str) -> int:
 
 def got_emitter(got: dict[int, list[str]]):  # noqa: ANN201 - an Emit
     """An ``emit`` that collects lines per child into ``got``."""
-    return lambda index, line: got[index].append(line)
+    return lambda index, line, ns: got[index].append(line)
 
 
 def rewire(state: BatchState) -> BatchState:
@@ -66,7 +66,7 @@ def poll(state: BatchState, backend, reports, n: int) -> dict[int, list[str]]:
     """One poll, sync (``show``) or trigger-side (``ashow``) by turns."""
     got: dict[int, list[str]] = defaultdict(list)
 
-    def emit(index: int, line: str) -> None:
+    def emit(index: int, line: str, ns: int | None = None) -> None:
         got[index].append(line)
 
     if n % 2:

@@ -268,3 +268,39 @@ def test_an_entry_found_bad_when_read_loses_its_marker_and_is_uploaded_again(
     assert datacache.upload_data(store, Data(str(tmp_path / "tree"))) is True
     out = download_from_store(ref, str(tmp_path / "out"), reader(store))
     assert (Path(out) / rels[1]).read_bytes() == (tmp_path / "tree" / rels[1]).read_bytes()
+
+
+class StepClock:
+    """``core.data.cache``'s clock: each reading moves it on ``step`` seconds."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+@pytest.mark.parametrize(("step", "lines"), [(0.0, 0), (datacache.PROGRESS_AFTER_S, 3)])
+def test_upload_progress_lines_only_for_an_upload_long_enough_to_need_them(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    step: float,
+    lines: int,
+) -> None:
+    """A quick upload says what it uploads and no progress; one still running after
+    ``PROGRESS_AFTER_S`` (a clock that moves that much a reading) shows its lines from
+    then on, to the last file."""
+    monkeypatch.setattr(datacache, "_clock", StepClock(step))
+    for i in range(3):
+        (tmp_path / "tree").mkdir(exist_ok=True)
+        (tmp_path / "tree" / f"f{i}.bin").write_bytes(b"x" * 1024)
+    caplog.set_level("INFO", logger=datacache.log.name)
+    assert datacache.upload_data(LocalStore(str(tmp_path / "bucket")), Data(str(tmp_path / "tree")))
+    said = [r.getMessage() for r in caplog.records if r.name == datacache.log.name]
+    progress = [m for m in said if m.startswith("  ") and "files," in m]
+    assert any(m.startswith("uploading ") for m in said)
+    assert len(progress) == lines, said
+    if lines:
+        assert progress[-1].endswith("3/3 files, 3.0 KiB")

@@ -466,6 +466,8 @@ async def test_log_tailing_shows_each_line_once(api: K8sDouble) -> None:
     api.partial[(NS, f"{JOB}-x1")] = "epoch 3 (half writ"
     text, offset = await asyncio.to_thread(backend.read_logs, HANDLE, 0)
     assert (text, offset) == ('epoch 1\n{"loss": 0.5}\nepoch 2\n', 3)
+    # Each line's pod timestamp comes with it (TimedText), exactly as the double wrote it.
+    assert text.times[:2] == (old, old + 1)  # timing-ok: stamps compared, not elapsed time
 
     del api.partial[(NS, f"{JOB}-x1")]
     api.write_log(NS, f"{JOB}-x1", "epoch 3 (half written)", "epoch 4")

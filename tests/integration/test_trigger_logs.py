@@ -20,6 +20,7 @@ The same for ``KineticBatchTrigger`` and a chatty child.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -37,6 +38,7 @@ from airflow_provider_kinetic.triggers import job as job_trigger
 from airflow_provider_kinetic.triggers.batch import KineticBatchTrigger
 from airflow_provider_kinetic.triggers.job import YIELD_EVERY_S, KineticJobTrigger
 from tests.fixtures import records
+from tests.fixtures.waiting import wait_for, wait_for_async
 
 LINES = 300_000  # 62 bytes each: 18.6 MB
 #: Lines the trigger shows before the job may print its second half.
@@ -231,3 +233,107 @@ def test_batch_trigger_shows_a_chatty_childs_log_without_holding_the_loop(
     assert job_id == handle.job_id and handler.lines == log[:offset].decode().splitlines()
     assert release.exists() and len(handler.lines) >= RELEASE_AFTER
     assert_light_on_the_loop(reads, turns, loop, trigger.log_bytes_per_poll)
+
+
+def test_a_trigger_re_created_from_its_kwargs_shows_no_line_again(
+    config: KineticConfig, backend: LocalBackend, tmp_path: Path
+):
+    """A triggerer restart: the trigger shows half the job's log, is stopped (cancelled,
+    as a stopping triggerer does), and a new one is made from the kwargs Airflow stored
+    at the deferral (the deferral's ``log_offset``).  It continues from where the first
+    left the log (``core.jobs.logmark``): every line once across the two.  A later
+    deferral of the same job (another try's task log) starts from its own offset."""
+    release, half = tmp_path / "release", 500
+    handle, _ = submit_job(JobRequest(func=chatty, args=(str(release), 2 * half)), config, backend)
+    _, kwargs = KineticJobTrigger(
+        handle.to_dict(), config_to_json(config), poll_interval=0.05
+    ).serialize()
+    prefix = f"[{handle.job_id}] "
+    first, second = Lines(prefix, tmp_path / "unused"), Lines(prefix, tmp_path / "unused")
+
+    async def restarted() -> list:
+        old = KineticJobTrigger(**json.loads(json.dumps(kwargs)))
+        _listen(old, first)
+        running = asyncio.ensure_future(_events(old))
+        await wait_for_async("the first half shown", lambda: job_line(half - 1) in first.lines)
+        running.cancel()  # the triggerer stops
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        release.touch()
+        new = KineticJobTrigger(**json.loads(json.dumps(kwargs)))
+        _listen(new, second)
+        return await _events(new)
+
+    events = asyncio.run(restarted())
+    assert [e.payload["status"] for e in events] == ["SUCCEEDED"]
+    log = Path(backend.job_dir(handle.job_id), "log").read_bytes().decode().splitlines()
+    assert first.lines + second.lines == log  # each line once, in order
+    assert job_line(half - 1) in first.lines and job_line(half) in second.lines
+    # Another deferral of the job (its own not_before) shows the log from its offset.
+    again = KineticJobTrigger(**{**kwargs, "not_before": 0})
+    third = Lines(prefix, tmp_path / "unused")
+    _listen(again, third)
+    asyncio.run(_events(again))
+    assert third.lines == log
+
+
+async def _events(trigger: KineticJobTrigger) -> list:
+    return [event async for event in trigger.run()]
+
+
+def two_stamped_lines() -> int:
+    """Prints two lines, each with the time (ns) just before it was printed."""
+    import time
+
+    print(f"first {time.time_ns()}", flush=True)
+    print(f"second {time.time_ns()}", flush=True)
+    return 0
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.mark.parametrize("kind", ["job", "batch"])
+def test_job_lines_keep_the_time_the_job_wrote_them(
+    config: KineticConfig, backend: LocalBackend, kind: str
+):
+    """Lines a poll reads together keep their own times, not the poll's: both lines
+    were written before the trigger was even made, and the task log says when."""
+    handle, _ = submit_job(JobRequest(func=two_stamped_lines), config, backend)
+    log = Path(backend.job_dir(handle.job_id), "log")
+    wait_for("both lines", lambda: log.exists() and b"second " in log.read_bytes())
+    made = time.time_ns()
+    if kind == "job":
+        trigger: Any = KineticJobTrigger(
+            handle.to_dict(), config_to_json(config), poll_interval=0.05, not_before=0
+        )
+        prefix = f"[{handle.job_id}] "
+    else:
+        state = records.batch_state(1, {0: handle.job_id}, root=config.bucket_name)
+        trigger = KineticBatchTrigger(
+            state=state.to_dict(), config=config_to_json(config), poll_interval=0.05, not_before=0
+        )
+        prefix = "[child 0] "
+    seen = Records()
+    trigger._log = logging.getLogger(f"kinetic.test.trigger.{id(trigger)}")
+    trigger._log.propagate, trigger._log.level = False, logging.INFO
+    trigger._log.addHandler(seen)
+    asyncio.run(_events(trigger))
+
+    stamped = {}
+    for record in seen.records:
+        message = record.getMessage()
+        if message.startswith(prefix) and message[len(prefix) :].startswith(("first ", "second ")):
+            word, printed = message[len(prefix) :].split()
+            stamped[word] = (int(printed), round(record.created * 1e9))
+    (first_printed, first_at), (second_printed, second_at) = stamped["first"], stamped["second"]
+    # Each line at the time it reached the log (after its print; a microsecond's
+    # rounding of ``created``), in order, and before the trigger existed.
+    assert first_printed - 1000 <= first_at <= second_at < made
+    assert second_printed - 1000 <= second_at

@@ -56,7 +56,7 @@ def test_a_poll_reads_a_bounded_set_of_running_children_in_turn(tmp_path: Path) 
     for turn in range(3):  # 20 children, 8 per poll: everyone within 3 polls
         shown: set[int] = set()
 
-        def emit(index: int, line: str, shown: set[int] = shown) -> None:
+        def emit(index: int, line: str, ns: int | None, shown: set[int] = shown) -> None:
             shown.add(index)
             seen[index].append(line)
 
@@ -74,7 +74,7 @@ def test_failed_children_keep_bounded_tails_and_finished_ones_no_offsets(tmp_pat
             f.writelines(f"more {i}:{j} " + "y" * 400 + "\n" for j in range(30))
     failed = {h.job_id: StatusReport(JobStatus.FAILED) for h in state.active.values()}
     lines: list[tuple[int, str]] = []
-    batchlogs.show(state, backend, failed, lambda i, line: lines.append((i, line)))
+    batchlogs.show(state, backend, failed, lambda i, line, ns: lines.append((i, line)))
     assert len(lines) == 15 * 33  # finished children are drained in full, whatever the cap
     assert sorted(state.log_tails) == list(range(batchlogs.MAX_TAILS))
     tail = state.log_tails[3]

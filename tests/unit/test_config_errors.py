@@ -167,7 +167,8 @@ def test_read_only_hooks_fall_back_without_the_on_this_machine_warning(
     quiet_names = {n for n, c in commands.items() if c.func.__qualname__.startswith("read_only")}
     assert quiet_names == {
         ("jobs", "list"), ("jobs", "status"), ("jobs", "logs"), ("jobs", "result"),
-        ("jobs", "debug"), ("data", "ls"), ("store", "ls"), ("cache", "ls"), ("accelerators",), ("usage",),
+        ("jobs", "debug"), ("data", "ls"), ("store", "ls"), ("cache", "ls"),
+        ("accelerators",), ("usage",),
     }  # fmt: skip
     assert len(commands) > len(quiet_names)  # cancel, cleanup, gc: not read-only
 

@@ -125,7 +125,9 @@ class Backend(abc.ABC):
         one longer line is cut into pieces where the offset can point inside it,
         or returned whole where it cannot) and the offset moves past just that
         text: the rest comes with the next read, so a caller following a chatty
-        job does bounded work per read.
+        job does bounded work per read.  Where the backend knows when each line
+        was written (pod logs; a local job's ``log.times``), the text is a
+        :class:`TimedText` carrying those times.
         """
 
     @abc.abstractmethod
@@ -183,6 +185,25 @@ class Backend(abc.ABC):
 
     async def await_change(self, handles: list[JobHandle], seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+class TimedText(str):
+    """A log read's text that also says when each of its lines was written:
+    ``times[i]`` (ns since the epoch, None where unknown) for the i-th line of
+    ``text.split("\\n")``.  A plain ``str`` to every reader that does not ask."""
+
+    times: tuple[int | None, ...]
+
+    def __new__(cls, text: str, times: Sequence[int | None]) -> TimedText:
+        made = super().__new__(cls, text)
+        made.times = tuple(times)
+        return made
+
+
+def line_times(text: str) -> tuple[int | None, ...]:
+    """The times of ``text``'s lines where a backend gave them (:class:`TimedText`),
+    else none (an empty tuple: every line's time is unknown)."""
+    return getattr(text, "times", ())
 
 
 def lines_within(lines: Sequence[str], max_bytes: int | None) -> int:

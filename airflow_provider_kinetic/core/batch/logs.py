@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_kinetic.core.backends.base import Backend, lines_within
+from airflow_provider_kinetic.core.backends.base import Backend, line_times, lines_within
 from airflow_provider_kinetic.core.batch.state import SUCCEEDED, BatchState
 from airflow_provider_kinetic.core.spec.handles import JobHandle, JobStatus, StatusReport
 
@@ -50,8 +50,10 @@ TAIL_LINE_CHARS = 300
 #: Seconds between repeats of an unchanged batch status line.
 STATUS_EVERY_S = 60.0
 
-#: ``emit(index, line)``: one log line of child ``index`` into the task log.
-Emit = Callable[[int, str], None]
+#: ``emit(index, line, ns)``: one log line of child ``index`` into the task log, with
+#: the time the child wrote it (ns since the epoch; None where the backend does not
+#: know it: ``backends.base.TimedText``), for ``core.logat.info_at``.
+Emit = Callable[[int, str, int | None], None]
 
 
 def take(text: str, offset: int, new_offset: int, max_bytes: int | None) -> tuple[list[str], int]:
@@ -143,8 +145,9 @@ def _fold(
 ) -> None:
     text, end = read
     lines, moved_to = take(text, start, end, None if finished else max_bytes)
-    for line in lines:
-        emit(index, clip(line, line_limit))
+    times = line_times(text)
+    for i, line in enumerate(lines):
+        emit(index, clip(line, line_limit), times[i] if i < len(times) else None)
     if drop:
         state.log_offsets.pop(index, None)
     else:
@@ -224,8 +227,9 @@ async def _adrain(
     while True:
         text, end = await backend.aread_logs(handle, start)
         lines, _ = take(text, start, end, None)
-        for line in lines:
-            emit(index, clip(line, limit))
+        times = line_times(text)
+        for i, line in enumerate(lines):
+            emit(index, clip(line, limit), times[i] if i < len(times) else None)
         seen = (seen + lines)[-TAIL_LINES:]
         if end == start or not text:
             break

@@ -34,6 +34,7 @@ import contextvars
 import hashlib
 import logging
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from airflow_provider_kinetic.core import metrics
@@ -68,6 +69,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LARGE_DATA_BYTES = 10 * 1024**3
+#: An upload shows progress lines once it has run this long (seconds).
+PROGRESS_AFTER_S = 5.0
+_clock = time.monotonic
 
 
 def _human(n: float) -> str:
@@ -119,9 +123,14 @@ def upload_data(store: ObjectStore, data: Data, layout: str | None = None) -> bo
         _human(total),
         store.uri(prefix),
     )
-    step = max(1, len(files) // 10)
+    step, started, shown = max(1, len(files) // 10), _clock(), [False]
 
     def progress(done: int, n: int, nbytes: int) -> None:
+        # Lines only for an upload long enough to need them: from the first report
+        # after PROGRESS_AFTER_S on (decided once; a 1 KiB upload shows none).
+        if not shown[0] and _clock() - started < PROGRESS_AFTER_S:
+            return
+        shown[0] = True
         if done == n or done % step == 0:
             log.info("  %s: %d/%d files, %s", data.path, done, n, _human(nbytes))
 

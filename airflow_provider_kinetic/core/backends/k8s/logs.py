@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_provider_kinetic.core.backends.base import lines_within
+from airflow_provider_kinetic.core.backends.base import TimedText, lines_within
 
 #: Extra seconds re-read before the last shown line, to absorb clock skew between
 #: this machine and the API server (lines already shown are filtered out).
@@ -118,7 +118,8 @@ class LogTail:
                 log_lines(self.body or b""), self.offset, self.cursor, self.max_bytes
             )
         self._remember(cursor, rest)
-        return "".join(text + "\n" for _, text in new), self.offset + len(new)
+        text = "".join(line + "\n" for _, line in new)
+        return TimedText(text, [ns or None for ns, _ in new]), self.offset + len(new)
 
     def _remember(self, cursor: Cursor | None, rest: Lines) -> None:
         kept = rest[: lines_within([text for _, text in rest], PENDING_BYTES)]

@@ -23,9 +23,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_kinetic.core.backends.base import Backend, TargetConfig
+from airflow_provider_kinetic.core.backends.base import Backend, TargetConfig, TimedText
 from airflow_provider_kinetic.core.backends.local import environ as local_environ
 from airflow_provider_kinetic.core.backends.local import gpus as local_gpus
+from airflow_provider_kinetic.core.backends.local import logtimes as local_logtimes
 from airflow_provider_kinetic.core.backends.local import presence as local_presence
 from airflow_provider_kinetic.core.backends.local import reasons as local_reasons
 from airflow_provider_kinetic.core.backends.local import runlock as local_runlock
@@ -283,7 +284,9 @@ class LocalBackend(Backend):
         cut = data.rfind(b"\n") + 1
         if not cut and capped and len(data) >= max_bytes:
             cut = _char_boundary(data)  # ... unless it alone fills the cap
-        return data[:cut].decode("utf-8", "replace"), offset + cut
+        text = data[:cut].decode("utf-8", "replace")
+        times = local_logtimes.times_for(self.job_dir(handle.job_id), offset, text)
+        return (TimedText(text, times) if times else text), offset + cut
 
     # ---- waiting: wake as soon as a job's supervisor writes its exit code ------------
     def _any_ended(self, handles: list[JobHandle]) -> bool:

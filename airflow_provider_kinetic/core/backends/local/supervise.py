@@ -4,8 +4,10 @@ Started by the local backend as a session leader, so it survives the Airflow tas
 process; the exit code file is written atomically, after the child has ended, so a
 reader never sees a job as finished while it is still writing its result.  The job's
 secret env (``secrets.json``, 0600) is read into the child's environment and the file
-is deleted when the job ends.  The runner dies with this process, and holds the job's
-run lock with it (``local/runlock.py``): a killed supervisor orphans nothing unseen.
+is deleted when the job ends.  Its output reaches the job's ``log`` through this
+process, line by line: masked, and each line's time kept (``logtimes``).  The
+runner dies with this process, and holds the job's run lock with it
+(``local/runlock.py``): a killed supervisor orphans nothing unseen.
 
 The child gets a temp dir of its own (``TMPDIR``, named in ``{job dir}/tmpdir``) that
 the supervisor removes when the child ends, however it ended (``os._exit``, a signal,
@@ -36,8 +38,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
-from airflow_provider_kinetic.core.backends.local import runlock, slot_queue
+from airflow_provider_kinetic.core.backends.local import logtimes, runlock, slot_queue
 
 SECRETS_FILE = "secrets.json"
 #: The file in the job dir that names the child's temp dir.
@@ -91,7 +94,7 @@ def main(argv: list[str]) -> int:
     child = subprocess.Popen(
         command,
         env=env,
-        stdout=subprocess.PIPE if masks else None,
+        stdout=subprocess.PIPE,  # passed on line by line: masked, each line's time kept
         stderr=subprocess.STDOUT,
         pass_fds=[run_lock, *held],
         preexec_fn=runlock.die_with_parent(),  # this process has one thread
@@ -101,13 +104,7 @@ def main(argv: list[str]) -> int:
         child.send_signal(signum)
 
     signal.signal(signal.SIGTERM, forward)
-    if masks:
-        out = sys.stdout.buffer
-        for line in child.stdout:
-            for value in masks:
-                line = line.replace(value, b"***")
-            out.write(line)
-            out.flush()
+    _pass_on(child.stdout, masks, logtimes.open_for_append(jdir))
     code = child.wait()
     for fd in held:  # the next queued job need not wait for the clean-up below
         os.close(fd)
@@ -117,6 +114,20 @@ def main(argv: list[str]) -> int:
     shutil.rmtree(tmp_dir, ignore_errors=True)
     write_atomic(os.path.join(jdir, "exit_code"), str(code))
     return code
+
+
+def _pass_on(lines: Any, masks: list[bytes], times: int) -> None:
+    """The child's output into the job's log (this process's stdout), each line
+    masked, its offset and time recorded first (``logtimes``)."""
+    out = sys.stdout.buffer
+    fd = out.fileno()
+    for line in lines:
+        for value in masks:
+            line = line.replace(value, b"***")
+        logtimes.record(times, os.lseek(fd, 0, os.SEEK_END), time.time_ns())
+        out.write(line)
+        out.flush()
+    os.close(times)
 
 
 def take_slot(jdir: str) -> int:
