@@ -50,6 +50,7 @@ from airflow_provider_kinetic.operators.common import (
     push_value,
     show_job_logs,
     task_identity,
+    ti_instance_id,
 )
 from airflow_provider_kinetic.operators.takeover import resubmit_policy
 from airflow_provider_kinetic.operators.task_record import (
@@ -135,7 +136,13 @@ class TaskTry:
         history, no attempt, and its upload is removed."""
         record = self.record
         step, old, report, why = decide_job(
-            record, self.backend, self.store, result_key, planned.work
+            record,
+            self.backend,
+            self.store,
+            result_key,
+            planned.work,
+            try_number=self.identity.get("try_number"),
+            ti_id=ti_instance_id(self.context),
         )
         if record is not None:
             self.log.info("kinetic: earlier try found: %s -> %s", why, step.value)
@@ -370,6 +377,7 @@ class TaskTry:
             handle,
             mode=mode,
             try_number=self.identity.get("try_number"),
+            ti_id=ti_instance_id(self.context),
             work=self.work,
             delivered=delivered,
             returned=returned,

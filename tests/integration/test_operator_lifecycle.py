@@ -322,3 +322,50 @@ def test_an_event_of_another_tries_job_is_set_aside_for_the_tries_own(local_conn
     assert deferred.value.trigger.handle["job_id"] == running.job_id
     assert backend.status(running).status.value == "RUNNING"
     backend.cancel(running)
+
+
+def test_a_run_made_again_under_the_same_run_id_never_takes_the_old_runs_job(local_conn):
+    """A run deleted and made again under its run id starts at try 1 with task records
+    of the old run still in the store.  Its task instance id tells them apart (one per
+    try, kept across a try's deferrals): the old run's finished job is not collected
+    (its value was that run's) and a running one is cancelled, not adopted; the new
+    run's own try runs its own job.  The same try resumed (same id) still adopts."""
+    from airflow_provider_kinetic.core.jobs.taskrecord import (
+        SYNC,
+        TaskRecord,
+        cancel_requested,
+        write_record,
+    )
+    from airflow_provider_kinetic.operators.common import task_identity
+
+    config = KineticConfig(backend="local", root=str(local_conn))
+    backend, store = LocalBackend(config.bucket_name), config.store()
+
+    def old_run_record(seconds: float, value: int, delivered: bool) -> JobHandle:
+        handle, _ = submit_job(
+            JobRequest(func=sleepy, args=(seconds, value)), config, backend, store,
+            deployment_secret(),
+        )  # fmt: skip
+        record = TaskRecord(kind="job", mode=SYNC, try_number=1, handle=handle.to_dict(),
+                            delivered=delivered, attempts=[handle.job_id],
+                            ti_id="old-run-ti")  # fmt: skip
+        write_record(store, task_identity({"ti": FakeTI()}), record, deployment_secret())
+        return handle
+
+    def new_run_ti() -> FakeTI:
+        ti = FakeTI()
+        ti.id = "new-run-ti"  # type: ignore[attr-defined]
+        return ti
+
+    op = KineticRunOperator(
+        task_id="t", python_callable=sleepy, op_args=[0, 7], kinetic_conn_id="kinetic_local"
+    )
+    finished = old_run_record(0, 99, delivered=True)
+    wait_for("the old run's job", lambda: backend.status(finished).status.value == "SUCCEEDED")
+    assert op.execute({"ti": new_run_ti()}) == 7  # not the old run's 99
+
+    running = old_run_record(120, 99, delivered=False)
+    wait_for("the old run's job to run", lambda: backend.status(running).status.value == "RUNNING")
+    assert op.execute({"ti": new_run_ti()}) == 7
+    assert cancel_requested(store, running)
+    wait_for("the old run's job to end", lambda: backend.status(running).status.value != "RUNNING")
