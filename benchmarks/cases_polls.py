@@ -46,9 +46,8 @@ async def drive() -> tuple[int, Counter[str], float, str]:
     from airflow_provider_kinetic.core.catalog.accelerators import parse_accelerator
     from airflow_provider_kinetic.core.spec.handles import JobHandle
     from airflow_provider_kinetic.core.spec.pod import SpecInputs, build_job_spec
-    from airflow_provider_kinetic.triggers.job import KineticJobTrigger
     from tests.fixtures.k8s_double import by_code_under_test, running_double
-    from tests.fixtures.triggerer import FakeClock
+    from tests.fixtures.triggerer import FakeClock, trigger_for
 
     job_id, bucket, ns = "job-00bench0", "bench-jobs", "default"
     spec = build_job_spec(
@@ -84,12 +83,9 @@ async def drive() -> tuple[int, Counter[str], float, str]:
         clock.at(JOB_S, succeed)
         handle = JobHandle(job_id=job_id, backend="gke", bucket_name=bucket,
                            namespace=ns, k8s_name=name)  # fmt: skip
-        trigger = KineticJobTrigger(
-            handle=handle.to_dict(), config="{}", poll_interval=POLL_S, not_before=0.0
-        )
         # The trigger makes its backend from the connection's config (cluster auth);
-        # here it gets the one that talks to the double.
-        trigger._backend = lambda: backend  # type: ignore[method-assign]
+        # here it gets the one that talks to the double, and a store in a temp dir.
+        trigger = trigger_for(handle, backend, poll_interval=POLL_S)
         events = [e async for e in trigger.run()]
         sent = by_code_under_test(api.requests)
         jobs = f"/apis/batch/v1/namespaces/{ns}/jobs"  # a shared list reads it too

@@ -152,8 +152,6 @@ def put_output_key(
     context["ti"].xcom_push(key=XCOM_OUTPUT_KEY, value=row)
     if row["new"] and not row.get("aside"):
         assets.emit_key(operator, context, key, row)
-    else:  # the key did not move: no event of its asset
-        assets.drop_key_outlet(operator, key)
     return row
 
 

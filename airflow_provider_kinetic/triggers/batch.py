@@ -248,10 +248,11 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
             return None
         from airflow.triggers.base import TaskSuccessEvent
 
+        from airflow_provider_kinetic.triggers.end_batch import store_and_secret
         from airflow_provider_kinetic.triggers.end_task import EndTask, handed_before
 
         end = EndTask.from_dict(self.end_task or {})
-        store, secret = await asyncio.to_thread(self._store_and_secret)
+        store, secret = await asyncio.to_thread(store_and_secret, self.config)
         if await in_sdk_thread(handed_before, store, secret, self.group_id, end) is None:
             return None
         self.log.info("batch %s: ended the task before; ending it again", self.group_id)
@@ -264,11 +265,11 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
             return None
         from airflow.triggers.base import TaskSuccessEvent
 
-        from airflow_provider_kinetic.triggers.end_batch import finish_batch_here
+        from airflow_provider_kinetic.triggers.end_batch import finish_batch_here, store_and_secret
         from airflow_provider_kinetic.triggers.end_task import EndTask, NotHere, handed_before
 
         end = EndTask.from_dict(self.end_task or {})
-        store, secret = await asyncio.to_thread(self._store_and_secret)
+        store, secret = await asyncio.to_thread(store_and_secret, self.config)
         try:
             await in_sdk_thread(
                 finish_batch_here, store, backend, secret, self._batch, end, self.log
@@ -282,13 +283,6 @@ class KineticBatchTrigger(CancelOnUserKill, BaseTrigger):
                 return None
         self.log.info("batch %s: the trigger ends the task with its values", self.group_id)
         return TaskSuccessEvent()
-
-    def _store_and_secret(self) -> tuple[Any, Any]:
-        from airflow_provider_kinetic.deployment.connection import config_from_json
-        from airflow_provider_kinetic.deployment.signing import deployment_secret
-        from airflow_provider_kinetic.gcp.gcs_auth import store_for
-
-        return store_for(config_from_json(self.config)), deployment_secret()
 
     async def _driver_work(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn`` in a thread (the store and cluster clients are synchronous), kept in

@@ -49,6 +49,15 @@ from airflow_provider_kinetic.triggers.end_task import (
 XCOM_BATCH = "kinetic_batch"
 
 
+def store_and_secret(config_json: str) -> tuple[ObjectStore, Any]:
+    """The batch's store (from the trigger's config) and the deployment's keyring."""
+    from airflow_provider_kinetic.deployment.connection import config_from_json
+    from airflow_provider_kinetic.deployment.signing import deployment_secret
+    from airflow_provider_kinetic.gcp.gcs_auth import store_for
+
+    return store_for(config_from_json(config_json)), deployment_secret()
+
+
 def finish_batch_here(
     store: ObjectStore,
     backend: Any,

@@ -70,7 +70,7 @@ def test_an_over_long_key_fails_before_anything_is_uploaded(tmp_path) -> None:
     root.mkdir()
     src = tmp_path / "model.bin"
     src.write_bytes(b"weights")
-    keys = KeyStore(LocalStore(f"file://{root}"))
+    keys = KeyStore(LocalStore(str(root)))
     for key, says in (("k" * 2000, "2000 characters long"), ("m/" + "s" * 300, "300 characters")):
         with pytest.raises(KeyNameError, match=says) as info:
             keys.put(key, src)

@@ -44,7 +44,7 @@ from airflow_provider_kinetic.core.storage.base import (
     ProgressFn,
     StoreFullError,
 )
-from airflow_provider_kinetic.core.storage.fileuri import file_uri
+from airflow_provider_kinetic.core.storage.fileuri import file_uri, file_uri_path
 
 #: Suffix of in-flight temporary files; ``list`` and ``download_prefix`` skip them.
 TMP_SUFFIX = ".kinetic-tmp"
@@ -72,7 +72,8 @@ class LocalStore(ObjectStore):
     scheme = "file"
 
     def __init__(self, root: str, workers: int = 8) -> None:
-        self.bucket = os.path.abspath(root)
+        # A file:// URI names its path (else abspath would make a "file:" dir here).
+        self.bucket = os.path.abspath(file_uri_path(root) if root.startswith("file:") else root)
         self.workers = max(1, workers)
 
     def __repr__(self) -> str:
