@@ -195,9 +195,10 @@ def resumed(t: TaskTry, event: dict[str, Any], max_redefer: int) -> Watched:
         )
         t.handle = own
         report = t.backend.status(own)
+        ours = {"deadline": task_deadline(t.context, t.op.execution_timeout)}
         if not report.status.is_terminal:
-            return Watched(own, None, 0, deadline=task_deadline(t.context, t.op.execution_timeout))
-        handle, offset, event = own, 0, {"status": report.status.value}
+            return Watched(own, None, 0, deadline=ours["deadline"])
+        handle, offset, event = own, 0, {**ours, "status": report.status.value}
     else:
         t.handle = handle
         report = event_report(event)
