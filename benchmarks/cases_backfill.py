@@ -64,8 +64,24 @@ def _jobs(home: Path, dag_id: str) -> int:
     return len(history.entries(store, keep))
 
 
+def _post(s: Any, path: str, body: dict[str, Any], tries: int = 3) -> None:
+    """POST through a busy API server: a request that timed out is sent again (a run it
+    made meanwhile answers 409, which is that run)."""
+    import httpx
+
+    for attempt in range(tries):
+        try:
+            resp = s.api("POST", path, json=body)
+        except httpx.TimeoutException:
+            if attempt == tries - 1:
+                raise
+            continue
+        assert resp.status_code in (200, 201) or (attempt and resp.status_code == 409), resp.text
+        return
+
+
 def backfill(s: Any, dag_id: str, data_root: Path, again: bool = False) -> dict[str, Any]:
-    """One backfill over every date: a run per date (``backfill__{date}``, its logical
+    """One backfill over every date: a run per date (``range__{date}``, its logical
     date that day's), all at once as a backfill makes them, or with ``again`` the same
     runs cleared (a date has one run: a backfill of a range that ran reprocesses it);
     its wall time, jobs run and cache hits.  (Airflow's backfill API refuses to create
@@ -74,17 +90,16 @@ def backfill(s: Any, dag_id: str, data_root: Path, again: bool = False) -> dict[
     dates = _dates()
     before = _jobs(s.home, dag_id)
     started = time.monotonic()
-    run_ids = [f"backfill__{ds}" for ds in dates]
+    run_ids = [f"range__{ds}" for ds in dates]
     for ds, run_id in zip(dates, run_ids, strict=True):
         if again:
             body = {"dry_run": False, "dag_run_id": run_id, "only_failed": False,
                     "reset_dag_runs": True}  # fmt: skip
-            resp = s.api("POST", f"/dags/{dag_id}/clearTaskInstances", json=body)
+            _post(s, f"/dags/{dag_id}/clearTaskInstances", body)
         else:
             body = {"dag_run_id": run_id, "logical_date": f"{ds}T00:00:00Z",
                     "conf": {"data_root": str(data_root)}}  # fmt: skip
-            resp = s.api("POST", f"/dags/{dag_id}/dagRuns", json=body)
-        assert resp.status_code in (200, 201), resp.text
+            _post(s, f"/dags/{dag_id}/dagRuns", body)
     states = {run_id: s.wait_finished(dag_id, run_id) for run_id in run_ids}
     seconds = time.monotonic() - started
     failed = [run_id for run_id, state in states.items() if state != "success"]
