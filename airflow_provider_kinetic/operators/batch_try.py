@@ -54,7 +54,6 @@ from airflow_provider_kinetic.core.jobs.taskrecord import (
     DEFERRED,
     SYNC,
     TaskRecord,
-    other_run,
     other_work,
     read_record,
     supersede_record,
@@ -74,7 +73,6 @@ from airflow_provider_kinetic.operators.common import (
     deadline,
     directory_uri,
     task_identity,
-    ti_instance_id,
 )
 
 
@@ -243,9 +241,7 @@ class BatchTry:
         if record.delivered and record.returned:  # a clear of a finished task
             supersede_record(self.store, self.identity, record, self.secret)
             return None
-        ti_id = ti_instance_id(self.context) if self.context is not None else None
-        foreign = other_run(record, self.identity.get("try_number"), ti_id)
-        changed = foreign or other_work(record, work)
+        changed = other_work(record, work)
         if record.delivered and not changed:  # its try ended before it returned them
             ended = delivered_state(self.store, record.group_id, self.secret)
             if ended is not None:
@@ -271,16 +267,11 @@ class BatchTry:
             return None
         if changed:
             supersede_record(self.store, self.identity, record, self.secret)
-            whose = (
-                "belongs to an earlier run under this run id (deleted and made again)"
-                if foreign
-                else "of an earlier try ran other work than this try's (its code, inputs "
-                "or options changed since)"
-            )
             log.info(
-                "kinetic: batch %s %s: its running children were cancelled; starting a new batch",
+                "kinetic: batch %s of an earlier try ran other work than this try's (its "
+                "code, inputs or options changed since): its running children were "
+                "cancelled; starting a new batch",
                 record.group_id,
-                whose,
             )
             return None
         log.info("kinetic: resuming batch %s of an earlier try (same work)", record.group_id)
@@ -309,7 +300,6 @@ class BatchTry:
             delivered=delivered,
             returned=returned,
             work=state.work,
-            ti_id=ti_instance_id(self.context) if self.context is not None else None,
         )
         write_record(self.store, self.identity, record, self.secret)
         self.record = record

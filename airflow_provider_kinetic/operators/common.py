@@ -91,13 +91,6 @@ def task_identity(context: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def ti_instance_id(context: Mapping[str, Any]) -> str | None:
-    """The try's Airflow task instance id (Airflow 3: one per try, kept across its
-    deferrals), or None: what tells this run's task records from a deleted one's."""
-    ti_id = getattr(context.get("ti"), "id", None)
-    return str(ti_id) if ti_id else None
-
-
 def _iso(value: Any) -> str | None:
     return value.isoformat() if hasattr(value, "isoformat") else (str(value) if value else None)
 

@@ -61,7 +61,6 @@ def next_record(
     returned: bool = False,
     preemptions: int | None,
     resubmits: dict[str, int] | None = None,
-    ti_id: str | None = None,
 ) -> TaskRecord:
     """The record after ``old`` for ``handle``: its work digest (``work``, else the
     record's for the same job: a resumed deferred try has not planned), the task's
@@ -86,7 +85,6 @@ def next_record(
         resubmits=dict(resubmits),
         work=work,
         attempts=attempts,
-        ti_id=ti_id,
     )
 
 

@@ -50,7 +50,6 @@ from airflow_provider_kinetic.operators.common import (
     push_value,
     show_job_logs,
     task_identity,
-    ti_instance_id,
 )
 from airflow_provider_kinetic.operators.takeover import resubmit_policy
 from airflow_provider_kinetic.operators.task_record import (
@@ -136,13 +135,7 @@ class TaskTry:
         history, no attempt, and its upload is removed."""
         record = self.record
         step, old, report, why = decide_job(
-            record,
-            self.backend,
-            self.store,
-            result_key,
-            planned.work,
-            try_number=self.identity.get("try_number"),
-            ti_id=ti_instance_id(self.context),
+            record, self.backend, self.store, result_key, planned.work
         )
         if record is not None:
             self.log.info("kinetic: earlier try found: %s -> %s", why, step.value)
@@ -377,7 +370,6 @@ class TaskTry:
             handle,
             mode=mode,
             try_number=self.identity.get("try_number"),
-            ti_id=ti_instance_id(self.context),
             work=self.work,
             delivered=delivered,
             returned=returned,

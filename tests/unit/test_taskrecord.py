@@ -203,20 +203,3 @@ def test_a_superseded_record_is_kept_for_history(store):
         kept["handle"]["job_id"] == "job-00000001"
         and kept["identity"]["run_id"] == IDENTITY["run_id"]
     )
-
-
-def test_other_run_tells_a_run_made_again_from_this_runs_tries():
-    """One run's tries count up and a try keeps its task instance id across its
-    deferrals; a record of a later try, or of this try under another id, is another
-    instance of the run id.  Unknown ids never decide."""
-    from airflow_provider_kinetic.core.jobs.taskrecord import TaskRecord, other_run
-
-    def rec(try_number: int | None, ti_id: str | None) -> TaskRecord:
-        return TaskRecord(kind="job", mode="sync", try_number=try_number, ti_id=ti_id)
-
-    assert not other_run(rec(1, "a"), 1, "a")  # the same try, resumed after a deferral
-    assert not other_run(rec(1, "a"), 2, "b")  # an earlier try of this run
-    assert other_run(rec(1, "a"), 1, "b")  # try 1 again: the run was made again
-    assert other_run(rec(3, "a"), 1, "b")  # a later try than this one: another run
-    assert not other_run(rec(1, None), 1, "b") and not other_run(rec(1, "a"), 1, None)
-    assert not other_run(rec(None, "a"), 1, "b") and not other_run(None, 1, "b")

@@ -123,11 +123,6 @@ class TaskRecord:
     #: trigger of the same try re-created after its event was lost hands the same
     #: XComs again (never a second run).  None: the value went through a worker.
     xcoms: dict[str, Any] | None = None
-    #: The Airflow task instance id of the try that wrote it (one per try; a deferred
-    #: try keeps its own across its deferrals): with ``try_number``, what tells this
-    #: run's records from those of a run deleted and made again under the same run id
-    #: (``other_run``).  None: not known (an older record, or no id to read).
-    ti_id: str | None = None
 
     @property
     def job(self) -> JobHandle | None:
@@ -237,46 +232,20 @@ def never_created(store: ObjectStore, job: JobHandle, seen: StatusReport) -> boo
     )
 
 
-def other_run(record: TaskRecord | None, try_number: int | None, ti_id: str | None) -> bool:
-    """Whether ``record`` was written in another instance of this run id (the run was
-    deleted and made again): one run's tries only count up, and one try keeps its task
-    instance id, so a record of a later try, or of this try under another task
-    instance id, is not this run's.  False when either side's id is unknown."""
-    if record is None or None in (record.ti_id, ti_id, record.try_number, try_number):
-        return False
-    assert record.try_number is not None and try_number is not None
-    return record.try_number > try_number or (
-        record.try_number == try_number and record.ti_id != ti_id
-    )
-
-
 def decide_job(
     record: TaskRecord | None,
     backend: Backend,
     store: ObjectStore,
     result_key: Callable[[JobHandle], str | None] = lambda _handle: None,
     work: str | None = None,
-    *,
-    try_number: int | None = None,
-    ti_id: str | None = None,
 ) -> tuple[Step, JobHandle | None, StatusReport | None, str]:
     """Apply the table above to a single job: (step, the old job, its status, why).
 
     ``work``: the new try's work digest; a job of other work is never adopted or
-    collected (a live one is cancelled).  ``try_number`` / ``ti_id``: the new try's,
-    so a record of another instance of the run (``other_run``) is never adopted or
-    collected either."""
+    collected (a live one is cancelled)."""
     job = record.job if record is not None else None
     if record is None or job is None:
         return Step.SUBMIT, None, None, "no earlier job for this task"
-    if other_run(record, try_number, ti_id):
-        why = f"job {job.job_id} belongs to an earlier run under this run id (deleted and "
-        why += "made again)"
-        seen = backend.status(job)
-        if seen.status in (JobStatus.PENDING, JobStatus.RUNNING):
-            request_cancel(store, backend, job)
-            return Step.SUBMIT, job, seen, why + ": cancelled it, running this run's own"
-        return Step.SUBMIT, job, seen, why + ": not collecting it, running this run's own"
     if record.delivered and record.returned:
         return Step.SUBMIT, job, None, f"job {job.job_id} already delivered its result: run again"
     seen = backend.status(job)
