@@ -64,7 +64,7 @@ def _jobs(home: Path, dag_id: str) -> int:
     return len(history.entries(store, keep))
 
 
-def _post(s: Any, path: str, body: dict[str, Any], tries: int = 3) -> None:
+def _post(s: Any, path: str, body: dict[str, Any], tries: int = 6) -> None:
     """POST through a busy API server: a request that timed out is sent again (a run it
     made meanwhile answers 409, which is that run)."""
     import httpx
