@@ -12,7 +12,7 @@ what explains the wait further, folded into the same one line:
   flex-start with queued provisioning (Dynamic Workload Scheduler), the state of its
   ProvisioningRequest (``autoscaling.x-k8s.io/v1``): its conditions.
 
-Each is read at most once per :data:`REFRESH_S` per (namespace) per backend
+Each is read at most once per ``queues.REFRESH_S`` per (namespace) per backend
 (:class:`Seen`): one list of the namespace's events, one of its ProvisioningRequests,
 whatever the number of jobs waiting there (the triggerer's shared reader answers all
 its jobs from one backend).  A list refused (RBAC 403, a cluster without the CRD 404)
@@ -22,22 +22,19 @@ leaves the line as it was, and is not asked again before the refresh.  Plans onl
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import replace
 from typing import Any
 
 from airflow_provider_kinetic.core.backends.k8s.api import Call, Plan
 from airflow_provider_kinetic.core.backends.k8s.capacity import NO_SCALE_UP, SCALE_UP
+from airflow_provider_kinetic.core.backends.k8s.queues import Answers
 from airflow_provider_kinetic.core.backends.k8s.status import (
     REASON_NOT_ADMITTED,
     REASON_UNSCHEDULABLE,
     parse_time,
 )
 from airflow_provider_kinetic.core.spec.handles import JobStatus, StatusReport
-
-#: Seconds a namespace's events or ProvisioningRequests are used before a new read.
-REFRESH_S = 60.0
 
 # -- events on a pending pod ------------------------------------------------------------
 # The cluster autoscaler's Kubernetes events on a pod ("What events are emitted by CA?",
@@ -180,43 +177,26 @@ def fold(
     return report if message == report.message else replace(report, message=message)
 
 
-class Seen:
-    """The last answer per (what, namespace), read again after ``refresh_s``."""
-
-    def __init__(
-        self, refresh_s: float = REFRESH_S, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        if refresh_s < 0:
-            raise ValueError(f"refresh_s must be >= 0 seconds, got {refresh_s!r}")
-        self.refresh_s, self.clock = refresh_s, clock
-        self._seen: dict[tuple[str, str], tuple[float, list[dict[str, Any]]]] = {}
-
-    def _fresh(self, key: tuple[str, str]) -> list[dict[str, Any]] | None:
-        seen = self._seen.get(key)
-        return seen[1] if seen is not None and self.clock() - seen[0] < self.refresh_s else None
+class Seen(Answers[list[dict[str, Any]]]):
+    """The last events and ProvisioningRequests per namespace, read again after
+    ``refresh_s``."""
 
     def events(self, namespace: str) -> Plan[list[dict[str, Any]]]:
         """The namespace's scheduling and autoscaler events (the last list while fresh)."""
         key = ("events", namespace)
-        found = self._fresh(key)
-        if found is not None:
+        if (found := self.fresh(key)) is not None:
             return found
         reply = yield Call("CoreV1Api", "list_namespaced_event", (namespace,), {})
         wanted = {FAILED_SCHEDULING, *AUTOSCALER_SAYS}
-        found = [e for e in _items(reply) if e.get("reason") in wanted]
-        self._seen[key] = (self.clock(), found)
-        return found
+        return self.keep(key, [e for e in _items(reply) if e.get("reason") in wanted])
 
     def requests(self, namespace: str) -> Plan[list[dict[str, Any]]]:
         """The namespace's ProvisioningRequests (the last list while fresh; none where
         the CRD is missing or the list is refused)."""
         key = ("provreq", namespace)
-        found = self._fresh(key)
-        if found is not None:
+        if (found := self.fresh(key)) is not None:
             return found
-        found = _items((yield provreq_call(namespace)))
-        self._seen[key] = (self.clock(), found)
-        return found
+        return self.keep(key, _items((yield provreq_call(namespace))))
 
 
 #: One :class:`Seen` per cluster and credentials in this process (:func:`shared`).

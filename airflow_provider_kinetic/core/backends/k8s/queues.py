@@ -28,11 +28,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from airflow_provider_kinetic.core.backends.k8s.api import Call, Plan
 from airflow_provider_kinetic.core.backends.k8s.transport import RAW_API
 from airflow_provider_kinetic.core.spec.handles import StatusReport
+
+T = TypeVar("T")
 
 #: Kueue's visibility API for one local queue's pending workloads.
 PENDING_PATH = (
@@ -87,8 +89,9 @@ def positions_from(summary: Any, queue: str) -> dict[str, QueuePosition]:
     return out
 
 
-class QueuePositions:
-    """The last answer per (namespace, queue), read again after ``refresh_s``."""
+class Answers(Generic[T]):
+    """The last answer per key, read again after ``refresh_s``: what a status read
+    asks the cluster at most once a minute (queue positions; ``pending.Seen``)."""
 
     def __init__(
         self, refresh_s: float = REFRESH_S, clock: Callable[[], float] = time.monotonic
@@ -96,21 +99,32 @@ class QueuePositions:
         if refresh_s < 0:
             raise ValueError(f"refresh_s must be >= 0 seconds, got {refresh_s!r}")
         self.refresh_s, self.clock = refresh_s, clock
-        self._seen: dict[tuple[str, str], tuple[float, dict[str, QueuePosition]]] = {}
+        self._seen: dict[tuple[str, str], tuple[float, T]] = {}
+
+    def fresh(self, key: tuple[str, str]) -> T | None:
+        """The answer for ``key`` while it is younger than ``refresh_s``, else None."""
+        seen = self._seen.get(key)
+        return seen[1] if seen is not None and self.clock() - seen[0] < self.refresh_s else None
+
+    def keep(self, key: tuple[str, str], found: T) -> T:
+        self._seen[key] = (self.clock(), found)
+        return found
+
+
+class QueuePositions(Answers[dict[str, QueuePosition]]):
+    """The last positions per (namespace, queue), read again after ``refresh_s``."""
 
     def plan(self, namespace: str, queue: str) -> Plan[dict[str, QueuePosition]]:
         """The queue's positions: the last answer while fresh, else one read."""
         key = (namespace, queue)
-        seen = self._seen.get(key)
-        if seen is not None and self.clock() - seen[0] < self.refresh_s:
-            return seen[1]
+        if (found := self.fresh(key)) is not None:
+            return found
         reply = yield pending_call(namespace, queue)
         try:
             found = positions_from(reply.json(), queue) if reply.ok else {}
         except ValueError:  # not JSON: a proxy's page, not Kueue's answer
             found = {}
-        self._seen[key] = (self.clock(), found)
-        return found
+        return self.keep(key, found)
 
 
 #: One :class:`QueuePositions` per cluster and credentials in this process (:func:`shared`).
