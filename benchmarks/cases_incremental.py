@@ -29,6 +29,7 @@ from table import Row
 from airflow_provider_kinetic.core.data import Data
 from airflow_provider_kinetic.core.data import cache as datacache
 from airflow_provider_kinetic.core.data.refs import cache_key, make_data_ref
+from tests.fixtures.stores import Counting
 
 CHILDREN = 8
 
@@ -39,26 +40,6 @@ def make_tree(root: Path, n: int, size: int) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(os.urandom(size))
     return root / "part00" / "f00000.bin"
-
-
-class Counting:
-    """A store that counts the bytes of every object written to it."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.writes: dict[str, int] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def write_bytes(self, key: str, data: bytes, **kw: Any) -> None:
-        self.inner.write_bytes(key, data, **kw)
-        self.writes[key] = len(data)
-
-    def upload_file(self, local_path: str, key: str) -> int:
-        n = self.inner.upload_file(local_path, key)
-        self.writes[key] = os.path.getsize(local_path)
-        return n
 
 
 def _bucket_bytes(admin: Any, name: str) -> int:

@@ -10,7 +10,6 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -32,30 +31,7 @@ from airflow_provider_kinetic.core.data.schemes.local import LocalPathScheme
 from airflow_provider_kinetic.core.storage import ObjectStore, file_uri_path
 from tests.fixtures.cli import run_cli
 from tests.fixtures.local_conn import local_extra, set_local_conn
-
-
-class Counting:
-    """The store, counting the objects and bytes written to it."""
-
-    def __init__(self, inner: ObjectStore):
-        self.inner = inner
-        self.writes: dict[str, int] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def write_bytes(self, key: str, data: bytes, **kw: Any) -> None:
-        self.inner.write_bytes(key, data, **kw)
-        self.writes[key] = len(data)
-
-    def upload_file(self, local_path: str, key: str) -> int:
-        n = self.inner.upload_file(local_path, key)
-        self.writes[key] = os.path.getsize(local_path)
-        return n
-
-    def data_bytes(self) -> int:
-        """Bytes of Data content sent: file objects and the manifest."""
-        return sum(n for k, n in self.writes.items() if k.startswith("default/data-"))
+from tests.fixtures.stores import Counting
 
 
 def make_tree(root: Path, n: int = 12) -> None:
