@@ -45,16 +45,18 @@ JOBSET_POD_LABEL = "kinetic-jobset"
 #: The Indexed Job's annotation with a pod's index: the host within its slice.
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 #: The megascale (DCN) port every host of a multi-slice job listens on.
-#: The megascale names (MEGASCALE_COORDINATOR_ADDRESS, _NUM_SLICES, _SLICE_ID, _PORT) are
-#: the ones Google's xpk sets on the hosts of its multi-slice JobSets (AI-Hypercomputer/
-#: xpk src/xpk/commands/workload.py: MEGASCALE_SLICE_ID from the job-index label,
-#: MEGASCALE_NUM_SLICES from the replicated job's replicas, the coordinator a slice-0
-#: pod's DNS name, container port 8080) and Ray's TPU support documents (coordinator
-#: address, number of slices, slice id, port: https://docs.ray.io/en/latest/ray-core/
-#: api/doc/ray.util.tpu.get_tpu_coordinator_env_vars.html).  No GKE or JAX documentation
-#: page naming them was found through search; GKE's multislice page
-#: (https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice) is cited for
-#: the JobSet shape.
+#: The megascale names are confirmed in JAX's own source, which reads them
+#: (jax-ml/jax jax/_src/clusters/cloud_tpu_cluster.py at cec06d1, BaseTpuCluster:
+#: MEGASCALE_COORDINATOR_ADDRESS, "for GKE via JobSet ... the host with process id = 0",
+#: so slice 0 host 0; MEGASCALE_NUM_SLICES; MEGASCALE_SLICE_ID; a process's id is its
+#: id within the slice + slice id x hosts per slice, as runner/invocation.host_index
+#: counts).  MEGASCALE_PORT is read by libtpu, not JAX: its name and 8080 are those
+#: Google's xpk sets on its multi-slice JobSets (AI-Hypercomputer/xpk
+#: src/xpk/commands/workload.py, which also takes MEGASCALE_SLICE_ID from the job-index
+#: label), and Ray's documented TPU helper returns the same four
+#: (https://docs.ray.io/en/latest/ray-core/api/doc/ray.util.tpu.get_tpu_coordinator_env_vars.html).
+#: GKE's multislice page (https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice)
+#: is cited for the JobSet shape; it names no variable.
 MEGASCALE_PORT = 8080
 #: Hosts per slice, for the runner: host ``slice * hosts + worker`` is the job's host
 #: index, so only slice 0 host 0 writes the result (``runner/invocation.host_index``).
