@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # what editors and type checkers see; runtime imports stay la
     )
     from airflow_provider_kinetic.hooks.kinetic import KineticHook
     from airflow_provider_kinetic.keys import store
+    from airflow_provider_kinetic.operators.assets import task_asset
     from airflow_provider_kinetic.operators.map import KineticMapOperator
     from airflow_provider_kinetic.operators.run import KineticRunOperator
     from airflow_provider_kinetic.sensors.batch import KineticBatchSensor
@@ -72,6 +73,7 @@ _LAZY = {
     "kinetic_task": "airflow_provider_kinetic.decorators.kinetic",
     "load_result": "airflow_provider_kinetic.core.jobs.resultref",
     "store": "airflow_provider_kinetic.keys",
+    "task_asset": "airflow_provider_kinetic.operators.assets",
 }
 
 # A literal list so tools read it statically; a test keeps it equal to _LAZY.
@@ -107,6 +109,7 @@ __all__ = [
     "kinetic_task",
     "load_result",
     "store",
+    "task_asset",
 ]
 
 

@@ -1,7 +1,8 @@
-"""Evaluate every model ``asset_train`` publishes: a DAG scheduled on a Kinetic alias.
+"""Evaluate every model ``asset_train`` publishes: a DAG scheduled on a Kinetic task's asset.
 
-``asset_train``'s ``train`` task emits one asset event per successful run through the
-alias ``kinetic:asset_train/train``; this DAG is scheduled on that alias.  Airflow
+``asset_train``'s ``train`` task has one stable asset, ``task_asset("asset_train",
+"train")``, and each successful run adds one event to it; this DAG is scheduled on
+that asset (the alias ``kinetic:asset_train/train`` carries the same events).  Airflow
 may hand one run several events (runs that ended close together, e.g. a backfill),
 so ``trained_models`` lists them all and ``evaluate`` (dynamic task mapping) runs
 one Kinetic job per model dir: ``Data(event.extra["output_dir"])`` arrives in the
@@ -14,12 +15,12 @@ from __future__ import annotations
 import os
 
 import pendulum
-from airflow.sdk import DAG, AssetAlias, task
+from airflow.sdk import DAG, task
 
-from airflow_provider_kinetic import Data, KineticRunOperator
+from airflow_provider_kinetic import Data, KineticRunOperator, task_asset
 
-#: ``kinetic:{dag_id}/{task_id}``: the alias every Kinetic task emits its output dir through.
-TRAINED = AssetAlias("kinetic:asset_train/train")
+#: ``x-kinetic-task://asset_train/train``: the train task's output, one event a run.
+TRAINED = task_asset("asset_train", "train")
 
 
 def evaluate_fn(model_dir: str, source_run_id: str) -> dict:

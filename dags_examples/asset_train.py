@@ -1,11 +1,13 @@
-"""Daily training that publishes its model dir as an Airflow asset event.
+"""Daily training that publishes its model as a key and an Airflow asset event.
 
-``train`` is an ordinary ``KineticRunOperator``: when its job succeeds it emits an
-asset event for the run's output dir through the alias ``kinetic:asset_train/train``
-(added to its outlets by default, since the per-run dir is only known at run time).
-The event's extra carries the dir (``output_dir``), the job id, the accelerator and
-the function's small JSON return value (the metrics).  ``asset_evaluate.py`` is
-scheduled on that alias and evaluates each model dir it is told about.
+``train`` is an ordinary ``KineticRunOperator`` with ``output_key``: each successful
+run makes its output dir the key's new version (``kinetic://models/asset_train`` reads
+it) and adds one asset event through the alias ``kinetic:asset_train/train``, for
+the task's stable asset ``x-kinetic-task://asset_train/train`` (both declared when
+the file is parsed: runs add events, never assets).  The event's extra carries the
+run's dir (``output_dir``), the job id, the accelerator, the key's ``version`` and the
+function's small JSON return value (the metrics).  ``asset_evaluate.py`` is scheduled
+on that alias and evaluates each model dir it is told about.
 """
 
 from __future__ import annotations
@@ -62,5 +64,6 @@ with DAG(
         task_id="train",
         python_callable=train_fn,
         op_kwargs={"ds": "{{ ds }}"},
+        output_key="models/asset_train",
         poll_interval=0.5,
     )

@@ -108,4 +108,4 @@ def emit(t: BatchTry, result: Any, capacity: dict[str, int]) -> None:
     state = t.batch
     out = directory_uri(state.template.output_dir) or state.template.output_dir
     extra = assets.batch_extra(state, result, out, child_output_dirs(state), capacity)
-    assets.emit(t.op, t.context, out, extra)
+    assets.emit(t.op, t.context, out, extra, t.store)

@@ -65,7 +65,7 @@ from airflow_provider_kinetic.core.storage import ObjectNotFound, ObjectStore
 from airflow_provider_kinetic.deployment.signing import deployment_secret, result_key
 from airflow_provider_kinetic.hooks.kinetic import KineticHook
 from airflow_provider_kinetic.links import KineticBatchLink, batch_url
-from airflow_provider_kinetic.operators import assets, keyio, reuse
+from airflow_provider_kinetic.operators import keyio, reuse
 from airflow_provider_kinetic.operators.common import (
     XCOM_BATCH,
     XCOM_OUTPUT_DIR,
@@ -200,14 +200,6 @@ class BatchTry:
             state.template.env.update(databroadcast.window_env(op.broadcast))
         self.state = state
         return PlannedBatch(state, objects, local)
-
-    def check_output_dir(self) -> None:
-        """With ``output_asset``: the rendered (or default) dir names an asset, checked
-        before any job runs."""
-        if self.op.output_asset:
-            assets.asset_uri(
-                self.batch.template.output_dir, f"task {self.op.task_id!r}: output dir"
-            )
 
     def resume_or_start(self, planned: PlannedBatch) -> BatchState:
         """An earlier try's batch of the same work, else the planned one, started."""

@@ -151,7 +151,9 @@ def put_output_key(
         )
     context["ti"].xcom_push(key=XCOM_OUTPUT_KEY, value=row)
     if row["new"] and not row.get("aside"):
-        assets.emit_key(operator, context, key, row)
+        assets.emit_key(operator, context, key, row, store)
+    else:  # the key did not move: no event of its asset
+        assets.drop_key_outlet(operator, key)
     return row
 
 

@@ -244,7 +244,6 @@ class KineticMapOperator(KineticOperatorBase):
             return []
         batch = self._try = BatchTry.open(self, context)
         planned = batch.plan()  # a bad input fails here
-        batch.check_output_dir()
         batch.resume_or_start(planned)
         self._store = batch.store
         if not self.wait_for_completion:  # a KineticBatchSensor waits for it

@@ -262,8 +262,6 @@ class KineticRunOperator(KineticOperatorBase):
         run = self._try = TaskTry.open(self, context)
         keyio.check_output_key(self.output_key, self.task_id, rendered=True)
         planned = run.plan()  # bad input fails here, before anything
-        if self.output_asset and planned.handle.output_dir:  # rendered or default: pre-job
-            assets.asset_uri(planned.handle.output_dir, f"task {self.task_id!r}: output dir")
         earlier = run.look_back(planned)
         if not self.wait_for_completion:
             return run.submit_only(earlier, planned)

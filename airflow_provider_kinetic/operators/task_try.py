@@ -321,7 +321,9 @@ class TaskTry:
             ) from done.error
         if handle.output_dir:  # the output's event first: a key's event repeats its extra
             out = directory_uri(handle.output_dir) or handle.output_dir
-            assets.emit(self.op, self.context, out, assets.job_extra(handle, done.value, out))
+            assets.emit(
+                self.op, self.context, out, assets.job_extra(handle, done.value, out), self.store
+            )
         keyio.put_output_key(self.op, self.context, self.store, handle)
         self.write_record(handle, delivered=True, returned=True)  # the try's last word
         release_held(self.store, done, self.op.cleanup, self.log)

@@ -10,9 +10,8 @@ from typing import Any
 import pendulum
 import pytest
 
-from airflow_provider_kinetic import Data, KineticRunOperator
-from airflow_provider_kinetic.operators.assets import alias_name, asset_uri
-from airflow_provider_kinetic.operators.map import KineticMapOperator
+from airflow_provider_kinetic import Data
+from airflow_provider_kinetic.operators.assets import alias_name, task_asset_uri
 from tests.fixtures.airflow_env import task_states, xcoms
 
 LOGICAL = pendulum.datetime(2026, 11, 21, tz="UTC")
@@ -47,23 +46,31 @@ def _events(dr: Any) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def test_a_successful_job_emits_its_output_dir_through_the_task_alias(load_dag):
-    """The run's output dir through the task's alias; a key's version is an event of
-    its own asset with the same extra (issue 42: one extra shape on the alias)."""
+def test_a_successful_job_emits_its_task_asset_through_the_task_alias(load_dag):
+    """Each task's stable asset and its alias (a fixed key's asset too) are declared at
+    parse time; a run adds events, never an asset: the task asset's one event, through
+    the alias, with the run's output dir, job and value; a key's
+    version is an event of its asset with the same extra (issue 42)."""
     dag = load_dag(FILE, "kinetic_asset_emit")
-    aliases = {t.task_id: [o.name for o in t.outlets] for t in dag.tasks}
-    assert aliases == {
-        "train": ["kinetic:kinetic_asset_emit/train"],
-        "big": ["kinetic:kinetic_asset_emit/big"],
+    outlets = {t.task_id: [getattr(o, "uri", o.name) for o in t.outlets] for t in dag.tasks}
+    task = lambda t: task_asset_uri("kinetic_asset_emit", t)  # noqa: E731
+    assert outlets == {
+        "train": ["kinetic:kinetic_asset_emit/train", task("train")],
+        "big": ["kinetic:kinetic_asset_emit/big", task("big")],
         "quiet": [],
-        "keyed": ["kinetic:kinetic_asset_emit/keyed"],
+        "keyed": [
+            "kinetic:kinetic_asset_emit/keyed",
+            task("keyed"),
+            "kinetic://assets/keyed",
+        ],
     }
     dr, x = _run(load_dag, "kinetic_asset_emit")
     events = _events(dr)
     assert set(events) == {"train", "big", "keyed"}  # output_asset=False: no event
-    (train,) = events["train"]
+    by_alias = {t: [e for e in events[t] if e["aliases"]] for t in events}
+    (train,) = by_alias["train"]  # one event a run through the alias: the task asset's
     out = x[("train", "output_dir")]
-    assert out.startswith("file://") and train["uri"] == asset_uri(out) == out.rstrip("/")
+    assert out.startswith("file://") and train["uri"] == task("train")
     assert train["aliases"] == [alias_name("kinetic_asset_emit", "train")]
     job = x[("train", "kinetic_job")]
     extra = train["extra"]
@@ -73,37 +80,44 @@ def test_a_successful_job_emits_its_output_dir_through_the_task_alias(load_dag):
     # The usage record (as XCom kinetic_usage): what the job held and for how long.
     assert extra["usage"] == x[("train", "kinetic_usage")] and extra["usage"]["attempts"] == 1
     assert Data(extra["output_dir"]).is_dir  # the extra's dir is a Data directory
-    (big,) = events["big"]
+    # The alias's event is the task asset's one event of the run: Airflow adds none of
+    # its own for the declared outlet (a consumer of either sees the run once).
+    assert [e["uri"] for e in events["train"]] == [task("train")]
+    (big,) = by_alias["big"]
     assert "value" not in big["extra"]  # more than 4 KiB of JSON
-    assert big["uri"] != train["uri"]
-    # output_key: the output's event and the key's, both with the output dir and job.
-    keyed = {e["uri"]: e for e in events["keyed"]}
-    keyed_out = x[("keyed", "output_dir")]
-    assert set(keyed) == {asset_uri(keyed_out), "kinetic://assets/keyed"}
-    key_extra = keyed["kinetic://assets/keyed"]["extra"]
-    assert key_extra["output_dir"] == x[("keyed", "output_dir")]
-    assert key_extra["job_id"] == x[("keyed", "kinetic_job")]["job_id"]
-    assert key_extra["key"] == "assets/keyed"
-    assert key_extra["version"] == x[("keyed", "kinetic_output_key")]["version"]
-    assert {e["aliases"][0] for e in events["keyed"]} == {"kinetic:kinetic_asset_emit/keyed"}
-    assert keyed[asset_uri(keyed_out)]["extra"]["output_dir"] == keyed_out
+    assert big["uri"] == task("big")
+    # output_key: the alias's one event and the key's own, one extra shape with the
+    # output dir, the job and the version.
+    (keyed,) = by_alias["keyed"]
+    key_events = [e for e in events["keyed"] if e["uri"] == "kinetic://assets/keyed"]
+    assert keyed["uri"] == task("keyed") and len(key_events) == 1
+    row = x[("keyed", "kinetic_output_key")]
+    for e in (keyed, key_events[0]):
+        assert e["extra"]["output_dir"] == x[("keyed", "output_dir")]
+        assert e["extra"]["job_id"] == x[("keyed", "kinetic_job")]["job_id"]
+        assert e["extra"]["key"] == "assets/keyed" and e["extra"]["version"] == row["version"]
+    assert key_events[0]["extra"] == keyed["extra"]
 
 
 def test_user_declared_outlets_get_the_extra(load_dag):
     dag = load_dag(FILE, "kinetic_asset_declared")
     (task,) = dag.tasks
+    ours = task_asset_uri("kinetic_asset_declared", "train")
     assert [getattr(o, "uri", o.name) for o in task.outlets] == [
         "file:///declared/model",
         "my-models",
+        ours,  # the target of the user's alias's event, declared so that it exists
     ]  # no kinetic alias of its own
     dr, x = _run(load_dag, "kinetic_asset_declared")
-    events = {e["uri"]: e for e in _events(dr)["train"]}
+    events = _events(dr)["train"]
     out = x[("train", "output_dir")]
-    assert set(events) == {"file:///declared/model", out.rstrip("/")}
-    declared = events["file:///declared/model"]
+    assert {e["uri"] for e in events} == {"file:///declared/model", ours}
+    (declared,) = [e for e in events if e["uri"] == "file:///declared/model"]
     assert declared["extra"]["output_dir"] == out and declared["extra"]["value"]["n"] == 3
     assert declared["aliases"] == []
-    assert events[out.rstrip("/")]["aliases"] == ["my-models"]
+    (aliased,) = [e for e in events if e["aliases"]]
+    assert aliased["uri"] == ours and aliased["aliases"] == ["my-models"]
+    assert aliased["extra"]["output_dir"] == out
 
 
 def test_data_of_assets_become_inlets(load_dag, airflow_home):
@@ -123,41 +137,14 @@ def test_data_of_assets_become_inlets(load_dag, airflow_home):
 
 def test_a_batch_emits_one_event_for_its_parent_dir(load_dag):
     dr, x = _run(load_dag, "kinetic_asset_map")
-    (event,) = _events(dr)["sweep"]
-    assert event["uri"] == x[("sweep", "output_dir")].rstrip("/")
+    (event,) = [e for e in _events(dr)["sweep"] if e["aliases"]]
+    assert event["uri"] == task_asset_uri("kinetic_asset_map", "sweep")
     assert event["aliases"] == ["kinetic:kinetic_asset_map/sweep"]
     extra = event["extra"]
+    assert extra["output_dir"] == x[("sweep", "output_dir")]
     assert extra["children"] == 3 and extra["value"] == [1, 4, 9]
     assert extra["output_dirs"] == x[("sweep", "kinetic_output_dirs")]
     assert extra["usage"] == x[("sweep", "kinetic_usage")] and extra["usage"]["jobs"] == 3
-
-
-@pytest.mark.parametrize(
-    "output_dir, reason",
-    [
-        ("airflow://bucket/{{ ds }}", "'airflow' is reserved"),
-        ("gs:///no-bucket/{{ ds }}", "must contain a bucket name"),
-        ("gs://b/" + "x" * 1500, "cannot exceed 1500 characters"),
-    ],
-)
-@pytest.mark.parametrize("operator", ["run", "map"])
-def test_an_output_dir_airflow_refuses_fails_at_parse_time(operator, output_dir, reason):
-    from airflow.sdk import DAG
-
-    with (
-        DAG("kinetic_asset_refused", schedule=None, start_date=LOGICAL),
-        pytest.raises(ValueError, match=reason) as err,
-    ):
-        if operator == "run":
-            KineticRunOperator(task_id="t", python_callable=len, output_dir=output_dir)
-        else:
-            KineticMapOperator(task_id="t", python_callable=len, inputs=[1], output_dir=output_dir)
-    assert "task 't': output_dir" in str(err.value)
-    # The same dir without asset events is the task's own business.
-    with DAG("kinetic_asset_refused_off", schedule=None, start_date=LOGICAL):
-        KineticRunOperator(
-            task_id="t", python_callable=len, output_dir=output_dir, output_asset=False
-        )
 
 
 def test_data_of_an_asset_is_its_uri_and_pickles_without_it():
@@ -181,8 +168,9 @@ def test_training_example_publishes_its_model_dir(load_dag):
     dr = load_dag("asset_train.py", "asset_train").test(logical_date=LOGICAL)
     assert dr.state == "success", task_states(dr)
     x = {(t, k): v for (t, k, _), v in xcoms(dr).items()}
-    (event,) = _events(dr)["train"]
+    (event,) = [e for e in _events(dr)["train"] if e["aliases"]]
     assert event["aliases"] == ["kinetic:asset_train/train"]
+    assert event["uri"] == task_asset_uri("asset_train", "train")
     assert event["extra"]["output_dir"] == x[("train", "output_dir")]
     assert event["extra"]["value"]["ds"] == "2026-11-21"
     model_dir = Path(x[("train", "output_dir")][len("file://") :])

@@ -15,21 +15,24 @@ from airflow_provider_kinetic.operators.assets import key_asset_uri, known_asset
 
 CHILD = """
 import json, sys
-from airflow_provider_kinetic.operators.assets import known_asset
+from airflow_provider_kinetic.operators.assets import known_asset, task_asset
 before = set(sys.modules)
-assets = [known_asset("kinetic://models/churn"), known_asset("kinetic://a")]
+assets = [known_asset("kinetic://models/churn"), known_asset("kinetic://a"),
+          task_asset("daily.train", "fit_é")]
 print(json.dumps({"uris": [a.uri for a in assets], "names": [a.name for a in assets],
                   "imported": sorted(set(sys.modules) - before)}))
 """
 
 
 def test_making_the_event_assets_imports_no_provider():
+    """A key's asset and a task's (``x-`` scheme: no normalizer) cost no import."""
     done = subprocess.run(
         [sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120, check=True
     )
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert found["uris"] == ["kinetic://models/churn", "kinetic://a/"]
-    assert found["names"] == ["kinetic://models/churn", "kinetic://a"]
+    task = "x-kinetic-task://daily.train/fit_%C3%A9"  # a task's stable output asset
+    assert found["uris"] == ["kinetic://models/churn", "kinetic://a/", task]
+    assert found["names"] == ["kinetic://models/churn", "kinetic://a", task]
     assert found["imported"] == []  # no provider's asset handlers (nothing at all)
 
 
