@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium for tests/integration/test_browser.py, from Debian's own package
+# Headless Chromium for tests/integration/plugins/test_browser.py, from Debian's own package
 # (Playwright drives it with executable_path; it never downloads a browser).
 # Does nothing when /usr/bin/chromium is already there; sudo only when not root.
 set -euo pipefail

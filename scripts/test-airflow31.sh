@@ -19,41 +19,41 @@ fi
 exec "$VENV/bin/pytest" -q -p no:cacheprovider \
   tests/unit/test_provider_info.py \
   --deselect tests/unit/test_provider_info.py::test_providers_manager_sees_every_component_and_the_form \
-  tests/unit/test_triggers.py \
-  tests/unit/test_hook_config.py \
+  tests/unit/triggers/test_triggers.py \
+  tests/unit/hooks/test_hook_config.py \
   tests/integration/test_airflow_versions.py \
   tests/integration/test_dags.py \
-  tests/integration/test_tries.py \
-  tests/integration/test_operator_lifecycle.py \
-  tests/integration/test_map_dags.py::test_map_retry_recovers_transient_failures \
-  tests/integration/test_map_dags.py::test_map_fail_fast_cancels_the_rest \
+  tests/integration/core/jobs/test_tries.py \
+  tests/integration/operators/test_operator_lifecycle.py \
+  tests/integration/operators/test_map_dags.py::test_map_retry_recovers_transient_failures \
+  tests/integration/operators/test_map_dags.py::test_map_fail_fast_cancels_the_rest \
   "tests/integration/test_standalone.py::test_clearing_a_deferred_task_runs_one_new_job" \
   "tests/integration/test_standalone.py::test_a_deferred_task_ends_in_its_trigger_when_nothing_follows_its_job" \
-  tests/unit/test_trigger_end_task.py \
-  tests/unit/test_asset_uris.py \
-  tests/unit/test_xcoms.py \
-  tests/unit/test_trigger_queue.py \
-  tests/integration/test_cli.py::test_list_status_logs_result_and_cleanup \
-  tests/integration/test_cli_stdout.py \
-  tests/integration/test_result_edges.py \
-  tests/integration/test_kinetic_plugin.py \
-  "tests/integration/test_history.py::test_every_path_leaves_what_the_policy_says_and_the_history_shows_it[on_success]" \
-  tests/integration/test_history.py::test_cleanup_keeps_what_xcoms_need_then_applies_the_retention \
-  tests/integration/test_faults_keys.py \
-  tests/unit/test_capacity_options.py \
-  tests/integration/test_capacity_fallback.py \
-  tests/integration/test_checkpoint_resume.py \
+  tests/unit/triggers/test_trigger_end_task.py \
+  tests/unit/operators/test_asset_uris.py \
+  tests/unit/operators/test_xcoms.py \
+  tests/unit/operators/test_trigger_queue.py \
+  tests/integration/cli/test_cli.py::test_list_status_logs_result_and_cleanup \
+  tests/integration/cli/test_cli_stdout.py \
+  tests/integration/operators/test_result_edges.py \
+  tests/integration/plugins/test_kinetic_plugin.py \
+  "tests/integration/core/jobs/test_history.py::test_every_path_leaves_what_the_policy_says_and_the_history_shows_it[on_success]" \
+  tests/integration/core/jobs/test_history.py::test_cleanup_keeps_what_xcoms_need_then_applies_the_retention \
+  tests/integration/faults/test_faults_keys.py \
+  tests/unit/operators/test_capacity_options.py \
+  tests/integration/operators/test_capacity_fallback.py \
+  tests/integration/runner/test_checkpoint_resume.py \
   tests/integration/test_sweep_standalone.py \
-  tests/integration/test_kinetic_task_tab.py \
-  tests/integration/test_assets.py \
-  tests/integration/test_openlineage.py \
-  tests/unit/test_metrics.py \
-  tests/integration/test_deferral_settle.py \
-  tests/unit/test_polling.py \
-  tests/unit/test_keyio_unit.py \
-  tests/integration/test_keyio_gke.py \
-  tests/integration/test_peers_jobs.py \
-  tests/integration/test_tensor_keys_gke.py \
-  tests/integration/test_peer_keys_ls_ttl.py \
-  tests/integration/test_retry_policy.py \
+  tests/integration/plugins/test_kinetic_task_tab.py \
+  tests/integration/operators/test_assets.py \
+  tests/integration/operators/test_openlineage.py \
+  tests/unit/core/test_metrics.py \
+  tests/integration/triggers/test_deferral_settle.py \
+  tests/unit/core/jobs/test_polling.py \
+  tests/unit/operators/test_keyio_unit.py \
+  tests/integration/operators/test_keyio_gke.py \
+  tests/integration/core/keys/peer/test_peers_jobs.py \
+  tests/integration/core/keys/tensors/test_tensor_keys_gke.py \
+  tests/integration/core/keys/peer/test_peer_keys_ls_ttl.py \
+  tests/integration/operators/test_retry_policy.py \
   "$@"

@@ -1,6 +1,6 @@
 """Build ``.artifacts/wheelhouse``: the wheels the runner-image test installs offline.
 
-Why: ``tests/integration/test_runtime_image.py`` builds the runner image's Python
+Why: ``tests/integration/core/runtime/test_runtime_image.py`` builds the runner image's Python
 environment from ``docker/Dockerfile.cpu``'s install lines with no network.  Installed
 ``--offline`` from uv's cache, it passed or failed with what the machine happened to
 have cached ("jax==0.10.2 needs to be downloaded from a registry" on a machine whose

@@ -49,20 +49,20 @@ def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ARG001 - pytest'
 #: modules in collection order (``--dist loadfile``), and a slow module taken last keeps
 #: one worker busy while the other has nothing left.
 SLOW_FIRST = (
-    "tests/integration/test_browser.py",
+    "tests/integration/plugins/test_browser.py",
     "tests/integration/test_benchmark_quick.py",
-    "tests/integration/test_openlineage.py",
+    "tests/integration/operators/test_openlineage.py",
     "tests/integration/test_standalone.py",
-    "tests/integration/test_history.py",
+    "tests/integration/core/jobs/test_history.py",
     "tests/integration/test_airflow_versions.py",
     "tests/integration/test_assets_standalone.py",
     "tests/integration/test_hostile_ids_standalone.py",
     "tests/integration/test_sweep_standalone.py",
-    "tests/integration/test_map_dags.py",
+    "tests/integration/operators/test_map_dags.py",
     "tests/integration/test_model_identity.py",
-    "tests/integration/test_hostile_ids_and_clears.py",
-    "tests/integration/test_tries.py",
-    "tests/integration/test_cli.py",
+    "tests/integration/core/jobs/test_hostile_ids_and_clears.py",
+    "tests/integration/core/jobs/test_tries.py",
+    "tests/integration/cli/test_cli.py",
 )
 
 

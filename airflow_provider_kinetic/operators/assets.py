@@ -83,7 +83,7 @@ def task_alias(dag_id: str, task_id: str) -> AssetAlias:
 def known_asset(uri: str) -> Any:
     """``Asset(uri=uri)`` for a URI this provider made in its normalized form (a key's
     ``kinetic://KEY``), without Airflow's scheme normalizer lookup (see the module):
-    equal to what ``Asset(uri=uri)`` makes (tests/unit/test_asset_uris.py)."""
+    equal to what ``Asset(uri=uri)`` makes (tests/unit/operators/test_asset_uris.py)."""
     parts = urllib.parse.urlsplit(uri)  # Airflow's scheme-independent normal form
     normal = urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") or "/"))
     asset = Asset(name=uri, uri=f"{STAND_IN_SCHEME}://stand-in")

@@ -1,4 +1,4 @@
-"""Asset DAGs exercised by tests/integration/test_assets.py."""
+"""Asset DAGs exercised by tests/integration/operators/test_assets.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Batch DAGs of tests/integration/test_batch_logs.py: children's live logs in the
+"""Batch DAGs of tests/integration/operators/test_batch_logs.py: children's live logs in the
 task log, and batches submitted now and waited for with KineticBatchSensor."""
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def gke_chatty(i: int) -> int:
 
 
 def _gke_dag(mode: str) -> DAG:
-    """Run against the Kubernetes API double by tests/integration/test_batch_logs_gke.py
+    """Run against the Kubernetes API double by tests/integration/operators/test_batch_logs_gke.py
     (the ``kinetic_gke`` connection is set by the test)."""
     with DAG(f"kinetic_batch_logs_gke_{mode}", schedule=None, start_date=START) as dag:
         KineticMapOperator(

@@ -1,5 +1,5 @@
 """The map task the browser tests open on its task instance's Kinetic tab
-(tests/integration/test_browser.py): three children that log a numbered line a
+(tests/integration/plugins/test_browser.py): three children that log a numbered line a
 second for a while (each a progress step), so the tab is seen with children running,
 their logs live and the batch's progress."""
 

@@ -1,4 +1,4 @@
-"""DAGs the browser tests (tests/integration/test_browser.py) open in the Airflow UI:
+"""DAGs the browser tests (tests/integration/plugins/test_browser.py) open in the Airflow UI:
 one deferrable kinetic job that finishes at once with a few log lines and an output
 file, and one that runs ~30 s so its task is seen deferred."""
 

@@ -1,4 +1,4 @@
-"""DAGs of tests/integration/test_capacity_fallback.py (GKE API double, capacity chains).
+"""DAGs of tests/integration/operators/test_capacity_fallback.py (GKE API double, capacity chains).
 
 A task asks for a reservation first, then spot; the test's kubelet leaves the
 reservation's pod unschedulable, so the task must give that step up after

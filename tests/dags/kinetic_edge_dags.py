@@ -1,4 +1,4 @@
-"""DAGs for tests/integration/test_result_edges.py: results Airflow cannot store as
+"""DAGs for tests/integration/operators/test_result_edges.py: results Airflow cannot store as
 they are (NaN, large values of multiple_outputs) and a map over no inputs.  Functions
 count their executions in marker files, in the scratch dir each task captures (a job
 sees only the worker variables it captures)."""

@@ -2,7 +2,7 @@
 
 ``TwoArgError`` takes two arguments but, like every exception, pickles only its
 ``args`` (the one formatted message), so unpickling it calls ``TwoArgError(msg)``
-and fails.  Exercised by tests/integration/test_remote_errors.py: the error must
+and fails.  Exercised by tests/integration/core/jobs/test_remote_errors.py: the error must
 still arrive with its type name, message and remote traceback.
 """
 

@@ -1,4 +1,4 @@
-"""DAGs for tests/integration/test_faults_*.py: faults that must neither lose a job's
+"""DAGs for tests/integration/faults/test_faults_*.py: faults that must neither lose a job's
 work nor run it twice (a store that goes away under a deferred task, a signing key
 rotated mid-job, a full disk, a submit rejected before its job exists).
 

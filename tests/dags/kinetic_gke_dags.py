@@ -1,4 +1,5 @@
-"""DAGs exercised by tests/integration/test_gke_dags.py against the loopback API double.
+"""DAGs exercised by tests/integration/core/backends/k8s/test_gke_dags.py against the
+loopback API double.
 
 Each DAG comes in a ``sync`` and a ``deferrable`` flavour.  The connections
 (``kinetic_gke``, ``kinetic_gke_pull``) are set by the test through

@@ -1,4 +1,4 @@
-"""DAGs for tests/integration/test_keyio_gke.py: ``output_key`` (deferrable) and
+"""DAGs for tests/integration/operators/test_keyio_gke.py: ``output_key`` (deferrable) and
 ``Data("kinetic://KEY")`` on the GKE backend (the API double, the real runner,
 fake-gcs-server).  The connection ``kinetic_gke`` is set by the test."""
 

@@ -1,4 +1,4 @@
-"""DAG exercised by tests/integration/test_keys_gke.py: keys inside a remote function
+"""DAG exercised by tests/integration/core/keys/test_keys_gke.py: keys inside a remote function
 on the GKE backend (the API double, the real runner, fake-gcs-server), no connection
 in the pod.  The connection ``kinetic_gke`` is set by the test."""
 

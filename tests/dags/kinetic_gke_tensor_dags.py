@@ -1,4 +1,4 @@
-"""DAG exercised by tests/integration/test_tensor_keys_gke.py: a task puts a state
+"""DAG exercised by tests/integration/core/keys/tensors/test_tensor_keys_gke.py: a task puts a state
 dict under a key; a KineticMapOperator of 2 children on the GKE backend (the API
 double, the real runner per child Job, fake-gcs-server) gets it by tensor broadcast.
 The connection ``kinetic_gke`` is set by the test."""

@@ -1,4 +1,5 @@
-"""Every path a job can end on, once per cleanup policy (tests/integration/test_history.py).
+"""Every path a job can end on, once per cleanup policy
+(tests/integration/core/jobs/test_history.py).
 
 One DAG (``kinetic_history``), run once by the test module, with one task group per
 cleanup policy and one more (``cleanup``, policy ``never``) that the ``jobs cleanup``

@@ -1,4 +1,4 @@
-"""DAGs exercised by tests/integration/test_gke_bundled_image.py: a GKE job in a bundled
+"""DAGs exercised by tests/integration/gcp/test_gke_bundled_image.py: a GKE job in a bundled
 image (no ``image`` on the connection ``kinetic_gke_bundled``, set by the test)."""
 
 from __future__ import annotations

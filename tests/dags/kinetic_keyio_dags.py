@@ -1,4 +1,4 @@
-"""DAGs for tests/integration/test_keyio.py: keys as a Kinetic task's output
+"""DAGs for tests/integration/operators/test_keyio.py: keys as a Kinetic task's output
 (``output_key``) and input (``Data("kinetic://KEY")``), on the local backend.
 
 ``KINETIC_KEYIO_TEST_DIR`` is the test's scratch dir (marker files of tries)."""

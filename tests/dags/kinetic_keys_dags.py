@@ -1,4 +1,4 @@
-"""DAG exercised by tests/integration/test_keys_dags.py: keys from a Python task (the
+"""DAG exercised by tests/integration/core/keys/test_keys_dags.py: keys from a Python task (the
 ``kinetic`` connection) and from inside a remote function (the job's own store, no
 connection)."""
 

@@ -1,4 +1,4 @@
-"""DAGs for tests/integration/test_openlineage.py: what the OpenLineage events say.
+"""DAGs for tests/integration/operators/test_openlineage.py: what the OpenLineage events say.
 
 The data lives under ``$KINETIC_TEST_DATA/lineage`` (the test writes it before running).
 """

@@ -1,4 +1,4 @@
-"""Batch DAGs exercised by tests/integration/test_map_dags.py."""
+"""Batch DAGs exercised by tests/integration/operators/test_map_dags.py."""
 
 from __future__ import annotations
 

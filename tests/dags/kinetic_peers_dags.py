@@ -1,4 +1,4 @@
-"""DAGs exercised by tests/integration/test_peers_jobs.py: a batch's children share a
+"""DAGs exercised by tests/integration/core/keys/peer/test_peers_jobs.py: a batch's children share a
 key and a ``Data`` by tree broadcast and hand each other ``locale="local"`` keys,
 through the real runner (local backend, and the GKE API double's kubelet with
 fake-gcs-server).  ``KINETIC_PEERS_TEST_DIR`` is set by the test, and for the GKE

@@ -1,4 +1,4 @@
-"""DAGs for tests/integration/test_retry_policy.py: Airflow 3.3's ``retry_policy``
+"""DAGs for tests/integration/operators/test_retry_policy.py: Airflow 3.3's ``retry_policy``
 (AIP-105) acting on the typed exceptions a failed Kinetic job raises: a user error
 fails the task at once (a bug is not re-run at full price), an infra error is retried
 by Airflow.  On Airflow 3.1 (no ``retry_policy``) ``retry_on`` alone re-submits the

@@ -1,4 +1,4 @@
-"""Sweep DAGs of tests/integration/test_sweep_gke_scale.py and test_sweep_standalone.py:
+"""Sweep DAGs of tests/integration/operators/test_sweep_gke_scale.py and test_sweep_standalone.py:
 deferrable batches that the trigger drives to their end (one deferral per try)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DAGs for tests/integration/test_tries.py: map retries, results that do not fit
+"""DAGs for tests/integration/core/jobs/test_tries.py: map retries, results that do not fit
 XCom, preemption retries.  Functions count their executions in marker files."""
 
 from __future__ import annotations

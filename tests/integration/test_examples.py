@@ -82,7 +82,7 @@ def test_keys_example_publishes_by_output_key_and_scores_by_key_with_broadcast(l
     assert x[("report", "return_value")] == 6
     # broadcast=True: each child joined the batch's tree and verified its copy.  These
     # children end in a blink, so a later one may find its parent gone and read the
-    # store (tests/integration/test_peers_jobs.py holds children together to show the
+    # store (tests/integration/core/keys/peer/test_peers_jobs.py holds children together to show the
     # tree itself); the first child always reads the store.
     came = re.findall(r"data [0-9a-f]{12}: \d+ file\(s\) by broadcast from (\S+), verified", out)
     assert len(came) == 3 and "store" in [c.rstrip(",") for c in came], came

@@ -62,7 +62,7 @@ class TpuType:
 
 # The catalog is kept as text tables so it reads like the GKE docs it was checked
 # against and can be compared with kinetic's numbers at a glance.  Tests pin every
-# row, and a test walks kinetic 0.0.4's own catalog (tests/integration/
+# row, and a test walks kinetic 0.0.4's own catalog (tests/integration/core/catalog/
 # test_catalog_kinetic.py): every string kinetic accepts lands on the same hardware.
 
 # name, GKE node label (cloud.google.com/gke-accelerator), host arch, then
