@@ -40,3 +40,20 @@ for length in LENGTHS:
             + str(length)
             + ").isoformat() }}+00:00",
         )
+
+
+def writes_model() -> int:
+    """A job that leaves a small model in its output dir (what output_key publishes)."""
+    import os
+
+    with open(os.path.join(os.environ["KINETIC_OUTPUT_DIR"], "model.json"), "w") as f:
+        f.write('{"w": 1}')
+    return 1
+
+
+# The step from a job's end to its task's end, with and without output_key (the key's
+# put and its asset event; the google provider is installed, as in a real deployment).
+with DAG("bench_end_step_key", schedule=None, start_date=START, catchup=False):
+    KineticRunOperator(task_id="job", python_callable=writes_model, output_key="bench/model")
+with DAG("bench_end_step_plain", schedule=None, start_date=START, catchup=False):
+    KineticRunOperator(task_id="job", python_callable=writes_model)
