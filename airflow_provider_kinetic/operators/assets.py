@@ -239,6 +239,7 @@ def emit(
     if usage is not None:  # the usage record (core.jobs.usage), as XCom kinetic_usage
         extra = {**extra, "usage": usage}
     operator.kinetic_event_extra = extra  # a key's version adds its fields (emit_key)
+    _restore_outlets(operator)
     ours = task_asset(operator.dag_id, operator.task_id)
     declared = ours in operator.outlets  # not for a mapped instance (see setup)
     linked = False
@@ -254,6 +255,18 @@ def emit(
             events[outlet].extra.update(extra)
     if linked:  # the alias's event is the task asset's: Airflow adds no second one
         operator.outlets[:] = [o for o in operator.outlets if o != ours]
+
+
+def _restore_outlets(operator: Any) -> None:
+    """The outlets as declared, before this run leaves any out (:func:`emit`,
+    :func:`drop_key_outlet`): a run in the same process as an earlier one
+    (``dag.test``) starts from the declared list again, not from what the earlier
+    run left."""
+    declared = getattr(operator, "kinetic_declared_outlets", None)
+    if declared is None:
+        operator.kinetic_declared_outlets = list(operator.outlets)
+    else:
+        operator.outlets[:] = declared
 
 
 def _via_alias(

@@ -67,7 +67,8 @@ def pin_request(
     """The request (and a batch's ``inputs``) with its ``kinetic://`` Data pinned;
     the pins' rows (logged)."""
     values = [request.args, request.kwargs, request.volumes, inputs]
-    (args, kwargs, volumes, inputs), pins = pin_values(store, task_identity(context), values)
+    identity, instance = task_identity(context), run_instance(context)
+    (args, kwargs, volumes, inputs), pins = pin_values(store, identity, values, instance)
     if not pins:
         return request, inputs, []
     for pin in pins:
@@ -81,6 +82,22 @@ def pin_request(
         )
     pinned = replace(request, args=args, kwargs=kwargs, volumes=volumes)
     return pinned, inputs, [p.row() for p in pins]
+
+
+def run_instance(context: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What tells this DAG run instance from an earlier one under the same run id
+    (``core.keys.pins.same_run_instance``); None without a run (a dry run)."""
+    dag_run = context.get("dag_run")
+    if dag_run is None:
+        return None
+    start = getattr(dag_run, "start_date", None)
+    ti = context.get("ti")
+    return {
+        "clear_number": int(getattr(dag_run, "clear_number", 0) or 0),
+        "run_start": start.isoformat() if start is not None else None,
+        "try_number": int(getattr(ti, "try_number", 0) or 0),
+        "ti_id": str(getattr(ti, "id", "") or ""),
+    }
 
 
 def pin_batch(

@@ -9,6 +9,14 @@ unpinned key is written to ``_airflow/keypins/{dag}/{run}/{task}/{map_index}.jso
 of that task instance uses it; a new DAG run has another record and resolves anew.
 ``kinetic://KEY@VERSION`` pins by itself and is not recorded.
 
+A run deleted and made again under the same run id is a new run: it resolves anew.
+Airflow hands a worker no id of the run *instance*, so the record keeps what tells
+instances apart (:func:`same_run_instance`): the run's ``clear_number`` (Airflow adds
+one at every clear, a new run starts at 0) and ``start_date`` (kept across a task's
+retries; a clear that re-queues the run sets it again, and adds to the count), the
+task's try number and the try's task instance id (new at every try, kept by a
+deferral's resume).
+
 The Data are replaced by pinned copies (``kinetic://KEY@FULLHASH``): the operator's
 own objects are never changed, so a later run in the same process (``dag.test``)
 still resolves anew.  The job's handle and history entry name the versions
@@ -54,11 +62,33 @@ class Pin:
         return {"key": self.key, "version": self.version, "source": self.source}
 
 
-def read_pins(store: ObjectStore, identity: Mapping[str, Any]) -> dict[str, str]:
-    """The recorded ``{key: version}`` of a task instance (empty: none yet)."""
+def same_run_instance(recorded: Mapping[str, Any] | None, now: Mapping[str, Any] | None) -> bool:
+    """Whether a record made in the run instance ``recorded`` is this one's (``now``),
+    each ``{"clear_number", "run_start", "try_number", "ti_id"}``.  Within one instance
+    the run's clear number and the task's try number never go down, a run start
+    changes only with a clear (which adds to the clear number), and a try keeps its
+    task instance id (a deferral's resume too); so a lower number, or the same number
+    with another start or id, is a new instance.  A record (or a caller) without the
+    fields counts as the same, as before them."""
+    if not recorded or not now:
+        return True
+    for count, tie in (("clear_number", "run_start"), ("try_number", "ti_id")):
+        was, is_ = int(recorded.get(count) or 0), int(now.get(count) or 0)
+        if is_ < was or (is_ == was and str(recorded.get(tie)) != str(now.get(tie))):
+            return False
+    return True
+
+
+def read_pins(
+    store: ObjectStore, identity: Mapping[str, Any], instance: Mapping[str, Any] | None = None
+) -> dict[str, str]:
+    """The recorded ``{key: version}`` of a task instance (empty: none yet, or only
+    an earlier run instance's under the same ids)."""
     try:
         body = json.loads(store.read_bytes(pins_key(identity)))
     except ObjectNotFound:
+        return {}
+    if not same_run_instance(body.get("instance"), instance):
         return {}
     return {str(k): str(v) for k, v in (body.get("pins") or {}).items()}
 
@@ -92,13 +122,17 @@ def _record(store: ObjectStore, name: str) -> dict[str, Any]:
 
 
 def pin_values(
-    store: ObjectStore, identity: Mapping[str, Any], values: list[Any]
+    store: ObjectStore,
+    identity: Mapping[str, Any],
+    values: list[Any],
+    instance: Mapping[str, Any] | None = None,
 ) -> tuple[list[Any], list[Pin]]:
     """``values`` (op_args, op_kwargs, volumes...) with every ``kinetic://`` Data
-    pinned to one version, and the pins (one per key, in order of appearance).
-    Raises ``KeyNotFound`` (naming the key and the nearest keys) before anything is
-    written when a key or version is missing."""
-    recorded = read_pins(store, identity)
+    pinned to one version, and the pins (one per key, in order of appearance);
+    ``instance`` tells this run instance from an earlier one of the same ids (see the
+    module).  Raises ``KeyNotFound`` (naming the key and the nearest keys) before
+    anything is written when a key or version is missing."""
+    recorded = read_pins(store, identity, instance)
     keys = KeyStore(store)
     pins: dict[str, Pin] = {}
     fresh: dict[str, str] = {}
@@ -128,6 +162,8 @@ def pin_values(
     out = [map_leaves(v, leaf) for v in values]
     if fresh:
         body = {"format": 1, "identity": dict(identity), "pins": {**recorded, **fresh}}
+        if instance:
+            body["instance"] = dict(instance)
         text = json.dumps(body, sort_keys=True, default=str)
         store.write_bytes(pins_key(identity), text.encode())
     return out, list(pins.values())

@@ -126,6 +126,16 @@ def test_output_key_then_read_by_key_pinned_per_run(
     assert "XCom kinetic_" in gc[row["version"]], gc[row["version"]]  # pins too (core.jobs.holds)
     assert "XCom kinetic_" in gc[moved], gc[moved]
 
+    # The score run made again under the same run id (dag.test deletes it and makes
+    # it anew) is a new run: it resolves the key anew instead of reading the earlier
+    # instance's pin (core/keys/pins.same_run_instance).
+    keys.put("keyio/churn", tmp_path / "newer")  # (removed for the gc check above)
+    again = load_dag(FILE, "kinetic_keyio_score").test(logical_date=DAY, run_after=scored.run_after)
+    assert again.state == "success" and again.run_id == scored.run_id, task_states(again)
+    assert _x(again)[("score", "return_value")] == {"read": "moved on"}
+    (pin,) = _x(again)[("score", "kinetic_keys")]
+    assert pin["source"] == "resolved" and pin["version"] == moved
+
 
 def test_a_missing_key_fails_before_any_job(
     load_dag, airflow_home: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
