@@ -4,9 +4,10 @@
 * ``kinetic_xcom_offload``: a Kinetic task returns a 3 MB value; with the common.io
   object-storage XCom backend configured, a plain ``@task`` downstream receives the
   value itself and checks it against the value made again;
-* ``kinetic_quiet_log``: a deferrable Kinetic task whose job prints numbered lines,
-  waits for the test's release file (the test restarts the triggerer meanwhile), then
-  prints the rest.
+* ``kinetic_quiet_log``: a deferrable Kinetic task whose job prints numbered lines in
+  three parts: the first at once, the second once the test says the trigger follows
+  the job (a ``go`` file), the third once the test has restarted the triggerer (a
+  ``release`` file).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from airflow.sdk import DAG, task
 from airflow_provider_kinetic import KineticRunOperator
 
 START = pendulum.datetime(2026, 11, 1, tz="UTC")
-#: Lines the job prints before it waits for the release file, and in all.
-BEFORE_RELEASE, LINES = 8, 16
+#: Lines the job prints before it waits for the ``go`` file, before it waits for the
+#: ``release`` file, and in all.
+BEFORE_GO, BEFORE_RELEASE, LINES = 2, 8, 16
 
 
 def big_value() -> str:
@@ -46,18 +48,21 @@ with DAG("kinetic_xcom_offload", schedule=None, start_date=START, catchup=False)
     check_big(big.output)
 
 
-def numbered(release: str, before: int = BEFORE_RELEASE, lines: int = LINES) -> int:
-    """``before`` numbered lines, half a second apart; waits for ``release``; the rest."""
+def numbered(
+    files: str, lines: int = LINES, go: int = BEFORE_GO, release: int = BEFORE_RELEASE
+) -> int:
+    """``lines`` numbered lines, a tenth of a second apart; before line ``go`` it waits
+    for the file ``{files}/go``, before line ``release`` for ``{files}/release``."""
     import os
     import time
 
+    waits = {go: "go", release: "release"}
     for i in range(lines):
-        if i == before:
-            while not os.path.exists(release):
+        if i in waits:
+            while not os.path.exists(os.path.join(files, waits[i])):
                 time.sleep(0.1)
         print(f"quiet-log line {i:02d} of {lines}", flush=True)
-        if i < before:
-            time.sleep(0.5)
+        time.sleep(0.1)
     return lines
 
 
@@ -65,7 +70,7 @@ with DAG("kinetic_quiet_log", schedule=None, start_date=START, catchup=False):
     KineticRunOperator(
         task_id="follow",
         python_callable=numbered,
-        op_args=["{{ dag_run.conf['release'] }}"],
+        op_args=["{{ dag_run.conf['files'] }}"],
         deferrable=True,
         poll_interval=0.5,
     )

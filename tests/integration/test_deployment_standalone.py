@@ -12,8 +12,10 @@ object-storage backend (values of 1 KiB or more are written under its
 * A Kinetic task returns a 3 MB value: it pushes the value itself, not a
   ``{"kinetic_result": ...}`` reference, the backend offloads it to a file, and a plain
   ``@task`` downstream receives the value and checks it against the value made again.
-* A deferrable Kinetic task's job prints numbered lines and waits for the test's release
-  file; while the trigger follows the log, the standalone's triggerer is stopped
+* A deferrable Kinetic task's job prints numbered lines in three parts, each waiting for
+  the test: the first before the task defers (shown by the worker or the trigger), the
+  second once the trigger follows the job, the third after the restart.  While the
+  trigger follows the log, the standalone's triggerer is stopped
   (SIGTERM, as a deployment stops it; one killed outright may repeat up to
   ``logmark.SAVE_EVERY_S`` of lines, by design) and a new ``airflow triggerer`` takes
   the trigger over, continuing from the place the stopped one saved.  Every job line is
@@ -122,6 +124,10 @@ def test_a_3_mb_value_goes_itself_through_the_object_storage_backend(d: Deployme
     assert json.loads(path.read_text()) == expected
     files = [p for p in d.xcom_dir.rglob("*") if p.is_file()]
     assert path in files, files
+    # Not asserted: how many files.  Airflow 3.3's SDK writes each push of a key to a
+    # new file, so Kinetic's push before its record says "delivered" (operators.common.
+    # push_value) and Airflow's push of the returned value leave two, the first never
+    # purged (left for a decision: that push is what keeps a value from being lost).
 
 
 def _trigger_files(home: Path, dag_id: str, run_id: str, task_id: str) -> list[Path]:
@@ -151,17 +157,24 @@ def _trigger_text(home: Path, dag_id: str, run_id: str, task_id: str) -> str:
 
 def test_a_triggerer_restart_repeats_no_line_and_the_fallback_warns_once(d: Deployment):
     s, dag_id, run_id, task_id = d.s, "kinetic_quiet_log", "quiet_run", "follow"
-    release = d.cwd / "quiet-release"
+    files = d.cwd / "quiet"  # the job's go and release files
+    files.mkdir()
     line = f"quiet-log line {BEFORE_RELEASE - 1:02d} of {LINES}"
     s.unpause(dag_id)
-    s.trigger(dag_id, run_id, {"release": str(release)})
+    s.trigger(dag_id, run_id, {"files": str(files)})
     ti_path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
 
-    def following() -> bool:
-        deferred = s.json(ti_path)["state"] == "deferred"
-        return deferred and line in _trigger_text(s.home, dag_id, run_id, task_id)
+    def deferred_and_started() -> bool:
+        started = STARTED.findall(_trigger_text(s.home, dag_id, run_id, task_id))
+        return s.json(ti_path)["state"] == "deferred" and len(started) == 1
 
-    s.wait_for("the trigger to show the lines before the release", following, 180)
+    s.wait_for("the task to defer and its trigger to start", deferred_and_started, 180)
+    (files / "go").touch()
+    s.wait_for(
+        "the trigger to show the lines before the release",
+        lambda: line in _trigger_text(s.home, dag_id, run_id, task_id),
+        120,
+    )
     shown_by_trigger = _trigger_text(s.home, dag_id, run_id, task_id)
     (job_id,) = set(re.findall(r"\[(\S+)\] quiet-log line", shown_by_trigger))
 
@@ -170,7 +183,7 @@ def test_a_triggerer_restart_repeats_no_line_and_the_fallback_warns_once(d: Depl
     (old,) = [pid for pid, parent in triggerers.items() if parent not in triggerers]
     os.kill(old, signal.SIGTERM)
     s.wait_for("the triggerer to stop", lambda: not _triggerer_pids(d.cwd), 60)
-    assert s.json(ti_path)["state"] == "deferred" and not release.exists()
+    assert s.json(ti_path)["state"] == "deferred"
     mark = s.home / "kinetic" / job_id / LOG_MARK_NAME  # the stopped trigger's place
     assert mark.exists(), sorted(p.name for p in mark.parent.iterdir())
 
@@ -187,7 +200,7 @@ def test_a_triggerer_restart_repeats_no_line_and_the_fallback_warns_once(d: Depl
             lambda: len(STARTED.findall(_trigger_text(s.home, dag_id, run_id, task_id))) == 2,
             180,
         )
-        release.touch()
+        (files / "release").touch()
         state = s.wait_finished(dag_id, run_id)
     finally:
         _stop_group(new)
