@@ -58,6 +58,7 @@ SLOW_FIRST = (
     "tests/integration/test_assets_standalone.py",
     "tests/integration/test_hostile_ids_standalone.py",
     "tests/integration/test_sweep_standalone.py",
+    "tests/integration/test_deployment_standalone.py",
     "tests/integration/operators/test_map_dags.py",
     "tests/integration/test_model_identity.py",
     "tests/integration/core/jobs/test_hostile_ids_and_clears.py",
