@@ -72,6 +72,7 @@ from airflow_provider_kinetic.operators.common import (
     XCOM_OUTPUT_DIRS,
     deadline,
     directory_uri,
+    restore_xcom_push,
     task_identity,
 )
 
@@ -120,6 +121,7 @@ class BatchTry:
     def open(cls, op: Any, context: Any) -> BatchTry:
         """The try ``execute`` runs: the connection's config and store, the task's
         identity and the deployment secret."""
+        restore_xcom_push(op)
         return cls(
             op=op,
             context=context,

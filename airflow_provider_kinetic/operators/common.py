@@ -71,9 +71,27 @@ def push_value(operator: Any, context: Mapping[str, Any], value: Any) -> None:
     """Push the task's value to XCom now, before its job's artifacts are deleted and its
     record says "delivered": a value Airflow refuses fails the task here, with the
     result still in the store for the retry to collect (never a second run).  Airflow
-    pushes the returned value again afterwards (same value, same key)."""
-    if getattr(operator, "do_xcom_push", True):
-        context["ti"].xcom_push(key=XCOM_RETURN_KEY, value=value)
+    pushes the returned value again afterwards (same value, same key), except where the
+    deployment's XCom backend offloads values (``operators.xcoms.offloaded``): each push
+    there writes an object of its own and Airflow does not remove the one it replaces,
+    so this try turns Airflow's own push off (``restore_xcom_push`` turns it back on
+    when the next try opens; with ``multiple_outputs`` Airflow's push, which adds the
+    keys, stays)."""
+    if not getattr(operator, "do_xcom_push", True):
+        return
+    context["ti"].xcom_push(key=XCOM_RETURN_KEY, value=value)
+    from airflow_provider_kinetic.operators.xcoms import offloaded
+
+    if offloaded() and not getattr(operator, "multiple_outputs", False):
+        operator.kinetic_declared_xcom_push = True
+        operator.do_xcom_push = False
+
+
+def restore_xcom_push(operator: Any) -> None:
+    """A try opens with Airflow's push of the returned value as declared (an earlier
+    try in the same process, ``dag.test``, may have turned it off: ``push_value``)."""
+    if getattr(operator, "kinetic_declared_xcom_push", False):
+        operator.do_xcom_push = True
 
 
 def directory_uri(uri: str | None) -> str | None:

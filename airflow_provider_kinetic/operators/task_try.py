@@ -48,6 +48,7 @@ from airflow_provider_kinetic.operators.common import (
     KineticOperatorBase,
     directory_uri,
     push_value,
+    restore_xcom_push,
     show_job_logs,
     task_identity,
 )
@@ -102,6 +103,7 @@ class TaskTry:
     def open(cls, op: Any, context: Any, backend_kind: str | None = None) -> TaskTry:
         """The try's config, store, backend (``backend_kind``, else the one the
         operator's accelerator runs on), identity, secret and record."""
+        restore_xcom_push(op)
         config = op.hook.get_config()
         store = op.hook.get_store()
         kind = backend_kind or config.backend_kind(op.accelerator_spec(), op.slice_count())
