@@ -247,7 +247,9 @@ def emit(
         if isinstance(outlet, AssetAlias):
             asset = ours
             if not (declared and _via_alias(operator, context, store, outlet, ours)):
-                asset = Asset(uri=output_dir)  # an asset of the run's own: no shared link
+                asset = _run_asset(operator, output_dir, outlet)  # no shared link
+                if asset is None:
+                    continue
             linked = linked or asset is ours
             events[outlet].add(asset, extra=extra)
             operator.log.info("kinetic: asset event %s through alias %s", asset.uri, outlet.name)
@@ -255,6 +257,23 @@ def emit(
             events[outlet].extra.update(extra)
     if linked:  # the alias's event is the task asset's: Airflow adds no second one
         operator.outlets[:] = [o for o in operator.outlets if o != ours]
+
+
+def _run_asset(operator: Any, output_dir: str, alias: Any) -> Any | None:
+    """The run's own output dir as an asset (a mapped instance's, or a fallback's);
+    None, with a warning, for a dir Airflow refuses as an asset URI (any dir the
+    backend accepts is a valid ``output_dir``: the job's result stands)."""
+    try:
+        return Asset(uri=output_dir)
+    except (ValueError, TypeError) as exc:
+        operator.log.warning(
+            "kinetic: no asset event through alias %s this run: its output dir %s is no "
+            "asset URI Airflow accepts (%s)",
+            alias.name,
+            output_dir,
+            exc,
+        )
+        return None
 
 
 def _restore_outlets(operator: Any) -> None:

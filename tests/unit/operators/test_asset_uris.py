@@ -42,3 +42,21 @@ def test_a_known_asset_equals_airflows_own(key):
 
     uri = key_asset_uri(key)
     assert known_asset(uri) == Asset(uri=uri)
+
+
+def test_a_run_dir_airflow_refuses_as_an_asset_uri_costs_the_event_not_the_task(caplog):
+    """A fallback's (or a mapped instance's) own dir as the alias's asset: a dir that is
+    no asset URI Airflow accepts leaves the event out with a warning; the job's result
+    stands (any dir the backend accepts is a valid output_dir)."""
+    import logging
+
+    from airflow_provider_kinetic.operators.assets import _run_asset, task_alias
+
+    class Op:
+        log = logging.getLogger("test-run-asset")
+
+    alias = task_alias("d", "t")
+    assert _run_asset(Op(), "file:///tmp/out/d/run/t/-1", alias).uri == "file:///tmp/out/d/run/t/-1"
+    with caplog.at_level(logging.WARNING, logger="test-run-asset"):
+        assert _run_asset(Op(), "airflow://not-an-asset", alias) is None
+    assert "no asset event through alias kinetic:d/t" in caplog.text
