@@ -70,7 +70,7 @@ from tests.fixtures.local_conn import set_local_conn
 #: the same ones each run (``derandomize``), nothing kept between runs (``database``).
 settings.register_profile(
     "kinetic-bounded",
-    max_examples=14,
+    max_examples=12,
     stateful_step_count=16,
     deadline=None,
     derandomize=True,
