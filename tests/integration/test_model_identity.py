@@ -9,10 +9,15 @@ file the test rewrites (its ``VERSION`` constant: the code) and reads a ``Data``
 
 Steps: a try that runs to its end (a retry under the same try number or the next);
 a try whose worker dies once its job is submitted (the job held running) or once its
-job ended (nothing delivered); a deferrable try whose trigger sees the job end and
-whose task resumes with the value, its trigger first restarted (cancelled while the
-job runs, made again from its serialised kwargs: the same job, the value delivered
-once) or not; the running try marked failed by a user, as a worker's task
+job ended (nothing delivered); a deferrable try whose trigger sees the job end, its
+trigger first restarted (cancelled while the job runs, made again from its serialised
+kwargs: the same job, the value delivered once) or not, and then either the task
+resumes on a worker with the value (the trigger in the deferring process, as in
+``dag.test()``) or the trigger ends the task itself (a triggerer's: it finishes the
+job and hands the value, ``TaskSuccessEvent``; the XComs it pushes through the Task
+SDK go to the fake task instance, as no triggerer's channel is here), that event lost
+or not (a trigger of the same try made again once the job is gone hands the record's
+value again, never a second run); the running try marked failed by a user, as a worker's task
 (``on_kill``) or a deferred one (the trigger's ``on_kill``): its job is cancelled, no
 value is delivered, and no later try adopts or collects it; the job cancelled (``jobs
 cancel``); its supervisor SIGKILLed alone (the runner must die with it; the job reads
@@ -24,11 +29,16 @@ passing beyond every retention (the retention days set to 0 for ``jobs cleanup``
 running job's entry, payload and Data stay).
 
 After every step: (1) every delivered value is the current code's for the current
-input; (2) the function ran exactly as often as the model says (an unchanged retry
-adopts or collects the job of its work, never runs it again); (3) nothing a live
-holder names is gone (the Data of every job in the history, the running job's
+input (checked as it is delivered), and every value handed to Airflow (a worker's or
+a trigger's) is its job's work's, delivered once per job (only a re-created trigger
+hands it again: the same value); (2) the function ran exactly as often as the model
+says (an unchanged retry adopts or collects the job of its work, never runs it again;
+a try after a delivered one, the trigger's too, runs it again: a clear); (3) nothing
+a live holder names is gone (the Data of every job in the history, the running job's
 artifacts, the retryable job's result until ``jobs cleanup --older-than`` deletes it,
-each kept version of the key); (4) every job's history entry says what happened to it.
+each kept version of the key); (4) every job's history entry says what happened to it;
+(5) the task's record says the latest delivered job was delivered and returned, and
+holds the XComs a trigger ended the task with (none of a worker's).
 
 What it found: a try of other work that found the earlier try's job *ended* retired
 it without writing its end, so that job's history entry stayed SUBMITTED and holds
@@ -60,7 +70,7 @@ from tests.fixtures.local_conn import set_local_conn
 #: the same ones each run (``derandomize``), nothing kept between runs (``database``).
 settings.register_profile(
     "kinetic-bounded",
-    max_examples=14,
+    max_examples=12,
     stateful_step_count=16,
     deadline=None,
     derandomize=True,
@@ -153,13 +163,19 @@ SEQUENCES = {
     "marked_failed_deferred": [
         ("dying_try", {"after_end": False}),
         ("mark_failed", {"deferred": True}),
-        ("deferred_try", {"restart": False}),
+        ("deferred_try", {"restart": False, "end": "trigger"}),
     ],
     "trigger_restart": [
-        ("deferred_try", {"restart": True}),
+        ("deferred_try", {"restart": True, "end": "lost"}),
         ("change_code", {"version": 2}),
         ("deferred_try", {"restart": True}),
         ("full_try", {"same": False}),
+    ],
+    "trigger_ends": [
+        ("dying_try", {"after_end": False}),
+        ("deferred_try", {"restart": False, "end": "trigger"}),
+        ("jobs_cleanup", {"older": True}),
+        ("full_try", {"same": True}),
     ],
     "retention": [
         ("dying_try", {"after_end": False}),
