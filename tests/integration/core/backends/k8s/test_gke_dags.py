@@ -110,12 +110,22 @@ class Kubelet(threading.Thread):
 
     ``outcome``: ``run`` (run the real runner; pod and Job report its exit code) or
     ``pull`` (the image cannot be pulled).  With ``await_log_read`` the pod stays
-    Running until the operator has read the whole log (sync mode shows it live).
+    Running until the operator has read the whole log (sync mode shows it live); with
+    ``await_trigger``, until the trigger has listed the Job (deferrable mode: the task
+    has deferred, whatever the machine's speed; a pod that ended before the task's
+    first poll would be collected without a deferral).
     """
 
-    def __init__(self, api: ThreadedDouble, outcome: str = "run", await_log_read: bool = False):
+    def __init__(
+        self,
+        api: ThreadedDouble,
+        outcome: str = "run",
+        await_log_read: bool = False,
+        await_trigger: bool = False,
+    ):
         super().__init__(name="kubelet", daemon=True)
         self.api, self.outcome, self.await_log_read = api, outcome, await_log_read
+        self.await_trigger = await_trigger
         self.job: dict[str, Any] = {}
         self.pod = ""
         self.log_lines: list[str] = []
@@ -154,6 +164,11 @@ class Kubelet(threading.Thread):
         creating = {"reason": "ContainerCreating"}
         self.api.patch_status(pod_path, pod_status("Pending", ago(0), waiting=creating))
         self.api.patch_status(pod_path, pod_status("Running", running={}))
+        if self.await_trigger and not self.until(
+            "the trigger to list the Job while the pod runs",
+            lambda d: any(r.url.path == JOBS for r in d.sent("GET")),
+        ):
+            return
         code = self.run_the_runner(template["spec"]["containers"][0])
         if self.await_log_read and not self.until(
             "the operator to read the whole log while the pod runs",
@@ -272,7 +287,7 @@ def expected_job(bucket: str, job_id: str, dr: Any, task_id: str, work_slot: str
 @pytest.mark.parametrize("mode", MODES)
 def test_gke_job_end_to_end(load_dag, connections, api, google_token, capfd, mode):
     bucket = connections
-    kubelet = Kubelet(api, await_log_read=mode == "sync")
+    kubelet = Kubelet(api, await_log_read=mode == "sync", await_trigger=mode == "deferrable")
     dr = run_dag(load_dag, f"kinetic_gke_ok_{mode}", kubelet)
     out = "".join(capfd.readouterr())
     assert dr.state == "success", task_states(dr)
@@ -354,6 +369,7 @@ def test_gke_job_end_to_end(load_dag, connections, api, google_token, capfd, mod
     if mode == "sync":  # read while the pod ran, before the poll that saw it finish
         assert first < out.index(f"kinetic job {job_id}: SUCCEEDED")
     else:  # read live by the trigger while deferred, not again after the resume
+        assert f"kinetic job {job_id} resumed" in out, out
         assert first < out.index(f"kinetic job {job_id} resumed")
 
     (post,) = api.sent("POST", JOBS)
