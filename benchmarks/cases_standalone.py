@@ -39,10 +39,13 @@ KINDS = (
 )
 
 
+def _at(stamp: object) -> datetime:
+    """A time as Airflow's REST API spells it (``...Z``)."""
+    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+
+
 def _seconds(ti: dict) -> float:
-    start = datetime.fromisoformat(ti["start_date"].replace("Z", "+00:00"))
-    end = datetime.fromisoformat(ti["end_date"].replace("Z", "+00:00"))
-    return (end - start).total_seconds()
+    return (_at(ti["end_date"]) - _at(ti["start_date"])).total_seconds()
 
 
 def _resumed(s: object, dag_id: str, run_id: str) -> bool:
@@ -71,7 +74,8 @@ def measure(rounds: int) -> tuple[dict[str, list[float]], dict[str, int]]:
         for r in range(rounds):
             run_id = f"round_{r}"
             for dag_id, length in dags:
-                state = _run(s, dag_id, run_id)
+                s.trigger(dag_id, run_id, logical_date=None)
+                state = s.wait_finished(dag_id, run_id)
                 ti = s.json(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/job")
                 if state != "success" or ti["state"] != "success":
                     raise RuntimeError(f"{dag_id} {run_id}: {state}, task {ti['state']}")
@@ -79,20 +83,12 @@ def measure(rounds: int) -> tuple[dict[str, list[float]], dict[str, int]]:
                 if not dag_id.startswith("bench_airflow"):
                     resumed[dag_id] = resumed.get(dag_id, 0) + _resumed(s, dag_id, run_id)
             for dag_id in END_STEP_DAGS:
-                if _run(s, dag_id, run_id) != "success":
+                s.trigger(dag_id, run_id, logical_date=None)
+                if s.wait_finished(dag_id, run_id) != "success":
                     raise RuntimeError(f"{dag_id} {run_id} did not succeed")
                 found.setdefault(dag_id, []).append(_end_step(s, dag_id, run_id))
             print(f"standalone round {r + 1}/{rounds} done", flush=True)
     return found, resumed
-
-
-def _run(s: object, dag_id: str, run_id: str) -> str:
-    """A manual run (no logical date: a DAG's runs never share one) to its end state."""
-    resp = s.api(  # type: ignore[attr-defined]
-        "POST", f"/dags/{dag_id}/dagRuns", json={"dag_run_id": run_id, "logical_date": None}
-    )
-    assert resp.status_code == 200, resp.text
-    return s.wait_finished(dag_id, run_id)  # type: ignore[attr-defined]
 
 
 def _end_step(s: object, dag_id: str, run_id: str) -> float:
@@ -103,9 +99,7 @@ def _end_step(s: object, dag_id: str, run_id: str) -> float:
     if not ended:
         raise RuntimeError(f"{dag_id} {run_id}: no job-end line in the task log")
     ti = s.json(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/job")  # type: ignore[attr-defined]
-    end = datetime.fromisoformat(ti["end_date"].replace("Z", "+00:00"))
-    job_end = datetime.fromisoformat(str(ended[-1]["timestamp"]).replace("Z", "+00:00"))
-    return (end - job_end).total_seconds()
+    return (_at(ti["end_date"]) - _at(ended[-1]["timestamp"])).total_seconds()
 
 
 def end_step_rows(found: dict[str, list[float]], rounds: int) -> list[Row]:

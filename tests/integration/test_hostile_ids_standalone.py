@@ -31,11 +31,7 @@ def test_hostile_run_and_task_ids_under_a_real_scheduler(tmp_path: Path):
     with run_standalone(tmp_path, dag_file, env=env) as s:
         s.unpause(DAG_ID)
         for run_id in RUN_IDS:
-            resp = s.api(
-                "POST", f"/dags/{DAG_ID}/dagRuns",
-                json={"dag_run_id": run_id, "logical_date": None, "conf": {}},
-            )  # fmt: skip
-            assert resp.status_code == 200, resp.text
+            s.trigger(DAG_ID, run_id, logical_date=None)
         for run_id in RUN_IDS:
             assert s.wait_finished(DAG_ID, run_id) == "success", s.tail()
 
